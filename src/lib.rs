@@ -1,14 +1,22 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! `dlpack._dlpack`: module registration only. The data path is `import` (one importer per
+//! protocol) -> `tensor` (the one description) -> `export` (DLPack capsules) and `copy`.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+mod copy;
+mod cuda;
+mod error;
+mod export;
+mod ffi;
+mod import;
+mod object;
+mod tensor;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<object::DLPackObject>()?;
+    m.add_function(wrap_pyfunction!(object::asdlpack, m)?)?;
+    m.add("DLPACK_VERSION", (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION))?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
 }

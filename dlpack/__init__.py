@@ -1,0 +1,38 @@
+"""Zero-copy DLPack exchange for any Python array: ``asdlpack(obj)``.
+
+``asdlpack`` accepts anything that speaks DLPack (``__dlpack__`` or a raw capsule), the CUDA array
+interface, the array interface (``__array_interface__`` / ``__array_struct__``) or the buffer
+protocol, and returns a :class:`DLPackObject` that every ``from_dlpack`` accepts::
+
+    import torch
+    from dlpack import asdlpack
+
+    t = torch.from_dlpack(asdlpack(b"Hello!"))
+"""
+
+from enum import IntEnum
+
+from ._dlpack import DLPACK_VERSION, DLPackObject, __version__, asdlpack
+
+__all__ = ["DLPACK_VERSION", "DLDeviceType", "DLPackObject", "__version__", "asdlpack"]
+
+
+class DLDeviceType(IntEnum):
+    """DLPack device type codes, as in ``dlpack.h``; ``__dlpack_device__()`` returns these ints."""
+
+    kDLCPU = 1
+    kDLCUDA = 2
+    kDLCUDAHost = 3
+    kDLOpenCL = 4
+    kDLVulkan = 7
+    kDLMetal = 8
+    kDLVPI = 9
+    kDLROCM = 10
+    kDLROCMHost = 11
+    kDLExtDev = 12
+    kDLCUDAManaged = 13
+    kDLOneAPI = 14
+    kDLWebGPU = 15
+    kDLHexagon = 16
+    kDLMAIA = 17
+    kDLTrn = 18

@@ -1,0 +1,54 @@
+"""Type stubs for the Rust extension ``dlpack._dlpack``."""
+
+from typing import Any, final
+
+from typing_extensions import CapsuleType
+
+DLPACK_VERSION: tuple[int, int]
+__version__: str
+
+def asdlpack(obj: Any, /) -> DLPackObject:
+    """Wrap ``obj`` (DLPack, CUDA array interface, array interface or buffer) without copying.
+
+    Raises TypeError when ``obj`` speaks none of these protocols, BufferError when its memory
+    can't be expressed in DLPack, ValueError when its interface holds invalid values.
+    """
+
+@final
+class DLPackObject:
+    """A DLPack view of another object's memory; pass it to any ``from_dlpack``."""
+
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> CapsuleType: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Strides in elements (not bytes)."""
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def itemsize(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def c_contiguous(self) -> bool: ...
+    @property
+    def f_contiguous(self) -> bool: ...
+    @property
+    def readonly(self) -> bool: ...
+    @property
+    def device(self) -> tuple[int, int]: ...
+    @property
+    def data_ptr(self) -> int: ...
+    @property
+    def stream(self) -> int | None: ...

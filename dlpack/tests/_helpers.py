@@ -1,0 +1,295 @@
+"""Shared helpers for the dlpack test suite (ctypes views of DLPack capsules, interface shims)."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import sys
+
+# ---------------------------------------------------------------------------
+# DLPack ABI mirrored with ctypes
+# ---------------------------------------------------------------------------
+
+FLAG_READ_ONLY = 1 << 0
+FLAG_IS_COPIED = 1 << 1
+FLAG_IS_SUBBYTE_TYPE_PADDED = 1 << 2
+
+# DLDataTypeCode
+kDLInt = 0
+kDLUInt = 1
+kDLFloat = 2
+kDLOpaqueHandle = 3
+kDLBfloat = 4
+kDLComplex = 5
+kDLBool = 6
+kDLFloat8_e3m4 = 7
+kDLFloat8_e4m3 = 8
+kDLFloat8_e4m3b11fnuz = 9
+kDLFloat8_e4m3fn = 10
+kDLFloat8_e4m3fnuz = 11
+kDLFloat8_e5m2 = 12
+kDLFloat8_e5m2fnuz = 13
+kDLFloat8_e8m0fnu = 14
+
+# dtype name -> (code, bits, itemsize)
+DTYPE_CODES = {
+    "bool": (kDLBool, 8, 1),
+    "int8": (kDLInt, 8, 1),
+    "int16": (kDLInt, 16, 2),
+    "int32": (kDLInt, 32, 4),
+    "int64": (kDLInt, 64, 8),
+    "uint8": (kDLUInt, 8, 1),
+    "uint16": (kDLUInt, 16, 2),
+    "uint32": (kDLUInt, 32, 4),
+    "uint64": (kDLUInt, 64, 8),
+    "float16": (kDLFloat, 16, 2),
+    "float32": (kDLFloat, 32, 4),
+    "float64": (kDLFloat, 64, 8),
+    "complex64": (kDLComplex, 64, 8),
+    "complex128": (kDLComplex, 128, 16),
+    "bfloat16": (kDLBfloat, 16, 2),
+    "float8_e3m4": (kDLFloat8_e3m4, 8, 1),
+    "float8_e4m3": (kDLFloat8_e4m3, 8, 1),
+    "float8_e4m3b11fnuz": (kDLFloat8_e4m3b11fnuz, 8, 1),
+    "float8_e4m3fn": (kDLFloat8_e4m3fn, 8, 1),
+    "float8_e4m3fnuz": (kDLFloat8_e4m3fnuz, 8, 1),
+    "float8_e5m2": (kDLFloat8_e5m2, 8, 1),
+    "float8_e5m2fnuz": (kDLFloat8_e5m2fnuz, 8, 1),
+    "float8_e8m0fnu": (kDLFloat8_e8m0fnu, 8, 1),
+}
+
+NUMPY_NATIVE_DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
+
+ML_DTYPES_NAMES = [
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e4m3b11fnuz",
+    "float8_e3m4",
+    "float8_e4m3",
+    "float8_e8m0fnu",
+]
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [
+        ("dl_tensor", DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", DLTensor),
+    ]
+
+
+_GetName = ctypes.pythonapi.PyCapsule_GetName
+_GetName.restype = ctypes.c_char_p
+_GetName.argtypes = [ctypes.py_object]
+
+_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_GetPointer.restype = ctypes.c_void_p
+_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+_IsValid = ctypes.pythonapi.PyCapsule_IsValid
+_IsValid.restype = ctypes.c_int
+_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def is_capsule(obj) -> bool:
+    return type(obj).__name__ == "PyCapsule"
+
+
+def capsule_name(cap) -> str | None:
+    name = _GetName(cap)
+    return None if name is None else name.decode()
+
+
+class CapsuleInfo:
+    """Plain-Python snapshot of the DLTensor held by an (unconsumed) DLPack capsule."""
+
+    def __init__(self, cap):
+        self.name = capsule_name(cap)
+        ptr = _GetPointer(cap, self.name.encode())
+        assert ptr, "capsule holds a NULL pointer"
+        self.versioned = self.name == "dltensor_versioned"
+        if self.versioned:
+            mt = DLManagedTensorVersioned.from_address(ptr)
+            self.version = (mt.version.major, mt.version.minor)
+            self.flags = int(mt.flags)
+        elif self.name == "dltensor":
+            mt = DLManagedTensor.from_address(ptr)
+            self.version = None
+            self.flags = None
+        else:
+            raise AssertionError(f"unexpected capsule name {self.name!r}")
+        self.has_deleter = bool(mt.deleter)
+        t = mt.dl_tensor
+        self.ndim = int(t.ndim)
+        self.shape = tuple(int(t.shape[i]) for i in range(self.ndim)) if self.ndim else ()
+        if self.ndim and t.strides:
+            self.strides = tuple(int(t.strides[i]) for i in range(self.ndim))
+        else:
+            self.strides = None
+        self.device = (int(t.device.device_type), int(t.device.device_id))
+        self.dtype = (int(t.dtype.code), int(t.dtype.bits), int(t.dtype.lanes))
+        self.data = int(t.data or 0)
+        self.byte_offset = int(t.byte_offset)
+
+    @property
+    def first_element(self) -> int:
+        return self.data + self.byte_offset
+
+    @property
+    def readonly(self) -> bool:
+        return bool(self.flags and self.flags & FLAG_READ_ONLY)
+
+    @property
+    def is_copied(self) -> bool:
+        return bool(self.flags and self.flags & FLAG_IS_COPIED)
+
+    def __repr__(self):
+        return f"CapsuleInfo({vars(self)!r})"
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    strides = []
+    acc = 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def element_strides(np_array) -> tuple[int, ...]:
+    """numpy byte strides -> DLPack element strides."""
+    isz = np_array.dtype.itemsize
+    out = []
+    for s in np_array.strides:
+        assert s % isz == 0
+        out.append(s // isz)
+    return tuple(out)
+
+
+def np_data_ptr(np_array) -> int:
+    return np_array.__array_interface__["data"][0]
+
+
+def collect():
+    for _ in range(3):
+        gc.collect()
+
+
+def refcount(obj) -> int:
+    collect()
+    return sys.getrefcount(obj)
+
+
+# ---------------------------------------------------------------------------
+# Objects that expose exactly one protocol
+# ---------------------------------------------------------------------------
+
+
+class ArrayInterface:
+    """Exposes only ``__array_interface__``; keeps ``owner`` alive."""
+
+    def __init__(self, iface, owner=None):
+        self.__array_interface__ = iface
+        self._owner = owner
+
+
+class ArrayStruct:
+    """Exposes only ``__array_struct__``; keeps ``owner`` alive."""
+
+    def __init__(self, owner):
+        self._owner = owner
+        self.__array_struct__ = owner.__array_struct__
+
+
+class BothArrayInterfaces:
+    def __init__(self, iface, owner):
+        self._owner = owner
+        self.__array_interface__ = iface
+        self.__array_struct__ = owner.__array_struct__
+
+
+class CudaArrayInterface:
+    """Exposes only ``__cuda_array_interface__``."""
+
+    def __init__(self, iface, owner=None):
+        self.__cuda_array_interface__ = iface
+        self._owner = owner
+
+
+class DLPackProducer:
+    """Exposes only ``__dlpack__``/``__dlpack_device__``, forwarding to ``inner``."""
+
+    def __init__(self, inner, record=None):
+        self._inner = inner
+        self.calls = [] if record is None else record
+
+    def __dlpack__(self, **kwargs):
+        self.calls.append(kwargs)
+        return self._inner.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._inner.__dlpack_device__()
+
+
+def array_interface_of(np_array, **overrides):
+    iface = dict(np_array.__array_interface__)
+    iface.update(overrides)
+    return iface
+
+
+def cuda_iface(shape=(2, 3), typestr="<f4", ptr=0x7F0000000000, readonly=False, **extra):
+    iface = {"shape": shape, "typestr": typestr, "data": (ptr, readonly), "version": 3}
+    iface.update(extra)
+    return iface

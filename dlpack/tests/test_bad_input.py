@@ -1,0 +1,127 @@
+"""Malformed input raises the documented exception class, and never crashes the interpreter."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import dlpack
+from dlpack import asdlpack
+
+from ._bad_cases import CASES, run_case
+from ._helpers import ArrayInterface, CudaArrayInterface, cuda_iface
+
+
+def _package_root():
+    return os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
+
+
+def test_all_bad_inputs_in_subprocess():
+    """Runs every case (three rounds) in a fresh interpreter: a crash shows as a signal."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys, dlpack.tests._bad_cases as m; sys.exit(m.main())"],
+        cwd=_package_root(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "SUMMARY" in proc.stdout, proc.stdout + proc.stderr
+    assert "Fatal" not in proc.stderr
+
+
+@pytest.mark.parametrize("name, fac, excs", CASES, ids=[c[0] for c in CASES])
+def test_bad_input(name, fac, excs):
+    status, detail = run_case(name, fac, excs)
+    if status == "skip":
+        pytest.skip(detail)
+    assert status == "ok", f"expected {[e.__name__ for e in excs]}, got {detail}"
+
+
+@pytest.mark.parametrize("value", [object(), 5, None, "abc", [1, 2]])
+def test_no_protocol_message(value):
+    with pytest.raises(TypeError) as info:
+        asdlpack(value)
+    msg = str(info.value)
+    for word in ("buffer", "__array_interface__", "__cuda_array_interface__", "__dlpack__"):
+        assert word in msg, f"{word!r} not in {msg!r}"
+
+
+def test_asdlpack_requires_an_argument():
+    with pytest.raises(TypeError):
+        asdlpack()
+
+
+# ---------------------------------------------------------------------------
+# boundary cases that must be accepted
+# ---------------------------------------------------------------------------
+
+
+def _ptr_buf(n=64):
+    import ctypes
+
+    b = (ctypes.c_char * n)()
+    return b, ctypes.addressof(b)
+
+
+def test_null_pointer_zero_size_ok():
+    obj = asdlpack(
+        ArrayInterface({"shape": (0, 3), "typestr": "<f4", "data": (0, False), "version": 3})
+    )
+    assert obj.shape == (0, 3)
+    assert obj.nbytes == 0
+
+
+def test_odd_stride_on_unit_extent_ok():
+    buf, ptr = _ptr_buf()
+    iface = {
+        "shape": (1, 3),
+        "typestr": "<i4",
+        "data": (ptr, False),
+        "strides": (6, 4),
+        "version": 3,
+    }
+    obj = asdlpack(ArrayInterface(iface, owner=buf))
+    assert obj.shape == (1, 3)
+    assert obj.strides[1] == 1
+
+
+def test_big_endian_one_byte_ok():
+    buf, ptr = _ptr_buf()
+    for typestr in (">u1", ">i1", "|u1"):
+        iface = {"shape": (4,), "typestr": typestr, "data": (ptr, False), "version": 3}
+        obj = asdlpack(ArrayInterface(iface, owner=buf))
+        assert obj.itemsize == 1
+
+
+def test_cai_mask_none_ok():
+    obj = asdlpack(CudaArrayInterface(cuda_iface(mask=None)))
+    assert obj.shape == (2, 3)
+
+
+def test_cai_null_pointer_zero_size_ok():
+    obj = asdlpack(CudaArrayInterface(cuda_iface(shape=(0,), ptr=0)))
+    assert obj.shape == (0,)
+
+
+def test_big_empty_shape_does_not_overflow():
+    # product is 0, so no overflow although one extent is huge
+    obj = asdlpack(
+        ArrayInterface({"shape": (0, 2**40), "typestr": "<f8", "data": (0, False), "version": 3})
+    )
+    assert obj.shape == (0, 2**40)
+    assert obj.nbytes == 0
+
+
+def test_bad_dlpack_arguments_on_many_objects_do_not_crash():
+    obj = asdlpack(bytearray(8))
+    bad = [
+        {"stream": object()},
+        {"dl_device": (2**40, 0)},
+        {"dl_device": ("a", "b")},
+        {"stream": 2**70},
+    ]
+    for kwargs in bad:
+        with pytest.raises((TypeError, ValueError, OverflowError, BufferError)):
+            obj.__dlpack__(**kwargs)

@@ -1,0 +1,170 @@
+"""dtype mapping through every producer path, including ml_dtypes' extension types."""
+
+import pytest
+
+from dlpack import asdlpack
+
+from ._helpers import (
+    DTYPE_CODES,
+    ML_DTYPES_NAMES,
+    NUMPY_NATIVE_DTYPES,
+    ArrayInterface,
+    ArrayStruct,
+    CapsuleInfo,
+    array_interface_of,
+    np_data_ptr,
+)
+
+np = pytest.importorskip("numpy")
+
+
+def _sample(dtype, shape=(2, 3)):
+    n = int(np.prod(shape))
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return (np.arange(n) % 2 == 0).reshape(shape)
+    if dt.kind == "c":
+        return (np.arange(n) + 1j * np.arange(n)[::-1]).astype(dt).reshape(shape)
+    return np.arange(n).astype(dt).reshape(shape)
+
+
+PATHS = {
+    "dlpack": lambda a: a,
+    "array_interface": lambda a: ArrayInterface(array_interface_of(a), owner=a),
+    "array_struct": lambda a: ArrayStruct(a),
+    "buffer": lambda a: memoryview(a),
+}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("dtype", NUMPY_NATIVE_DTYPES)
+def test_native_dtype(dtype, path):
+    src = _sample(dtype)
+    obj = asdlpack(PATHS[path](src))
+    assert obj.dtype == dtype
+    code, bits, itemsize = DTYPE_CODES[dtype]
+    assert obj.itemsize == itemsize
+    assert obj.nbytes == src.size * itemsize
+    assert obj.data_ptr == np_data_ptr(src)
+    info = CapsuleInfo(obj.__dlpack__(max_version=(1, 3)))
+    assert info.dtype == (code, bits, 1)
+    out = np.from_dlpack(obj)
+    assert out.dtype == src.dtype
+    np.testing.assert_array_equal(out, src)
+
+
+@pytest.mark.parametrize("dtype", NUMPY_NATIVE_DTYPES)
+def test_native_dtype_strided_via_buffer(dtype):
+    base = _sample(dtype, shape=(6, 8))
+    view = base[1::2, ::-3]
+    obj = asdlpack(memoryview(view))
+    assert obj.dtype == dtype
+    assert obj.strides == (view.strides[0] // view.itemsize, view.strides[1] // view.itemsize)
+    np.testing.assert_array_equal(np.from_dlpack(obj), view)
+
+
+@pytest.mark.parametrize("typestr", ["|u1", "|i1", "|b1", ">u1", ">i1", "<u1"])
+def test_one_byte_types_any_byte_order(typestr):
+    src = np.arange(4, dtype=np.uint8)
+    iface = array_interface_of(src, typestr=typestr, descr=[("", typestr)])
+    obj = asdlpack(ArrayInterface(iface, owner=src))
+    assert obj.itemsize == 1
+    expected = {"u": "uint8", "i": "int8", "b": "bool"}[typestr[1]]
+    assert obj.dtype == expected
+
+
+@pytest.mark.parametrize("typestr", ["=i4", "<i4"])
+def test_native_byte_order_prefixes(typestr):
+    src = np.arange(4, dtype=np.int32)
+    iface = array_interface_of(src, typestr=typestr, descr=[("", typestr)])
+    obj = asdlpack(ArrayInterface(iface, owner=src))
+    assert obj.dtype == "int32"
+    np.testing.assert_array_equal(np.from_dlpack(obj), src)
+
+
+# ---------------------------------------------------------------------------
+# ml_dtypes (numpy refuses to __dlpack__ them; the array interface + dtype name is used)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ML_DTYPES_NAMES)
+def test_ml_dtypes(name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if not hasattr(ml_dtypes, name):
+        pytest.skip(f"ml_dtypes has no {name}")
+    dt = np.dtype(getattr(ml_dtypes, name))
+    src = np.array([0.5, 1.0, 2.0, 4.0], dtype=np.float32).astype(dt).reshape(2, 2)
+    obj = asdlpack(src)
+    assert obj.dtype == name
+    code, bits, itemsize = DTYPE_CODES[name]
+    assert obj.itemsize == itemsize == dt.itemsize
+    assert obj.shape == (2, 2)
+    assert obj.data_ptr == np_data_ptr(src)
+    assert obj.readonly is False
+    info = CapsuleInfo(obj.__dlpack__(max_version=(1, 3)))
+    assert info.dtype == (code, bits, 1)
+    assert info.first_element == np_data_ptr(src)
+
+
+@pytest.mark.parametrize("name", ML_DTYPES_NAMES)
+def test_ml_dtypes_strided_and_readonly(name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if not hasattr(ml_dtypes, name):
+        pytest.skip(f"ml_dtypes has no {name}")
+    dt = np.dtype(getattr(ml_dtypes, name))
+    base = np.ones((4, 6), dtype=np.float32).astype(dt)
+    view = base[::2, 1::2]
+    view.flags.writeable = False
+    obj = asdlpack(view)
+    assert obj.dtype == name
+    assert obj.shape == (2, 3)
+    assert obj.strides == (12, 2)
+    assert obj.readonly is True
+
+
+TORCH_NAMES = {
+    "bfloat16": "bfloat16",
+    "float8_e4m3fn": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2",
+    "float8_e4m3fnuz": "float8_e4m3fnuz",
+    "float8_e5m2fnuz": "float8_e5m2fnuz",
+    "float8_e8m0fnu": "float8_e8m0fnu",
+}
+
+
+@pytest.mark.parametrize("name", list(TORCH_NAMES))
+def test_ml_dtypes_to_torch(name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    torch = pytest.importorskip("torch")
+    tdt = getattr(torch, TORCH_NAMES[name], None)
+    if tdt is None:
+        pytest.skip(f"torch has no {name}")
+    values = np.array([0.5, 1.0, 2.0, 4.0], dtype=np.float32)
+    src = values.astype(getattr(ml_dtypes, name))
+    obj = asdlpack(src)
+    try:
+        t = torch.from_dlpack(obj)
+    except (BufferError, RuntimeError) as exc:
+        if "dtype" in str(exc).lower() or "type" in str(exc).lower():
+            pytest.skip(f"torch cannot import {name} via DLPack: {exc}")
+        raise
+    assert t.dtype == tdt
+    assert t.data_ptr() == np_data_ptr(src)
+    np.testing.assert_array_equal(t.float().numpy(), src.astype(np.float32))
+
+
+def test_bfloat16_numpy_consumer_refuses_cleanly():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    src = np.ones(3, dtype=ml_dtypes.bfloat16)
+    obj = asdlpack(src)
+    # numpy has no bfloat16; it must refuse the capsule with an exception
+    with pytest.raises((BufferError, TypeError, ValueError, RuntimeError)):
+        np.from_dlpack(obj)
+    assert obj.dtype == "bfloat16"
+
+
+def test_ml_dtypes_unknown_void_refused():
+    # a plain void dtype with no DLPack meaning
+    src = np.zeros(3, dtype="V2")
+    with pytest.raises(BufferError):
+        asdlpack(src)

@@ -1,0 +1,465 @@
+"""Ownership: sources outlive their exports exactly as long as needed, from any thread."""
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import weakref
+
+import pytest
+
+import dlpack
+from dlpack import asdlpack
+
+from ._helpers import ArrayInterface, ArrayStruct, array_interface_of, collect, refcount
+
+
+class Buf(bytearray):
+    """bytearray that can be weak-referenced."""
+
+
+# ---------------------------------------------------------------------------
+# keep-alive
+# ---------------------------------------------------------------------------
+
+
+def test_source_kept_alive_by_object():
+    src = Buf(b"\x01\x02\x03")
+    ref = weakref.ref(src)
+    obj = asdlpack(src)
+    del src
+    collect()
+    assert ref() is not None
+    del obj
+    collect()
+    assert ref() is None
+
+
+def test_source_kept_alive_by_unconsumed_capsule():
+    src = Buf(b"\x01\x02\x03")
+    ref = weakref.ref(src)
+    obj = asdlpack(src)
+    caps = [obj.__dlpack__(), obj.__dlpack__(max_version=(1, 0))]
+    del src, obj
+    collect()
+    assert ref() is not None
+    caps.pop()
+    collect()
+    assert ref() is not None
+    caps.pop()
+    collect()
+    assert ref() is None
+
+
+def test_source_deleted_before_consumer_numpy():
+    np = pytest.importorskip("numpy")
+    src = Buf(bytes(range(10)))
+    ref = weakref.ref(src)
+    obj = asdlpack(src)
+    del src
+    out = np.from_dlpack(obj)
+    del obj
+    collect()
+    assert ref() is not None
+    # churn the allocator a bit, then check the data
+    junk = [bytearray(b"\xff" * 10) for _ in range(100)]
+    del junk
+    np.testing.assert_array_equal(out, np.arange(10))
+    del out
+    collect()
+    assert ref() is None
+
+
+def test_numpy_source_deleted_before_consumer():
+    np = pytest.importorskip("numpy")
+    src = np.arange(1000, dtype=np.float64)
+    out = np.from_dlpack(asdlpack(src[::3]))
+    del src
+    collect()
+    np.testing.assert_array_equal(out, np.arange(0, 1000, 3, dtype=np.float64))
+
+
+def test_torch_consumer_outlives_everything():
+    torch = pytest.importorskip("torch")
+    src = Buf(b"\x05" * 16)
+    ref = weakref.ref(src)
+    t = torch.from_dlpack(asdlpack(memoryview(src).cast("i")))
+    del src
+    collect()
+    assert ref() is not None
+    assert t.tolist() == [0x05050505] * 4
+    del t
+    collect()
+    assert ref() is None
+
+
+def test_raw_capsule_producer_released():
+    np = pytest.importorskip("numpy")
+    src = np.arange(5)
+    base = refcount(src)
+    cap = src.__dlpack__(max_version=(1, 0))
+    obj = asdlpack(cap)
+    del cap
+    out = np.from_dlpack(obj)
+    del obj
+    collect()
+    np.testing.assert_array_equal(out, np.arange(5))
+    del out
+    assert refcount(src) == base
+
+
+# ---------------------------------------------------------------------------
+# reference counts return to baseline
+# ---------------------------------------------------------------------------
+
+
+def _sources():
+    cases = {"bytearray": lambda: (Buf(b"abcdefgh"), None)}
+    try:
+        import numpy as np
+    except ImportError:
+        return cases
+
+    def iface():
+        a = np.arange(8, dtype=np.int32)
+        return a, ArrayInterface(array_interface_of(a), owner=a)
+
+    def struct():
+        a = np.arange(8, dtype=np.int32)
+        return a, ArrayStruct(a)
+
+    cases["numpy"] = lambda: (np.arange(8, dtype=np.int32), None)
+    cases["numpy-readonly"] = lambda: (np.frombuffer(b"abcdefgh", dtype=np.uint8), None)
+    cases["array_interface"] = iface
+    cases["array_struct"] = struct
+    cases["memoryview"] = lambda: (Buf(b"abcdefgh"), "mv")
+    return cases
+
+
+def _make(kind):
+    src, wrapper = _sources()[kind]()
+    if wrapper == "mv":
+        return src, memoryview(src)[::2]
+    return src, (src if wrapper is None else wrapper)
+
+
+@pytest.mark.parametrize("kind", list(_sources()))
+def test_refcount_baseline(kind):
+    src, producer = _make(kind)
+    is_readonly = kind == "numpy-readonly"
+    base_src = refcount(src)
+    base_prod = refcount(producer)
+
+    obj = asdlpack(producer)
+    base_obj = refcount(obj)
+    # unconsumed exports, legacy and versioned
+    for _ in range(10):
+        caps = [obj.__dlpack__(max_version=(1, 0)), obj.__dlpack__(max_version=(1, 3))]
+        if not is_readonly:
+            caps.append(obj.__dlpack__())
+        caps.append(obj.__dlpack__(max_version=(1, 0), copy=True))
+        del caps
+    assert refcount(obj) == base_obj
+
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
+    if np is not None:
+        outs = [np.from_dlpack(obj) for _ in range(5)]
+        outs.append(np.from_dlpack(obj, copy=True))
+        del outs
+        assert refcount(obj) == base_obj
+
+    del obj
+    assert refcount(src) == base_src
+    assert refcount(producer) == base_prod
+
+
+def test_refcount_after_errors():
+    src = Buf(b"abcd")
+    base = refcount(src)
+    obj = asdlpack(src)
+    for kwargs in [{"stream": "x"}, {"stream": 5}, {"dl_device": (2, 0)}, {"max_version": (1,)}]:
+        with pytest.raises((TypeError, ValueError, BufferError)):
+            obj.__dlpack__(**kwargs)
+    del obj
+    assert refcount(src) == base
+
+
+def test_refcount_after_failed_asdlpack():
+    np = pytest.importorskip("numpy")
+    src = np.zeros(3, dtype=np.complex256) if hasattr(np, "complex256") else None
+    if src is None:
+        pytest.skip("no long double complex")
+    base = refcount(src)
+    for _ in range(20):
+        with pytest.raises(BufferError):
+            asdlpack(src)
+    assert refcount(src) == base
+
+
+def test_refcount_many_objects():
+    src = Buf(b"abcdefgh")
+    base = refcount(src)
+    objs = [asdlpack(src) for _ in range(500)]
+    caps = [o.__dlpack__(max_version=(1, 0)) for o in objs]
+    del objs
+    collect()
+    assert sys.getrefcount(src) > base
+    del caps
+    assert refcount(src) == base
+
+
+# ---------------------------------------------------------------------------
+# no growth over many exchanges
+# ---------------------------------------------------------------------------
+
+
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc/self/statm")
+def test_no_growth_fresh_sources():
+    """A leaked source (or its export) would cost >= 8 KiB per iteration: 160 MB here."""
+    np = pytest.importorskip("numpy")
+
+    def once():
+        src = bytearray(8192)
+        obj = asdlpack(src)
+        c1 = obj.__dlpack__(max_version=(1, 3))
+        c2 = obj.__dlpack__()
+        out = np.from_dlpack(obj)
+        out[0] = 1
+        del c1, c2, out, obj, src
+
+    for _ in range(2000):
+        once()
+    collect()
+    before = _rss_bytes()
+    for _ in range(20000):
+        once()
+    collect()
+    grown = _rss_bytes() - before
+    assert grown < 32 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc/self/statm")
+def test_no_growth_small_exports():
+    """Unconsumed, consumed and copied capsules of one source: per-export structs must be freed."""
+    np = pytest.importorskip("numpy")
+    src = np.zeros((4, 4, 4, 4), dtype=np.float32)[:, ::2]  # ndim 4 -> bigger shape arrays
+    obj = asdlpack(src)
+
+    def batch(n):
+        for _ in range(n):
+            obj.__dlpack__(max_version=(1, 3))
+            obj.__dlpack__()
+            np.from_dlpack(obj)
+            asdlpack(obj.__dlpack__(max_version=(1, 0)))
+            obj.__dlpack__(max_version=(1, 3), copy=True)
+
+    batch(5000)
+    collect()
+    before = _rss_bytes()
+    batch(40000)
+    collect()
+    grown = _rss_bytes() - before
+    # a leak of >= 64 bytes per export would be >= 12 MiB
+    assert grown < 6 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
+
+
+def test_no_python_object_growth():
+    import tracemalloc
+
+    src = Buf(bytes(64))
+
+    def batch(n):
+        for _ in range(n):
+            obj = asdlpack(memoryview(src)[::2])
+            obj.__dlpack__(max_version=(1, 3))
+            obj.__dlpack__()
+
+    batch(1000)
+    collect()
+    tracemalloc.start()
+    try:
+        snap0 = tracemalloc.take_snapshot()
+        batch(20000)
+        collect()
+        snap1 = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    stats = snap1.compare_to(snap0, "filename")
+    grown = sum(s.size_diff for s in stats)
+    assert grown < 512 * 1024, f"traced Python memory grew by {grown} bytes"
+
+
+# ---------------------------------------------------------------------------
+# threads
+# ---------------------------------------------------------------------------
+
+
+def _drop_in_threads(items, nthreads=4):
+    lock = threading.Lock()
+    errors = []
+
+    def worker():
+        try:
+            while True:
+                with lock:
+                    if not items:
+                        return
+                    item = items.pop()
+                del item
+                gc.collect(0)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(nthreads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_capsules_dropped_in_threads():
+    src = Buf(bytes(range(32)))
+    base = refcount(src)
+    objs = [asdlpack(src) for _ in range(10)]
+    caps = []
+    for i in range(2000):
+        o = objs[i % 10]
+        caps.append(o.__dlpack__(max_version=(1, 3)) if i % 2 else o.__dlpack__())
+    del objs
+    _drop_in_threads(caps)
+    assert not caps
+    assert refcount(src) == base
+
+
+def test_objects_dropped_in_threads():
+    src = Buf(bytes(range(32)))
+    base = refcount(src)
+    objs = [asdlpack(memoryview(src)[i % 7 :]) for i in range(2000)]
+    _drop_in_threads(objs)
+    assert refcount(src) == base
+
+
+def test_consumer_arrays_dropped_in_threads():
+    np = pytest.importorskip("numpy")
+    src = Buf(bytes(range(32)))
+    base = refcount(src)
+    obj = asdlpack(src)
+    arrays = [np.from_dlpack(obj) for _ in range(1000)]
+    arrays += [np.from_dlpack(asdlpack(src)) for _ in range(1000)]
+    del obj
+    _drop_in_threads(arrays)
+    assert refcount(src) == base
+
+
+def test_torch_tensors_dropped_in_threads():
+    torch = pytest.importorskip("torch")
+    src = Buf(bytes(range(32)))
+    base = refcount(src)
+    tensors = [torch.from_dlpack(asdlpack(src)) for _ in range(500)]
+    _drop_in_threads(tensors)
+    assert refcount(src) == base
+
+
+def test_concurrent_exports():
+    np = pytest.importorskip("numpy")
+    src = np.arange(64, dtype=np.int64)
+    base = refcount(src)
+    obj = asdlpack(src)
+    errors = []
+
+    def worker(k, obj=obj):
+        try:
+            for i in range(500):
+                out = np.from_dlpack(asdlpack(src[k::4]) if i % 2 else obj)
+                assert out[-1] in (63, 60 + k)
+                cap = obj.__dlpack__(max_version=(1, 3))
+                del cap, out
+        except BaseException as exc:  # pragma: no cover
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    del obj
+    assert refcount(src) == base
+
+
+# ---------------------------------------------------------------------------
+# reference cycles and interpreter exit
+# ---------------------------------------------------------------------------
+
+
+def test_cycle_through_object_is_collected():
+    src = Buf(b"abc")
+    ref = weakref.ref(src)
+    src.obj = asdlpack(src)  # src -> obj -> src
+    del src
+    collect()
+    assert ref() is None, "DLPackObject in a reference cycle was never collected"
+
+
+def _package_root():
+    return os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
+
+
+EXIT_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from dlpack import asdlpack
+
+    class Buf(bytearray):
+        pass
+
+    SRC = Buf(bytes(range(64)))
+    OBJ = asdlpack(SRC)
+    CAPS = [OBJ.__dlpack__(), OBJ.__dlpack__(max_version=(1, 0)),
+            OBJ.__dlpack__(max_version=(1, 3), copy=True)]
+    CYC = Buf(b"cycle")
+    CYC.obj = asdlpack(CYC)
+    CYC.caps = [CYC.obj.__dlpack__(max_version=(1, 1))]
+    L = [asdlpack(memoryview(SRC)[::3])]
+    L.append(L)
+    try:
+        import numpy as np
+        A = np.arange(100.0)
+        ARRS = [np.from_dlpack(asdlpack(A)), np.from_dlpack(OBJ)]
+        NCAPS = [asdlpack(A[::2]).__dlpack__(max_version=(1, 3))]
+    except ImportError:
+        pass
+    try:
+        import torch
+        T = torch.from_dlpack(asdlpack(SRC))
+        TO = asdlpack(torch.arange(5))
+    except ImportError:
+        pass
+    print("done")
+    """
+)
+
+
+def test_live_exports_at_interpreter_exit():
+    proc = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT],
+        cwd=_package_root(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "done" in proc.stdout
+    assert "Fatal" not in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr

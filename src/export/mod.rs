@@ -1,0 +1,3 @@
+//! Exporters: from the one `Tensor` description to what consumers take.
+
+pub mod capsule;

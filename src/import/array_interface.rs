@@ -1,0 +1,274 @@
+//! Importers for numpy's `__array_interface__` (v3) and `__array_struct__`, plus the dict-field
+//! readers the CUDA array interface shares.
+
+use std::ffi::c_void;
+use std::mem::ManuallyDrop;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyCapsule, PyDict, PyInt, PyString, PyTuple};
+use pyo3::{ffi, intern};
+
+use super::buffer::View;
+use crate::error::{Error, Result};
+use crate::ffi::{PyArrayInterface, array_struct_flags};
+use crate::tensor::dtype::{self, DType, TypeStr};
+use crate::tensor::{Device, Layout, Owner, Tensor};
+
+/// Reads the fields of an interface dict, naming the interface in its errors.
+pub struct InterfaceDict<'py> {
+    pub dict: Bound<'py, PyDict>,
+    pub name: &'static str,
+}
+
+impl<'py> InterfaceDict<'py> {
+    pub fn new(value: Bound<'py, PyAny>, name: &'static str) -> Result<Self> {
+        let dict = value
+            .cast_into::<PyDict>()
+            .map_err(|e| Error::type_(format!("{name} must be a dict, not {}", type_name(e.into_inner().as_any()))))?;
+        Ok(InterfaceDict { dict, name })
+    }
+
+    /// A key's value, `None` when missing or None.
+    pub fn get(&self, key: &str) -> Result<Option<Bound<'py, PyAny>>> {
+        Ok(self.dict.get_item(key)?.filter(|v| !v.is_none()))
+    }
+
+    pub fn require(&self, key: &str) -> Result<Bound<'py, PyAny>> {
+        self.get(key)?
+            .ok_or_else(|| Error::value(format!("{} has no {key:?}", self.name)))
+    }
+
+    pub fn int(&self, key: &str, value: &Bound<'py, PyAny>) -> Result<i64> {
+        to_i64(value, &format!("{} {key:?}", self.name))
+    }
+
+    pub fn version(&self, accepted: std::ops::RangeInclusive<i64>) -> Result<i64> {
+        let version = self.int("version", &self.require("version")?)?;
+        if !accepted.contains(&version) {
+            return Err(Error::value(format!(
+                "{} version {version} is not supported (expected {} to {})",
+                self.name,
+                accepted.start(),
+                accepted.end()
+            )));
+        }
+        Ok(version)
+    }
+
+    pub fn shape(&self) -> Result<Vec<i64>> {
+        let shape = self.require("shape")?;
+        self.int_tuple("shape", &shape)
+    }
+
+    pub fn strides(&self) -> Result<Option<Vec<i64>>> {
+        self.get("strides")?.map(|s| self.int_tuple("strides", &s)).transpose()
+    }
+
+    pub fn typestr(&self) -> Result<String> {
+        let typestr = self.require("typestr")?;
+        let typestr = typestr.cast::<PyString>().map_err(|_| {
+            Error::type_(format!("{} \"typestr\" must be a str, not {}", self.name, type_name(&typestr)))
+        })?;
+        Ok(typestr.to_str()?.to_owned())
+    }
+
+    /// `data` given as `(address, readonly)`.
+    pub fn pointer_pair(&self, data: &Bound<'py, PyAny>) -> Result<(*mut c_void, bool)> {
+        let pair = data.cast::<PyTuple>().map_err(|_| {
+            Error::type_(format!(
+                "{} \"data\" must be a (pointer, readonly) tuple, not {}",
+                self.name,
+                type_name(data)
+            ))
+        })?;
+        if pair.len() != 2 {
+            return Err(Error::value(format!(
+                "{} \"data\" must be a (pointer, readonly) pair, got {} items",
+                self.name,
+                pair.len()
+            )));
+        }
+        let address = self.int("data", &pair.get_item(0)?)?;
+        let address = usize::try_from(address)
+            .map_err(|_| Error::value(format!("{} data pointer {address} is negative", self.name)))?;
+        let readonly = pair.get_item(1)?;
+        let readonly = readonly.cast::<PyBool>().map_err(|_| {
+            Error::type_(format!("{} readonly flag must be a bool", self.name))
+        })?;
+        Ok((address as *mut c_void, readonly.is_true()))
+    }
+
+    pub fn reject_mask(&self) -> Result<()> {
+        if self.get("mask")?.is_some() {
+            return Err(Error::buffer(format!(
+                "{} with a mask can't be DLPack (DLPack has no masked arrays)",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn int_tuple(&self, key: &str, value: &Bound<'py, PyAny>) -> Result<Vec<i64>> {
+        let tuple = value.cast::<PyTuple>().map_err(|_| {
+            Error::type_(format!("{} {key:?} must be a tuple, not {}", self.name, type_name(value)))
+        })?;
+        tuple.iter().map(|item| self.int(key, &item)).collect()
+    }
+}
+
+/// An exact Python int (bools included, as Python allows) converted to `i64`.
+pub fn to_i64(value: &Bound<'_, PyAny>, what: &str) -> Result<i64> {
+    if !value.is_instance_of::<PyInt>() {
+        return Err(Error::type_(format!("{what} must be int, not {}", type_name(value))));
+    }
+    value.extract::<i64>().map_err(|_| Error::value(format!("{what} {value} does not fit in 64 bits")))
+}
+
+pub fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".to_owned())
+}
+
+/// Resolve a typestr; opaque element types (ml_dtypes' bfloat16, float8_*) are named by the
+/// source's `dtype.name`.
+pub fn resolve_dtype(source: &Bound<'_, PyAny>, typestr: &str) -> Result<DType> {
+    match dtype::parse_typestr(typestr)? {
+        TypeStr::Known(dt) => Ok(dt),
+        TypeStr::Opaque { itemsize } => named_dtype(source, itemsize).ok_or_else(|| {
+            Error::buffer(format!(
+                "typestr {typestr:?} (opaque or structured elements) is not a DLPack type"
+            ))
+        }),
+    }
+}
+
+fn named_dtype(source: &Bound<'_, PyAny>, itemsize: usize) -> Option<DType> {
+    let py = source.py();
+    let name = source.getattr_opt(intern!(py, "dtype")).ok()??.getattr(intern!(py, "name")).ok()?;
+    let dt = DType::from_name(name.cast::<PyString>().ok()?.to_str().ok()?)?;
+    (dt.itemsize() == itemsize).then_some(dt)
+}
+
+/// Import an object through its `__array_interface__` dict.
+pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<Tensor> {
+    let fields = InterfaceDict::new(interface, "__array_interface__")?;
+    fields.version(3..=i64::MAX)?;
+    fields.reject_mask()?;
+    let shape = fields.shape()?;
+    let strides = fields.strides()?;
+    let typestr = fields.typestr()?;
+    let dtype = resolve_dtype(source, &typestr)?;
+    let layout = Layout::from_byte_strides(&shape, strides.as_deref(), dtype.itemsize())?;
+    let offset = match fields.get("offset")? {
+        Some(value) => fields.int("offset", &value)?,
+        None => 0,
+    };
+    if offset < 0 {
+        return Err(Error::value(format!("__array_interface__ offset {offset} is negative")));
+    }
+    let data = fields.get("data")?;
+    let (data, readonly, owner) = match data {
+        Some(data) if data.is_instance_of::<PyTuple>() => {
+            let (address, readonly) = fields.pointer_pair(&data)?;
+            let address = (address as usize).checked_add(offset as usize).ok_or_else(|| {
+                Error::value("__array_interface__ data pointer + offset overflows")
+            })?;
+            (address as *mut c_void, readonly, Owner::object(source.clone().unbind()))
+        }
+        // No data: the object's own buffer; otherwise a buffer object holding the data.
+        other => {
+            let provider = other.as_ref().unwrap_or(source);
+            if !super::buffer::supports(provider) {
+                return Err(Error::type_(format!(
+                    "__array_interface__ \"data\" must be a (pointer, readonly) tuple, a buffer \
+                     or None, not {}",
+                    type_name(provider)
+                )));
+            }
+            let view = View::acquire(provider)?;
+            let raw = view.raw();
+            let (low, high) = layout.byte_extent(dtype.itemsize())?;
+            if low + offset < 0 || high.saturating_add(offset) > raw.len as i64 {
+                return Err(Error::value(format!(
+                    "__array_interface__ shape, strides and offset reach bytes [{}, {}) outside \
+                     the {}-byte data buffer",
+                    low + offset,
+                    high.saturating_add(offset),
+                    raw.len
+                )));
+            }
+            // SAFETY: the offset lies within the buffer (checked just above).
+            let data = unsafe { raw.buf.cast::<u8>().add(offset as usize) }.cast::<c_void>();
+            (data, view.readonly(), view.into_owner())
+        }
+    };
+    Tensor::check_data(data, &layout)?;
+    Ok(Tensor { data, device: Device::CPU, dtype, layout, readonly, stream: None, owner })
+}
+
+/// Import an object through its `__array_struct__` capsule (numpy's C struct: no dict to build
+/// or parse, so this is the faster of the two).
+pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Result<Tensor> {
+    let capsule = capsule.cast_into::<PyCapsule>().map_err(|e| {
+        Error::type_(format!("__array_struct__ must be a PyCapsule, not {}", type_name(e.into_inner().as_any())))
+    })?;
+    // SAFETY: `capsule` is a live capsule; we ask for the pointer under the capsule's own name.
+    let info = unsafe {
+        let name = ffi::PyCapsule_GetName(capsule.as_ptr());
+        if name.is_null() && !ffi::PyErr_Occurred().is_null() {
+            return Err(PyErr::fetch(source.py()).into());
+        }
+        ffi::PyCapsule_GetPointer(capsule.as_ptr(), name) as *const PyArrayInterface
+    };
+    if info.is_null() {
+        return Err(Error::value("__array_struct__ capsule holds no PyArrayInterface"));
+    }
+    // SAFETY: numpy's protocol: the capsule holds a PyArrayInterface valid while it lives.
+    let info = unsafe { &*info };
+    if info.two != 2 {
+        return Err(Error::value("__array_struct__ is not a PyArrayInterface (two != 2)"));
+    }
+    let ndim = usize::try_from(info.nd)
+        .map_err(|_| Error::value(format!("__array_struct__ nd {} is negative", info.nd)))?;
+    if ndim > 0 && info.shape.is_null() {
+        return Err(Error::value("__array_struct__ has no shape"));
+    }
+    let itemsize = usize::try_from(info.itemsize)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| Error::value(format!("__array_struct__ itemsize {}", info.itemsize)))?;
+    let order = if info.flags & array_struct_flags::NOTSWAPPED != 0 {
+        '='
+    } else if cfg!(target_endian = "little") {
+        '>'
+    } else {
+        '<'
+    };
+    let typestr = format!("{order}{}{itemsize}", info.typekind as char);
+    let dtype = resolve_dtype(source, &typestr)?;
+    // SAFETY: shape and (when non-null) strides have `nd` entries while the capsule lives.
+    let (shape, strides) = unsafe {
+        let shape: Vec<i64> = if ndim == 0 {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(info.shape, ndim).iter().map(|&n| n as i64).collect()
+        };
+        let strides = (ndim > 0 && !info.strides.is_null()).then(|| {
+            std::slice::from_raw_parts(info.strides, ndim).iter().map(|&n| n as i64).collect::<Vec<_>>()
+        });
+        (shape, strides)
+    };
+    let layout = Layout::from_byte_strides(&shape, strides.as_deref(), dtype.itemsize())?;
+    Tensor::check_data(info.data, &layout)?;
+    Ok(Tensor {
+        data: info.data,
+        device: Device::CPU,
+        dtype,
+        layout,
+        readonly: info.flags & array_struct_flags::WRITEABLE == 0,
+        stream: None,
+        owner: Owner::ArrayStruct {
+            capsule: ManuallyDrop::new(capsule.into_any().unbind()),
+            source: ManuallyDrop::new(source.clone().unbind()),
+        },
+    })
+}

@@ -1,0 +1,103 @@
+//! Importer for the Python buffer protocol (bytes, bytearray, memoryview, array.array, mmap,
+//! ctypes, numpy, ...).
+
+use std::ffi::CStr;
+use std::mem::MaybeUninit;
+
+use pyo3::prelude::*;
+use pyo3::ffi;
+
+use crate::error::{Error, Result};
+use crate::tensor::{Device, Layout, Owner, Tensor, dtype};
+
+/// A held `Py_buffer`: released by its `Owner` exactly once.
+pub struct View {
+    owner: Owner,
+}
+
+impl View {
+    /// Request a full (strided, formatted, possibly indirect) read-only-or-better view, so we see
+    /// the exporter's real layout and writability, and suboffsets when it has them.
+    pub fn acquire(obj: &Bound<'_, PyAny>) -> Result<View> {
+        let mut raw = Box::new(MaybeUninit::<ffi::Py_buffer>::zeroed());
+        // SAFETY: `raw` is writable storage for one Py_buffer; `obj` is a live object.
+        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), raw.as_mut_ptr(), ffi::PyBUF_FULL_RO) };
+        if rc != 0 {
+            return Err(PyErr::fetch(obj.py()).into());
+        }
+        // SAFETY: PyObject_GetBuffer succeeded, so the view is initialised.
+        let view: Box<ffi::Py_buffer> = unsafe { Box::from_raw(Box::into_raw(raw).cast()) };
+        Ok(View { owner: Owner::Buffer(view) })
+    }
+
+    pub fn raw(&self) -> &ffi::Py_buffer {
+        match &self.owner {
+            Owner::Buffer(view) => view,
+            _ => unreachable!("a View always owns a buffer"),
+        }
+    }
+
+    pub fn readonly(&self) -> bool {
+        self.raw().readonly != 0
+    }
+
+    pub fn into_owner(self) -> Owner {
+        self.owner
+    }
+}
+
+/// Import any object that exports a buffer.
+pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
+    let view = View::acquire(obj)?;
+    let raw = view.raw();
+    let ndim = usize::try_from(raw.ndim).map_err(|_| Error::value("negative buffer ndim"))?;
+    if !raw.suboffsets.is_null() {
+        // SAFETY: a non-null suboffsets array has `ndim` entries.
+        let suboffsets = unsafe { std::slice::from_raw_parts(raw.suboffsets, ndim) };
+        if suboffsets.iter().any(|&s| s >= 0) {
+            return Err(Error::buffer(
+                "buffers with suboffsets (indirect, PIL-style memory) can't be DLPack",
+            ));
+        }
+    }
+    let itemsize = usize::try_from(raw.itemsize).unwrap_or(0);
+    let format: &[u8] = if raw.format.is_null() {
+        b"B"
+    } else {
+        // SAFETY: the exporter gives a NUL-terminated format string valid while the view lives.
+        unsafe { CStr::from_ptr(raw.format) }.to_bytes()
+    };
+    let dtype = dtype::parse_buffer_format(format, itemsize)?;
+    let (shape, strides): (Vec<i64>, Option<Vec<i64>>) = if ndim == 0 {
+        (Vec::new(), None)
+    } else if raw.shape.is_null() {
+        // Only possible for exporters ignoring the request; treat the memory as 1-D bytes.
+        (vec![raw.len as i64 / itemsize.max(1) as i64], None)
+    } else {
+        // SAFETY: shape (and strides, when present) have `ndim` entries while the view lives.
+        let shape = unsafe { std::slice::from_raw_parts(raw.shape, ndim) };
+        let strides = (!raw.strides.is_null())
+            .then(|| unsafe { std::slice::from_raw_parts(raw.strides, ndim) });
+        (
+            shape.iter().map(|&n| n as i64).collect(),
+            strides.map(|s| s.iter().map(|&n| n as i64).collect()),
+        )
+    };
+    let layout = Layout::from_byte_strides(&shape, strides.as_deref(), itemsize)?;
+    Tensor::check_data(raw.buf, &layout)?;
+    Ok(Tensor {
+        data: raw.buf,
+        device: Device::CPU,
+        dtype,
+        layout,
+        readonly: view.readonly(),
+        stream: None,
+        owner: view.into_owner(),
+    })
+}
+
+/// Whether `obj` exports buffers.
+pub fn supports(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: `obj` is a live object; the check has no side effects.
+    unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) != 0 }
+}

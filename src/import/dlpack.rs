@@ -1,0 +1,162 @@
+//! Importer for DLPack itself: `__dlpack__` producers and raw `"dltensor"` /
+//! `"dltensor_versioned"` capsules.
+//!
+//! Taking a capsule renames it `"used_..."` (so nobody else consumes it) and moves its managed
+//! tensor into an `Owner`, whose drop calls the producer's deleter exactly once.
+
+use std::ffi::{CStr, c_void};
+use std::ptr::NonNull;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use pyo3::{PyTypeInfo, ffi, intern};
+
+use crate::error::{Error, Result};
+use crate::ffi::{
+    CAPSULE_LEGACY, CAPSULE_LEGACY_USED, CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED,
+    DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLTensor,
+    FLAG_READ_ONLY,
+};
+use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
+
+/// Ask a producer for a capsule (newest protocol first, then the pre-versioning call for old
+/// producers that don't take `max_version`) and import it. `stream` is forwarded as is.
+pub fn import_producer(source: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> Result<Tensor> {
+    let py = source.py();
+    let method = source.getattr(intern!(py, "__dlpack__"))?;
+    let kwargs = PyDict::new(py);
+    if let Some(stream) = stream {
+        kwargs.set_item(intern!(py, "stream"), stream)?;
+    }
+    let legacy_kwargs = kwargs.copy()?;
+    kwargs.set_item(
+        intern!(py, "max_version"),
+        PyTuple::new(py, [DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION])?,
+    )?;
+    let capsule = match method.call((), Some(&kwargs)) {
+        Ok(capsule) => capsule,
+        Err(err) if err.is_instance_of::<pyo3::exceptions::PyTypeError>(py) => {
+            method.call((), Some(&legacy_kwargs)).map_err(|_| err)?
+        }
+        Err(err) => return Err(err.into()),
+    };
+    import_capsule(&capsule)
+}
+
+/// Whether `obj` is a PyCapsule (of any name).
+pub fn is_capsule(obj: &Bound<'_, PyAny>) -> bool {
+    PyCapsule::is_type_of(obj)
+}
+
+/// Take ownership of the managed tensor in a DLPack capsule and describe it.
+pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
+    if !is_capsule(capsule) {
+        return Err(Error::type_(format!(
+            "__dlpack__ returned {}, not a PyCapsule",
+            super::array_interface::type_name(capsule)
+        )));
+    }
+    let ptr = capsule.as_ptr();
+    // SAFETY: `ptr` is a live capsule.
+    let name = unsafe { ffi::PyCapsule_GetName(ptr) };
+    if name.is_null() {
+        // SAFETY: clears a possible error from GetName; always safe with the GIL.
+        unsafe { ffi::PyErr_Clear() };
+        return Err(Error::type_("a PyCapsule without a name is not a DLPack capsule"));
+    }
+    // SAFETY: the capsule's name is a NUL-terminated string that lives as long as the capsule.
+    let name = unsafe { CStr::from_ptr(name) };
+    let versioned = if name == CAPSULE_VERSIONED {
+        true
+    } else if name == CAPSULE_LEGACY {
+        false
+    } else if name == CAPSULE_VERSIONED_USED || name == CAPSULE_LEGACY_USED {
+        return Err(Error::value("this DLPack capsule was already consumed"));
+    } else {
+        return Err(Error::type_(format!("a PyCapsule named {name:?} is not a DLPack capsule")));
+    };
+    let (current, used) =
+        if versioned { (CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED) } else { (CAPSULE_LEGACY, CAPSULE_LEGACY_USED) };
+    // SAFETY: the name matches, so GetPointer returns the managed tensor (never null for a
+    // valid DLPack capsule, checked below); renaming marks it consumed, as the protocol asks.
+    let managed = unsafe {
+        let managed = ffi::PyCapsule_GetPointer(ptr, current.as_ptr()) as *mut c_void;
+        if managed.is_null() {
+            return Err(PyErr::fetch(capsule.py()).into());
+        }
+        if ffi::PyCapsule_SetName(ptr, used.as_ptr()) != 0 {
+            return Err(PyErr::fetch(capsule.py()).into());
+        }
+        NonNull::new_unchecked(managed)
+    };
+    if versioned {
+        let managed = managed.cast::<DLManagedTensorVersioned>();
+        // From here on the owner calls the deleter, on success or on any error below.
+        let owner = Owner::Versioned(managed);
+        // SAFETY: the producer hands us a valid DLManagedTensorVersioned; `version`, `flags`
+        // and `dl_tensor` are readable while we have not called its deleter.
+        let (version, flags, tensor) = unsafe {
+            let m = managed.as_ptr();
+            ((*m).version, (*m).flags, (*m).dl_tensor)
+        };
+        if version.major != DLPACK_MAJOR_VERSION {
+            return Err(Error::buffer(format!(
+                "DLPack major version {} is not supported (this is DLPack {}.{})",
+                version.major, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION
+            )));
+        }
+        describe(&tensor, flags & FLAG_READ_ONLY != 0, owner)
+    } else {
+        let managed = managed.cast::<DLManagedTensor>();
+        let owner = Owner::Legacy(managed);
+        // SAFETY: as above, for a legacy DLManagedTensor.
+        let tensor = unsafe { (*managed.as_ptr()).dl_tensor };
+        describe(&tensor, false, owner)
+    }
+}
+
+/// Validate a producer's `DLTensor` and describe it. On error the owner (and so the producer's
+/// deleter) is dropped.
+fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
+    let ndim = usize::try_from(t.ndim)
+        .ok()
+        .filter(|&n| n <= layout::MAX_NDIM)
+        .ok_or_else(|| Error::buffer(format!("DLPack tensor with ndim {}", t.ndim)))?;
+    if ndim > 0 && t.shape.is_null() {
+        return Err(Error::buffer("DLPack tensor without a shape"));
+    }
+    let dtype = DType::from_dlpack(t.dtype)?;
+    // SAFETY: a DLTensor's shape and (when non-null) strides have `ndim` entries, valid while
+    // the managed tensor lives.
+    let (shape, strides) = unsafe {
+        let shape = if ndim == 0 { &[][..] } else { std::slice::from_raw_parts(t.shape, ndim) };
+        let strides = (ndim > 0 && !t.strides.is_null()).then(|| std::slice::from_raw_parts(t.strides, ndim));
+        (shape, strides)
+    };
+    let item = dtype.itemsize() as i64;
+    let byte_strides: Option<Vec<i64>> = strides
+        .map(|s| {
+            s.iter()
+                .map(|&n| n.checked_mul(item).ok_or_else(|| Error::buffer("DLPack strides overflow")))
+                .collect()
+        })
+        .transpose()?;
+    let layout = Layout::from_byte_strides(shape, byte_strides.as_deref(), dtype.itemsize())
+        .map_err(|e| match e {
+            Error::Value(msg) => Error::Buffer(msg),
+            other => other,
+        })?;
+    let data = (t.data as usize)
+        .checked_add(t.byte_offset as usize)
+        .ok_or_else(|| Error::buffer("DLPack data pointer + byte_offset overflows"))? as *mut c_void;
+    Tensor::check_data(data, &layout).map_err(|_| Error::buffer("DLPack tensor with a null data pointer"))?;
+    Ok(Tensor {
+        data,
+        device: Device::Known(t.device),
+        dtype,
+        layout,
+        readonly,
+        stream: None,
+        owner,
+    })
+}

@@ -1,0 +1,77 @@
+//! Importers: one per protocol, each producing the one `Tensor` description.
+//!
+//! `import` tries the protocols in the order that keeps the most information: DLPack (it
+//! carries devices and streams), the CUDA array interface, the array interface (struct first,
+//! it is cheaper), then the buffer protocol. When a DLPack producer refuses (BufferError) an
+//! object that also speaks another protocol, that one gets its turn: numpy arrays of ml_dtypes
+//! types are served this way.
+
+pub mod array_interface;
+pub mod buffer;
+pub mod cuda_array_interface;
+pub mod dlpack;
+
+use pyo3::prelude::*;
+use pyo3::intern;
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// What `asdlpack` imported, and the DLPack producer to ask again when a consumer names a
+/// stream (device data only).
+pub struct Imported {
+    pub tensor: Tensor,
+    pub producer: Option<Py<PyAny>>,
+}
+
+pub fn import(obj: &Bound<'_, PyAny>) -> Result<Imported> {
+    let py = obj.py();
+    if dlpack::is_capsule(obj) {
+        return Ok(Imported { tensor: dlpack::import_capsule(obj)?, producer: None });
+    }
+    let mut refused = None;
+    if obj.hasattr(intern!(py, "__dlpack__"))? {
+        match dlpack::import_producer(obj, None) {
+            Ok(tensor) => {
+                let on_device = !matches!(tensor.device.get(), Ok(d) if is_host(d.device_type));
+                let producer = on_device.then(|| obj.clone().unbind());
+                return Ok(Imported { tensor, producer });
+            }
+            Err(err) if err.is_buffer_error(py) => refused = Some(err),
+            Err(err) => return Err(err),
+        }
+    }
+    let fallback = || -> Result<Option<Tensor>> {
+        if let Some(cai) = obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
+            return cuda_array_interface::import(obj, cai).map(Some);
+        }
+        if let Some(capsule) = obj.getattr_opt(intern!(py, "__array_struct__"))? {
+            return array_interface::import_struct(obj, capsule).map(Some);
+        }
+        if let Some(interface) = obj.getattr_opt(intern!(py, "__array_interface__"))? {
+            return array_interface::import(obj, interface).map(Some);
+        }
+        if buffer::supports(obj) {
+            return buffer::import(obj).map(Some);
+        }
+        Ok(None)
+    };
+    match (fallback(), refused) {
+        (Ok(Some(tensor)), _) => Ok(Imported { tensor, producer: None }),
+        // The producer's own refusal explains best what is wrong.
+        (Ok(None), Some(refusal)) | (Err(_), Some(refusal)) => Err(refusal),
+        (Err(err), None) => Err(err),
+        (Ok(None), None) => Err(Error::type_(format!(
+            "asdlpack() needs an object that supports DLPack (__dlpack__ or a DLPack capsule), \
+             the CUDA array interface (__cuda_array_interface__), the array interface \
+             (__array_interface__ / __array_struct__) or the buffer protocol; {} supports none",
+            array_interface::type_name(obj)
+        ))),
+    }
+}
+
+/// Device types whose memory the CPU can address directly (no stream to synchronise).
+pub fn is_host(device_type: i32) -> bool {
+    use crate::ffi::device_type::*;
+    matches!(device_type, CPU | CUDA_HOST | ROCM_HOST)
+}

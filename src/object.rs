@@ -1,0 +1,311 @@
+//! The Python face: `asdlpack(obj)` and the `DLPackObject` it returns, whose `__dlpack__`
+//! follows the array API standard's argument rules.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyTuple};
+
+use crate::copy;
+use crate::cuda;
+use crate::error::{Error, Result};
+use crate::export::capsule::{self, Kind};
+use crate::ffi::{DLDevice, DLPACK_MINOR_VERSION, FLAG_IS_COPIED, FLAG_READ_ONLY, device_type};
+use crate::import::{self, array_interface::to_i64, array_interface::type_name, is_host};
+use crate::tensor::{Device, Tensor};
+
+/// A DLPack view of another object's memory: pass it to any `from_dlpack`.
+#[pyclass(frozen, module = "dlpack", name = "DLPackObject")]
+pub struct DLPackObject {
+    tensor: Arc<Tensor>,
+    /// For device data from a DLPack producer: asked again when a consumer names its stream,
+    /// so the producer can order its work before the consumer's.
+    producer: Option<Py<PyAny>>,
+}
+
+/// Wrap `obj` (anything with DLPack, the CUDA array interface, the array interface or the
+/// buffer protocol) in a `DLPackObject`, without copying.
+#[pyfunction]
+pub fn asdlpack(obj: &Bound<'_, PyAny>) -> PyResult<Py<DLPackObject>> {
+    if let Ok(existing) = obj.cast::<DLPackObject>() {
+        return Ok(existing.clone().unbind());
+    }
+    let import::Imported { tensor, producer } = import::import(obj)?;
+    Py::new(obj.py(), DLPackObject { tensor: Arc::new(tensor), producer })
+}
+
+/// Parsed `__dlpack__` keyword arguments.
+struct Request {
+    stream: Option<i64>,
+    /// `None`: legacy capsule; otherwise the minor version to report.
+    versioned_minor: Option<u32>,
+    dl_device: Option<DLDevice>,
+    copy: Option<bool>,
+}
+
+fn int_pair(value: &Bound<'_, PyAny>, what: &str) -> Result<(i64, i64)> {
+    let bad_type = || Error::type_(format!("{what} must be a tuple of two ints, not {}", type_name(value)));
+    let tuple = value.cast::<PyTuple>().map_err(|_| bad_type())?;
+    if tuple.len() != 2 {
+        return Err(bad_type());
+    }
+    Ok((to_i64(&tuple.get_item(0)?, what)?, to_i64(&tuple.get_item(1)?, what)?))
+}
+
+impl Request {
+    fn parse(
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<&Bound<'_, PyAny>>,
+        dl_device: Option<&Bound<'_, PyAny>>,
+        copy: Option<&Bound<'_, PyAny>>,
+    ) -> Result<Request> {
+        let stream = stream.map(|s| to_i64(s, "stream")).transpose()?;
+        let versioned_minor = match max_version {
+            None => None,
+            Some(v) => {
+                let (major, minor) = int_pair(v, "max_version")?;
+                if major < 0 || minor < 0 {
+                    return Err(Error::value(format!("max_version ({major}, {minor}) is negative")));
+                }
+                match major {
+                    0 => None,
+                    1 => Some((minor as u64).min(DLPACK_MINOR_VERSION as u64) as u32),
+                    _ => Some(DLPACK_MINOR_VERSION),
+                }
+            }
+        };
+        let dl_device = dl_device
+            .map(|d| {
+                let (kind, id) = int_pair(d, "dl_device")?;
+                let kind = i32::try_from(kind).map_err(|_| Error::value(format!("dl_device type {kind}")))?;
+                let id = i32::try_from(id).map_err(|_| Error::value(format!("dl_device id {id}")))?;
+                Ok::<_, Error>(DLDevice { device_type: kind, device_id: id })
+            })
+            .transpose()?;
+        let copy = copy
+            .map(|c| {
+                c.cast::<PyBool>()
+                    .map(|b| b.is_true())
+                    .map_err(|_| Error::type_(format!("copy must be a bool or None, not {}", type_name(c))))
+            })
+            .transpose()?;
+        Ok(Request { stream, versioned_minor, dl_device, copy })
+    }
+}
+
+fn device_name(device: DLDevice) -> String {
+    let kind = match device.device_type {
+        device_type::CPU => "cpu",
+        device_type::CUDA => "cuda",
+        device_type::CUDA_HOST => "cuda_host",
+        device_type::CUDA_MANAGED => "cuda_managed",
+        device_type::ROCM => "rocm",
+        device_type::ROCM_HOST => "rocm_host",
+        device_type::OPENCL => "opencl",
+        device_type::VULKAN => "vulkan",
+        device_type::METAL => "metal",
+        device_type::VPI => "vpi",
+        device_type::EXT_DEV => "ext_dev",
+        device_type::ONE_API => "oneapi",
+        device_type::WEB_GPU => "webgpu",
+        device_type::HEXAGON => "hexagon",
+        device_type::MAIA => "maia",
+        device_type::TRN => "trn",
+        _ => return format!("device_type_{}:{}", device.device_type, device.device_id),
+    };
+    format!("{kind}:{}", device.device_id)
+}
+
+impl DLPackObject {
+    fn export<'py>(&self, py: Python<'py>, request: Request) -> Result<Bound<'py, PyAny>> {
+        let own = self.tensor.device.get()?;
+        let host = is_host(own.device_type);
+        if let Some(stream) = request.stream {
+            let valid = if host { stream == -1 } else { stream == -1 || stream >= 1 };
+            if !valid {
+                return Err(Error::value(if host {
+                    format!("stream must be None (or -1) for {} data, not {stream}", device_name(own))
+                } else {
+                    format!("stream {stream} is not a valid CUDA/ROCm stream (0 is not allowed)")
+                }));
+            }
+        }
+        // The device the consumer asked for: our own, or the CPU for host-addressable memory.
+        let device = match request.dl_device {
+            None => own,
+            Some(wanted) if wanted == own => own,
+            Some(wanted) if host && wanted.device_type == device_type::CPU => wanted,
+            Some(wanted) => {
+                return Err(Error::buffer(format!(
+                    "can't provide {} data on {} (cross-device copies are not supported yet)",
+                    device_name(own),
+                    device_name(wanted)
+                )));
+            }
+        };
+        if request.versioned_minor.is_none() && self.tensor.readonly && request.copy != Some(true) {
+            return Err(Error::buffer(
+                "read-only memory can't be exported as a legacy (unversioned) DLPack capsule, \
+                 which has no read-only flag; ask with max_version=(1, 0) or copy=True",
+            ));
+        }
+        let (tensor, copied) = if request.copy == Some(true) {
+            if !host {
+                return Err(Error::buffer(format!(
+                    "copy=True for {} data needs the CUDA copy engine, which is not available yet",
+                    device_name(own)
+                )));
+            }
+            (Arc::new(copy::copy_to_c_order(&self.tensor)?), true)
+        } else {
+            (self.fresh_from_producer(py, &request)?.unwrap_or_else(|| Arc::clone(&self.tensor)), false)
+        };
+        if !host && !copied {
+            self.wait_for_producer_stream(request.stream)?;
+        }
+        let kind = match request.versioned_minor {
+            None => Kind::Legacy,
+            Some(minor) => {
+                let mut flags = 0;
+                if tensor.readonly {
+                    flags |= FLAG_READ_ONLY;
+                }
+                if copied {
+                    flags |= FLAG_IS_COPIED;
+                }
+                Kind::Versioned { minor, flags }
+            }
+        };
+        capsule::to_capsule(py, &tensor, device, kind)
+    }
+
+    /// Device data from a DLPack producer, when the consumer named a stream: ask the producer
+    /// again with that stream, so it orders its pending work before the consumer's.
+    fn fresh_from_producer(&self, py: Python<'_>, request: &Request) -> Result<Option<Arc<Tensor>>> {
+        let (Some(producer), Some(stream)) = (&self.producer, request.stream) else {
+            return Ok(None);
+        };
+        let stream = pyo3::types::PyInt::new(py, stream).into_any();
+        let tensor = import::dlpack::import_producer(producer.bind(py), Some(&stream))?;
+        Ok(Some(Arc::new(tensor)))
+    }
+
+    /// CUDA array interface data declared ready on a producer stream: wait for that stream
+    /// before the consumer may read, unless the consumer said `stream=-1` (no synchronisation).
+    fn wait_for_producer_stream(&self, consumer_stream: Option<i64>) -> Result<()> {
+        match (self.tensor.stream, consumer_stream) {
+            (Some(producer), consumer) if consumer != Some(-1) => {
+                cuda::synchronize_stream(producer).map_err(Error::buffer)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[pymethods]
+impl DLPackObject {
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<&Bound<'py, PyAny>>,
+        copy: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let request = Request::parse(stream, max_version, dl_device, copy)?;
+        Ok(self.export(py, request)?)
+    }
+
+    fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
+        let device = self.tensor.device.get()?;
+        Ok((device.device_type, device.device_id))
+    }
+
+    /// Extents, as a tuple of ints.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.tensor.layout.shape.iter())
+    }
+
+    /// Strides in elements (as DLPack and torch count them, not bytes as numpy does).
+    #[getter]
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.tensor.layout.strides.iter())
+    }
+
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.tensor.layout.ndim()
+    }
+
+    /// Element type name, e.g. "float32" or "bfloat16".
+    #[getter]
+    fn dtype(&self) -> String {
+        self.tensor.dtype.name()
+    }
+
+    #[getter]
+    fn itemsize(&self) -> usize {
+        self.tensor.dtype.itemsize()
+    }
+
+    #[getter]
+    fn nbytes(&self) -> i64 {
+        self.tensor.nbytes()
+    }
+
+    /// Whether the elements are dense in C (row-major) order.
+    #[getter]
+    fn c_contiguous(&self) -> bool {
+        self.tensor.layout.is_c_contiguous()
+    }
+
+    /// Whether the elements are dense in Fortran (column-major) order.
+    #[getter]
+    fn f_contiguous(&self) -> bool {
+        self.tensor.layout.is_f_contiguous()
+    }
+
+    #[getter]
+    fn readonly(&self) -> bool {
+        self.tensor.readonly
+    }
+
+    /// `(device_type, device_id)`, as `__dlpack_device__()` returns it.
+    #[getter]
+    fn device(&self) -> PyResult<(i32, i32)> {
+        self.__dlpack_device__()
+    }
+
+    /// Address of the first element.
+    #[getter]
+    fn data_ptr(&self) -> usize {
+        self.tensor.data as usize
+    }
+
+    /// The CUDA stream a `__cuda_array_interface__` producer declared, or None.
+    #[getter]
+    fn stream(&self) -> Option<i64> {
+        self.tensor.stream.map(|s| s as i64)
+    }
+
+    fn __repr__(&self) -> String {
+        let t = &self.tensor;
+        let device = match &t.device {
+            Device::Known(d) => device_name(*d),
+            Device::Unresolved { .. } => "cuda:?".to_owned(),
+        };
+        let tuple = |v: &[i64]| match v {
+            [one] => format!("({one},)"),
+            _ => format!("({})", v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")),
+        };
+        format!(
+            "DLPackObject(shape={}, dtype={}, strides={}, device={device}, readonly={})",
+            tuple(&t.layout.shape),
+            t.dtype.name(),
+            tuple(&t.layout.strides),
+            if t.readonly { "True" } else { "False" }
+        )
+    }
+}

@@ -1,0 +1,305 @@
+//! Element types: the DLPack `DLDataType`, its names, and the parsers that produce it from
+//! PEP 3118 buffer formats and array-interface `typestr`s.
+
+use crate::error::{Error, Result};
+use crate::ffi::{DLDataType, type_code as tc};
+
+/// An element type DLPack can carry (always one lane, whole bytes, native byte order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DType(pub DLDataType);
+
+/// Names of the types we accept, with their DLPack code and bit width. The `ml_dtypes` names
+/// (bfloat16, float8_*) double as the lookup table for numpy arrays of those types.
+const NAMED: &[(&str, u8, u8)] = &[
+    ("bool", tc::BOOL, 8),
+    ("int8", tc::INT, 8),
+    ("int16", tc::INT, 16),
+    ("int32", tc::INT, 32),
+    ("int64", tc::INT, 64),
+    ("uint8", tc::UINT, 8),
+    ("uint16", tc::UINT, 16),
+    ("uint32", tc::UINT, 32),
+    ("uint64", tc::UINT, 64),
+    ("float16", tc::FLOAT, 16),
+    ("float32", tc::FLOAT, 32),
+    ("float64", tc::FLOAT, 64),
+    ("complex64", tc::COMPLEX, 64),
+    ("complex128", tc::COMPLEX, 128),
+    ("bfloat16", tc::BFLOAT, 16),
+    ("float8_e3m4", tc::FLOAT8_E3M4, 8),
+    ("float8_e4m3", tc::FLOAT8_E4M3, 8),
+    ("float8_e4m3b11fnuz", tc::FLOAT8_E4M3B11FNUZ, 8),
+    ("float8_e4m3fn", tc::FLOAT8_E4M3FN, 8),
+    ("float8_e4m3fnuz", tc::FLOAT8_E4M3FNUZ, 8),
+    ("float8_e5m2", tc::FLOAT8_E5M2, 8),
+    ("float8_e5m2fnuz", tc::FLOAT8_E5M2FNUZ, 8),
+    ("float8_e8m0fnu", tc::FLOAT8_E8M0FNU, 8),
+];
+
+impl DType {
+    pub const fn new(code: u8, bits: u8) -> Self {
+        DType(DLDataType { code, bits, lanes: 1 })
+    }
+
+    /// Bytes per element.
+    pub fn itemsize(self) -> usize {
+        (self.0.bits as usize * self.0.lanes as usize).div_ceil(8)
+    }
+
+    /// The conventional name ("float32", "bfloat16", ...).
+    pub fn name(self) -> String {
+        let DLDataType { code, bits, lanes } = self.0;
+        let base = NAMED
+            .iter()
+            .find(|(_, c, b)| *c == code && *b == bits)
+            .map(|(name, _, _)| (*name).to_owned())
+            .unwrap_or_else(|| format!("dltype(code={code}, bits={bits})"));
+        if lanes == 1 { base } else { format!("{base}x{lanes}") }
+    }
+
+    /// The type of an `ml_dtypes`-style name, e.g. `"bfloat16"`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        NAMED.iter().find(|(n, _, _)| *n == name).map(|&(_, code, bits)| DType::new(code, bits))
+    }
+
+    /// Check a type received from a DLPack producer: only whole-byte types with codes we know.
+    pub fn from_dlpack(dt: DLDataType) -> Result<Self> {
+        let known = NAMED.iter().any(|&(_, c, b)| c == dt.code && b == dt.bits);
+        if !known || dt.lanes != 1 {
+            return Err(Error::buffer(format!(
+                "unsupported DLPack data type (code={}, bits={}, lanes={})",
+                dt.code, dt.bits, dt.lanes
+            )));
+        }
+        Ok(DType(dt))
+    }
+}
+
+fn int(signed: bool, bytes: usize) -> DType {
+    DType::new(if signed { tc::INT } else { tc::UINT }, (bytes * 8) as u8)
+}
+
+/// Parse a PEP 3118 `struct`-style format of one element, checking it against `itemsize`.
+///
+/// Accepts an optional byte-order prefix (`@ = < > !`) and one of `? b B h H i I l L q Q n N e f
+/// d Zf Zd`. Native-size (`@`) and standard-size prefixes differ only for `l`/`L`; since ctypes
+/// writes `<l` for an 8-byte C long, either size is accepted there, always checked against the
+/// buffer's `itemsize`.
+pub fn parse_buffer_format(format: &[u8], itemsize: usize) -> Result<DType> {
+    let unsupported = || {
+        Error::buffer(format!(
+            "buffer format {:?} is not a DLPack type (numeric scalars only)",
+            String::from_utf8_lossy(format)
+        ))
+    };
+    let (order, code) = match format.first() {
+        Some(&c @ (b'@' | b'=' | b'<' | b'>' | b'!')) => (c, &format[1..]),
+        _ => (b'@', format),
+    };
+    let native = order == b'@';
+    let (dtype, sizes): (DType, &[usize]) = match code {
+        b"?" => (DType::new(tc::BOOL, 8), &[1]),
+        b"b" => (int(true, 1), &[1]),
+        b"B" => (int(false, 1), &[1]),
+        b"h" => (int(true, 2), &[2]),
+        b"H" => (int(false, 2), &[2]),
+        b"i" => (int(true, 4), &[4]),
+        b"I" => (int(false, 4), &[4]),
+        // C long: 4 or 8 bytes depending on the platform and on who wrote the format.
+        b"l" | b"L" => (int(code == b"l", if itemsize == 4 { 4 } else { 8 }), &[4, 8]),
+        b"q" => (int(true, 8), &[8]),
+        b"Q" => (int(false, 8), &[8]),
+        b"n" | b"N" if native => (int(code == b"n", size_of::<isize>()), &[size_of::<isize>()]),
+        b"e" => (DType::new(tc::FLOAT, 16), &[2]),
+        b"f" => (DType::new(tc::FLOAT, 32), &[4]),
+        b"d" => (DType::new(tc::FLOAT, 64), &[8]),
+        b"Zf" => (DType::new(tc::COMPLEX, 64), &[8]),
+        b"Zd" => (DType::new(tc::COMPLEX, 128), &[16]),
+        _ => return Err(unsupported()),
+    };
+    if !sizes.contains(&itemsize) || dtype.itemsize() != itemsize {
+        return Err(size_mismatch(format, itemsize));
+    }
+    check_byte_order(order, itemsize)?;
+    Ok(dtype)
+}
+
+fn size_mismatch(format: &[u8], itemsize: usize) -> Error {
+    Error::value(format!(
+        "buffer format {:?} does not match its itemsize {itemsize}",
+        String::from_utf8_lossy(format)
+    ))
+}
+
+/// DLPack data is in native byte order; a swapped multi-byte type can't be exported as is.
+fn check_byte_order(order: u8, itemsize: usize) -> Result<()> {
+    let little = cfg!(target_endian = "little");
+    let swapped = match order {
+        b'<' => !little,
+        b'>' | b'!' => little,
+        _ => false,
+    };
+    if swapped && itemsize > 1 {
+        return Err(Error::buffer(
+            "non-native byte order can't be DLPack (DLPack data is in native byte order)",
+        ));
+    }
+    Ok(())
+}
+
+/// What an array-interface `typestr` (e.g. `"<f4"`) says.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TypeStr {
+    /// A type DLPack carries.
+    Known(DType),
+    /// Opaque bytes (`V` kind, or numpy's `f1` for `ml_dtypes.float8_e5m2`): the element type
+    /// must come from the object's `dtype` name.
+    Opaque { itemsize: usize },
+}
+
+/// Parse an array-interface `typestr`: byte order (`< > | =`), kind, item size in bytes.
+pub fn parse_typestr(typestr: &str) -> Result<TypeStr> {
+    let bytes = typestr.as_bytes();
+    let malformed = || Error::value(format!("malformed typestr {typestr:?}"));
+    if bytes.len() < 3 || !matches!(bytes[0], b'<' | b'>' | b'|' | b'=') {
+        return Err(malformed());
+    }
+    let kind = bytes[1];
+    let size_digits = &bytes[2..];
+    let end = memchr::memchr(b'[', size_digits).unwrap_or(size_digits.len());
+    let digits = &size_digits[..end];
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(malformed());
+    }
+    let itemsize: usize = std::str::from_utf8(digits)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0)
+        .ok_or_else(malformed)?;
+    if end != size_digits.len() && !matches!(kind, b'M' | b'm') {
+        return Err(malformed());
+    }
+    let unsupported = |what: &str| {
+        Error::buffer(format!("typestr {typestr:?} ({what}) is not a DLPack type"))
+    };
+    let dtype = match (kind, itemsize) {
+        (b'b', 1) => DType::new(tc::BOOL, 8),
+        (b'i', 1 | 2 | 4 | 8) => int(true, itemsize),
+        (b'u', 1 | 2 | 4 | 8) => int(false, itemsize),
+        (b'f', 2 | 4 | 8) => DType::new(tc::FLOAT, (itemsize * 8) as u8),
+        (b'c', 8 | 16) => DType::new(tc::COMPLEX, (itemsize * 8) as u8),
+        (b'f', 1) | (b'V', _) => return Ok(TypeStr::Opaque { itemsize }),
+        (b'f' | b'c', _) => return Err(unsupported("extended precision")),
+        (b'b' | b'i' | b'u', _) => return Err(malformed()),
+        (b'O', _) => return Err(unsupported("Python objects")),
+        (b'S' | b'U' | b'a', _) => return Err(unsupported("strings")),
+        (b'M' | b'm', _) => return Err(unsupported("datetime")),
+        (b't', _) => return Err(unsupported("bit field")),
+        _ => return Err(malformed()),
+    };
+    check_byte_order(bytes[0], itemsize)?;
+    Ok(TypeStr::Known(dtype))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn buffer_formats() {
+        let f32 = DType::new(tc::FLOAT, 32);
+        assert_eq!(parse_buffer_format(b"f", 4).unwrap(), f32);
+        assert_eq!(parse_buffer_format(b"<f", 4).unwrap(), f32);
+        assert_eq!(parse_buffer_format(b"=f", 4).unwrap(), f32);
+        assert!(matches!(parse_buffer_format(b">f", 4), Err(Error::Buffer(_))));
+        assert_eq!(parse_buffer_format(b">B", 1).unwrap(), int(false, 1));
+        assert!(matches!(parse_buffer_format(b"f", 8), Err(Error::Value(_))));
+        assert_eq!(parse_buffer_format(b"<l", 8).unwrap(), int(true, 8));
+        assert_eq!(parse_buffer_format(b"=l", 4).unwrap(), int(true, 4));
+        assert_eq!(parse_buffer_format(b"Zd", 16).unwrap(), DType::new(tc::COMPLEX, 128));
+        assert_eq!(parse_buffer_format(b"?", 1).unwrap(), DType::new(tc::BOOL, 8));
+        for bad in [&b"g"[..], b"O", b"T{f:x:}", b"2f", b"", b"c", b"x", b"=n", b"Zg"] {
+            assert!(parse_buffer_format(bad, 4).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn typestrs() {
+        assert_eq!(parse_typestr("<f4").unwrap(), TypeStr::Known(DType::new(tc::FLOAT, 32)));
+        assert_eq!(parse_typestr("|b1").unwrap(), TypeStr::Known(DType::new(tc::BOOL, 8)));
+        assert_eq!(parse_typestr("|u1").unwrap(), TypeStr::Known(int(false, 1)));
+        assert_eq!(parse_typestr(">u1").unwrap(), TypeStr::Known(int(false, 1)));
+        assert_eq!(parse_typestr("<V2").unwrap(), TypeStr::Opaque { itemsize: 2 });
+        assert!(matches!(parse_typestr(">f8"), Err(Error::Buffer(_))));
+        assert!(matches!(parse_typestr("<f16"), Err(Error::Buffer(_))));
+        assert!(matches!(parse_typestr("|O8"), Err(Error::Buffer(_))));
+        assert!(matches!(parse_typestr("<M8[ns]"), Err(Error::Buffer(_))));
+        assert!(matches!(parse_typestr("<U3"), Err(Error::Buffer(_))));
+        for bad in ["", "f4", "<f", "<x4", "<i3", "<f0", "<f4[", "<b2", "<fa"] {
+            assert!(matches!(parse_typestr(bad), Err(Error::Value(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for &(name, code, bits) in NAMED {
+            let dt = DType::from_name(name).unwrap();
+            assert_eq!(dt.name(), name);
+            assert_eq!(DType::from_dlpack(DLDataType { code, bits, lanes: 1 }).unwrap(), dt);
+        }
+        assert!(DType::from_dlpack(DLDataType { code: tc::FLOAT, bits: 32, lanes: 4 }).is_err());
+        assert!(DType::from_dlpack(DLDataType { code: 99, bits: 8, lanes: 1 }).is_err());
+    }
+
+    /// Reference: the sizes Python's `struct` module gives for standard-size formats.
+    fn struct_size(c: char) -> Option<usize> {
+        Some(match c {
+            '?' | 'b' | 'B' => 1,
+            'h' | 'H' | 'e' => 2,
+            'i' | 'I' | 'l' | 'L' | 'f' => 4,
+            'q' | 'Q' | 'd' => 8,
+            _ => return None,
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn buffer_format_never_panics(fmt in proptest::collection::vec(any::<u8>(), 0..6),
+                                      itemsize in 0usize..20) {
+            let _ = parse_buffer_format(&fmt, itemsize);
+        }
+
+        #[test]
+        fn buffer_format_matches_struct_sizes(c in proptest::sample::select(
+                                                  "?bBhHiIlLqQefd".chars().collect::<Vec<_>>()),
+                                              prefix in proptest::sample::select(vec!["", "<", "="]),
+                                              itemsize in 1usize..17) {
+            let fmt = format!("{prefix}{c}");
+            let parsed = parse_buffer_format(fmt.as_bytes(), itemsize);
+            let expected = struct_size(c).unwrap();
+            let long_ok = matches!(c, 'l' | 'L') && itemsize == 8;
+            prop_assert_eq!(parsed.is_ok(), itemsize == expected || long_ok);
+            if let Ok(dt) = parsed {
+                prop_assert_eq!(dt.itemsize(), itemsize);
+            }
+        }
+
+        #[test]
+        fn typestr_never_panics(s in "\\PC{0,8}") {
+            let _ = parse_typestr(&s);
+        }
+
+        #[test]
+        fn typestr_round_trips(order in proptest::sample::select(vec!['<', '|', '=']),
+                               (kind, size) in proptest::sample::select(vec![
+                                   ('i', 1usize), ('i', 2), ('i', 4), ('i', 8), ('u', 1), ('u', 8),
+                                   ('f', 2), ('f', 4), ('f', 8), ('c', 8), ('c', 16), ('b', 1)])) {
+            let parsed = parse_typestr(&format!("{order}{kind}{size}")).unwrap();
+            match parsed {
+                TypeStr::Known(dt) => prop_assert_eq!(dt.itemsize(), size),
+                TypeStr::Opaque { .. } => prop_assert!(false),
+            }
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! Shape and strides: validation of what importers read, conversion of byte strides to DLPack's
+//! element strides, and contiguity.
+
+use crate::error::{Error, Result};
+
+/// Shape and strides in elements, as DLPack carries them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub shape: Box<[i64]>,
+    pub strides: Box<[i64]>,
+}
+
+/// The most dimensions we accept (numpy's limit is 64; DLPack's `ndim` is an `int32`).
+pub const MAX_NDIM: usize = 64;
+
+impl Layout {
+    /// Build a layout from a shape and optional byte strides (`None` = C order).
+    ///
+    /// Checks: extents are non-negative, the element count and the byte span fit in `i64`, and
+    /// every stride of a dimension with more than one element is a multiple of `itemsize`
+    /// (otherwise DLPack can't express it: `BufferError`). Strides of dimensions of extent 0 or 1
+    /// never address anything, so they are normalised to the C-order value.
+    pub fn from_byte_strides(
+        shape: &[i64],
+        byte_strides: Option<&[i64]>,
+        itemsize: usize,
+    ) -> Result<Layout> {
+        if shape.len() > MAX_NDIM {
+            return Err(Error::value(format!(
+                "{} dimensions is more than the {MAX_NDIM} supported",
+                shape.len()
+            )));
+        }
+        if let Some(&bad) = shape.iter().find(|&&n| n < 0) {
+            return Err(Error::value(format!("negative extent {bad} in shape {shape:?}")));
+        }
+        numel(shape)?;
+        let c_strides = c_strides(shape);
+        let strides: Box<[i64]> = match byte_strides {
+            None => c_strides.clone().into(),
+            Some(bs) => {
+                if bs.len() != shape.len() {
+                    return Err(Error::value(format!(
+                        "strides {bs:?} do not match the {} dimensions of shape {shape:?}",
+                        shape.len()
+                    )));
+                }
+                let item = itemsize as i64;
+                let mut out = Vec::with_capacity(shape.len());
+                for (dim, (&extent, &stride)) in shape.iter().zip(bs).enumerate() {
+                    if extent <= 1 {
+                        out.push(c_strides[dim]);
+                    } else if item == 0 || stride % item != 0 {
+                        return Err(Error::buffer(format!(
+                            "byte stride {stride} of dimension {dim} is not a multiple of the \
+                             item size {itemsize}; DLPack strides count whole elements"
+                        )));
+                    } else {
+                        out.push(stride / item);
+                    }
+                }
+                out.into()
+            }
+        };
+        let layout = Layout { shape: shape.into(), strides };
+        layout.byte_extent(itemsize)?;
+        Ok(layout)
+    }
+
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements (the product was checked not to overflow when the layout was built).
+    pub fn numel(&self) -> i64 {
+        self.shape.iter().product()
+    }
+
+    /// The byte offsets, relative to the first element, of the lowest and one past the highest
+    /// byte addressed; `(0, 0)` for an empty tensor.
+    pub fn byte_extent(&self, itemsize: usize) -> Result<(i64, i64)> {
+        if self.shape.contains(&0) {
+            return Ok((0, 0));
+        }
+        let overflow = || Error::value("shape and strides address more than 2**63 bytes");
+        let item = i64::try_from(itemsize).map_err(|_| overflow())?;
+        let (mut low, mut high) = (0i64, 0i64);
+        for (&extent, &stride) in self.shape.iter().zip(self.strides.iter()) {
+            let reach = (extent - 1)
+                .checked_mul(stride)
+                .and_then(|r| r.checked_mul(item))
+                .ok_or_else(overflow)?;
+            if reach < 0 {
+                low = low.checked_add(reach).ok_or_else(overflow)?;
+            } else {
+                high = high.checked_add(reach).ok_or_else(overflow)?;
+            }
+        }
+        Ok((low, high.checked_add(item).ok_or_else(overflow)?))
+    }
+
+    /// C-contiguous in the sense consumers use: dimensions of extent 1 may have any stride.
+    pub fn is_c_contiguous(&self) -> bool {
+        let mut expected = 1i64;
+        for (&extent, &stride) in self.shape.iter().zip(self.strides.iter()).rev() {
+            if extent == 0 {
+                return true;
+            }
+            if extent != 1 && stride != expected {
+                return false;
+            }
+            expected *= extent;
+        }
+        true
+    }
+
+    /// Fortran-contiguous, with the same allowance for extent-1 dimensions.
+    pub fn is_f_contiguous(&self) -> bool {
+        let mut expected = 1i64;
+        for (&extent, &stride) in self.shape.iter().zip(self.strides.iter()) {
+            if extent == 0 {
+                return true;
+            }
+            if extent != 1 && stride != expected {
+                return false;
+            }
+            expected *= extent;
+        }
+        true
+    }
+}
+
+/// Element count, or a `ValueError` if it overflows `i64`.
+pub fn numel(shape: &[i64]) -> Result<i64> {
+    shape.iter().try_fold(1i64, |acc, &n| acc.checked_mul(n)).ok_or_else(|| {
+        Error::value(format!("shape {shape:?} has more than 2**63 elements"))
+    })
+}
+
+/// C-order strides in elements for `shape` (the caller has checked the product fits).
+pub fn c_strides(shape: &[i64]) -> Vec<i64> {
+    let mut strides = vec![0i64; shape.len()];
+    let mut acc = 1i64;
+    for (stride, &extent) in strides.iter_mut().zip(shape).rev() {
+        *stride = acc;
+        acc = acc.saturating_mul(extent.max(1));
+    }
+    strides
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn c_order_default() {
+        let l = Layout::from_byte_strides(&[2, 3, 4], None, 4).unwrap();
+        assert_eq!(&*l.strides, &[12, 4, 1]);
+        assert!(l.is_c_contiguous());
+        assert!(!l.is_f_contiguous());
+        assert_eq!(l.byte_extent(4).unwrap(), (0, 96));
+    }
+
+    #[test]
+    fn byte_strides_convert() {
+        let l = Layout::from_byte_strides(&[3, 2], Some(&[-16, 4]), 4).unwrap();
+        assert_eq!(&*l.strides, &[-4, 1]);
+        assert_eq!(l.byte_extent(4).unwrap(), (-32, 8));
+        let err = Layout::from_byte_strides(&[3, 2], Some(&[6, 3]), 4).unwrap_err();
+        assert!(matches!(err, Error::Buffer(_)));
+        // A dimension of extent 1 may have any stride, even one DLPack can't count.
+        let l = Layout::from_byte_strides(&[1, 2], Some(&[3, 4]), 4).unwrap();
+        assert_eq!(&*l.strides, &[2, 1]);
+    }
+
+    #[test]
+    fn zero_size_broadcast_and_scalar() {
+        let l = Layout::from_byte_strides(&[0, 5], Some(&[7, 9]), 4).unwrap();
+        assert_eq!(l.numel(), 0);
+        assert_eq!(l.byte_extent(4).unwrap(), (0, 0));
+        let l = Layout::from_byte_strides(&[4, 3], Some(&[0, 8]), 8).unwrap();
+        assert_eq!(&*l.strides, &[0, 1]);
+        let l = Layout::from_byte_strides(&[], None, 8).unwrap();
+        assert_eq!(l.numel(), 1);
+        assert_eq!(l.byte_extent(8).unwrap(), (0, 8));
+        assert!(l.is_c_contiguous() && l.is_f_contiguous());
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        assert!(matches!(Layout::from_byte_strides(&[-1], None, 1), Err(Error::Value(_))));
+        assert!(matches!(
+            Layout::from_byte_strides(&[1 << 62, 1 << 62], None, 1),
+            Err(Error::Value(_))
+        ));
+        assert!(matches!(
+            Layout::from_byte_strides(&[2, 2], Some(&[8]), 4),
+            Err(Error::Value(_))
+        ));
+        assert!(matches!(
+            Layout::from_byte_strides(&[3], Some(&[i64::MAX - 7]), 8),
+            Err(Error::Value(_))
+        ));
+        assert!(matches!(Layout::from_byte_strides(&[1 << 61], None, 8), Err(Error::Value(_))));
+    }
+
+    /// Reference: visit every element's byte offset.
+    fn offsets(shape: &[i64], strides: &[i64], item: i64) -> Vec<i64> {
+        let mut out = vec![0i64];
+        for (&n, &s) in shape.iter().zip(strides) {
+            out = out.iter().flat_map(|&o| (0..n).map(move |i| o + i * s * item)).collect();
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn extent_matches_reference(dims in proptest::collection::vec((0i64..5, -6i64..7), 0..5),
+                                    item in proptest::sample::select(vec![1usize, 2, 4, 8])) {
+            let shape: Vec<i64> = dims.iter().map(|d| d.0).collect();
+            let bytes: Vec<i64> = dims.iter().map(|d| d.1 * item as i64).collect();
+            let l = Layout::from_byte_strides(&shape, Some(&bytes), item).unwrap();
+            let offs = offsets(&l.shape, &l.strides, item as i64);
+            let (low, high) = l.byte_extent(item).unwrap();
+            if l.numel() == 0 {
+                prop_assert_eq!((low, high), (0, 0));
+            } else {
+                prop_assert_eq!(low, *offs.iter().min().unwrap());
+                prop_assert_eq!(high, *offs.iter().max().unwrap() + item as i64);
+            }
+            // Same addresses as the byte strides describe, on every dimension that has more than
+            // one element.
+            prop_assert_eq!(offs, offsets(&shape, &bytes.iter().map(|b| b / item as i64)
+                .collect::<Vec<_>>(), item as i64));
+        }
+
+        #[test]
+        fn contiguity_matches_reference(shape in proptest::collection::vec(0i64..4, 0..5),
+                                        fortran in any::<bool>()) {
+            let mut strides = c_strides(&shape);
+            if fortran {
+                let mut rev: Vec<i64> = shape.iter().rev().copied().collect();
+                strides = c_strides(&rev);
+                strides.reverse();
+                rev.clear();
+            }
+            let l = Layout { shape: shape.clone().into(), strides: strides.into() };
+            let offs = offsets(&l.shape, &l.strides, 1);
+            // Reference: C-contiguous iff C-order visiting yields 0, 1, 2, ...
+            let dense = offs.iter().enumerate().all(|(i, &o)| o == i as i64);
+            if !fortran {
+                prop_assert!(l.is_c_contiguous());
+            } else {
+                prop_assert_eq!(l.is_c_contiguous(), dense || l.numel() == 0);
+                prop_assert!(l.is_f_contiguous());
+            }
+        }
+
+        #[test]
+        fn never_panics(shape in proptest::collection::vec(any::<i64>(), 0..4),
+                        strides in proptest::collection::vec(any::<i64>(), 0..4),
+                        item in 0usize..17) {
+            if let Ok(l) = Layout::from_byte_strides(&shape, Some(&strides), item) {
+                let _ = l.byte_extent(item);
+            }
+        }
+    }
+}

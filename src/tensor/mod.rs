@@ -1,0 +1,149 @@
+//! The one tensor description every importer produces and every exporter reads: where the data
+//! is (pointer and device), what it holds (dtype), how it is laid out (shape, strides), whether
+//! it may be written, and who keeps the memory alive (the owner).
+
+pub mod dtype;
+pub mod layout;
+
+use std::ffi::c_void;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+
+use pyo3::{Py, PyAny, Python, ffi};
+
+use crate::copy::AlignedBuffer;
+use crate::error::{Error, Result};
+use crate::ffi::{DLDevice, DLManagedTensor, DLManagedTensorVersioned, device_type};
+pub use dtype::DType;
+pub use layout::Layout;
+
+/// Where the data lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Device {
+    Known(DLDevice),
+    /// CUDA memory whose device could not be determined (e.g. no CUDA driver here): the
+    /// metadata is usable, exporting is not.
+    Unresolved { reason: String },
+}
+
+impl Device {
+    pub const CPU: Device = Device::Known(DLDevice { device_type: device_type::CPU, device_id: 0 });
+
+    pub fn get(&self) -> Result<DLDevice> {
+        match self {
+            Device::Known(device) => Ok(*device),
+            Device::Unresolved { reason } => Err(Error::buffer(reason.clone())),
+        }
+    }
+}
+
+/// What keeps the memory alive; released exactly once, when the last holder drops the tensor.
+/// Python handles are `ManuallyDrop` so that they are only released while attached.
+pub enum Owner {
+    /// A buffer-protocol view; `PyBuffer_Release`d on drop.
+    Buffer(Box<ffi::Py_buffer>),
+    /// A Python object that owns the memory (array interface, CUDA array interface).
+    Object(ManuallyDrop<Py<PyAny>>),
+    /// An `__array_struct__` capsule and the object it came from.
+    ArrayStruct { capsule: ManuallyDrop<Py<PyAny>>, source: ManuallyDrop<Py<PyAny>> },
+    /// A producer's legacy managed tensor; its deleter is called on drop.
+    Legacy(NonNull<DLManagedTensor>),
+    /// A producer's versioned managed tensor; its deleter is called on drop.
+    Versioned(NonNull<DLManagedTensorVersioned>),
+    /// Memory we allocated for a copy; needs no Python to free.
+    Allocation(#[allow(dead_code, reason = "held to be freed on drop")] AlignedBuffer),
+}
+
+impl Owner {
+    pub fn object(obj: Py<PyAny>) -> Self {
+        Owner::Object(ManuallyDrop::new(obj))
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        // The last reference may go on any thread (a consumer freeing its array), with or
+        // without the GIL, or while the interpreter shuts down. Python state is only touched
+        // when this thread can attach; otherwise the memory is left to the process' exit, as
+        // numpy does, rather than risking a crash.
+        if matches!(self, Owner::Allocation(_)) {
+            return; // freed by the field's own drop, on any thread
+        }
+        let _ = Python::try_attach(|_py| match self {
+            Owner::Buffer(view) => {
+                // SAFETY: the view was filled by a successful PyObject_GetBuffer and this is the
+                // only place it is released; we are attached to the interpreter.
+                unsafe { ffi::PyBuffer_Release(&mut **view) };
+            }
+            Owner::Object(obj) => {
+                // SAFETY: dropped once, here, while attached (so the decref happens now).
+                unsafe { ManuallyDrop::drop(obj) };
+            }
+            Owner::ArrayStruct { capsule, source } => {
+                // SAFETY: as above.
+                unsafe {
+                    ManuallyDrop::drop(capsule);
+                    ManuallyDrop::drop(source);
+                }
+            }
+            Owner::Legacy(managed) => {
+                // SAFETY: we took the managed tensor from a capsule we renamed "used_"; nobody
+                // else will call its deleter, and this drop runs once.
+                unsafe {
+                    if let Some(deleter) = (*managed.as_ptr()).deleter {
+                        deleter(managed.as_ptr());
+                    }
+                }
+            }
+            Owner::Versioned(managed) => {
+                // SAFETY: as above, for the versioned struct.
+                unsafe {
+                    if let Some(deleter) = (*managed.as_ptr()).deleter {
+                        deleter(managed.as_ptr());
+                    }
+                }
+            }
+            Owner::Allocation(_) => {}
+        });
+    }
+}
+
+/// An imported tensor. Shared (in an `Arc`) by the `DLPackObject` and every capsule exported
+/// from it; the owner releases the memory when the last of them goes.
+pub struct Tensor {
+    /// Address of the first element (any `byte_offset` already applied).
+    pub data: *mut c_void,
+    pub device: Device,
+    pub dtype: DType,
+    pub layout: Layout,
+    pub readonly: bool,
+    /// The CUDA stream a `__cuda_array_interface__` producer said its data is ready on.
+    pub stream: Option<isize>,
+    #[allow(dead_code, reason = "held to release the memory on drop")]
+    pub owner: Owner,
+}
+
+// SAFETY: `data` is only an address that is never dereferenced without the owner alive; the
+// owner's Python handles are only released while attached to the interpreter (see `Owner::drop`),
+// and producers' deleters may be called from any thread per the DLPack contract.
+unsafe impl Send for Tensor {}
+// SAFETY: nothing in a `Tensor` is mutated after construction.
+unsafe impl Sync for Tensor {}
+
+impl Tensor {
+    pub fn numel(&self) -> i64 {
+        self.layout.numel()
+    }
+
+    pub fn nbytes(&self) -> i64 {
+        self.numel() * self.dtype.itemsize() as i64
+    }
+
+    /// Reject a null data pointer for a tensor that has elements.
+    pub fn check_data(data: *mut c_void, layout: &Layout) -> Result<()> {
+        if data.is_null() && layout.numel() != 0 {
+            return Err(Error::value("null data pointer for a tensor with elements"));
+        }
+        Ok(())
+    }
+}
