@@ -48,20 +48,40 @@ pub fn pointer_device(ptr: *mut c_void) -> Result<DLDevice, String> {
         if status == sys::CUresult::CUDA_SUCCESS {
             Ok(())
         } else {
-            Err(format!("the CUDA driver does not know the pointer {ptr:?} ({status:?})"))
+            Err(format!(
+                "the CUDA driver does not know the pointer {ptr:?} ({status:?})"
+            ))
         }
     };
     use sys::CUpointer_attribute as A;
-    query(A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (&raw mut memory_type).cast())?;
-    query(A::CU_POINTER_ATTRIBUTE_IS_MANAGED, (&raw mut is_managed).cast())?;
-    query(A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (&raw mut ordinal).cast())?;
+    query(
+        A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        (&raw mut memory_type).cast(),
+    )?;
+    query(
+        A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        (&raw mut is_managed).cast(),
+    )?;
+    query(
+        A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        (&raw mut ordinal).cast(),
+    )?;
     let host = sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
     Ok(if is_managed != 0 {
-        DLDevice { device_type: device_type::CUDA_MANAGED, device_id: 0 }
+        DLDevice {
+            device_type: device_type::CUDA_MANAGED,
+            device_id: 0,
+        }
     } else if memory_type == host {
-        DLDevice { device_type: device_type::CUDA_HOST, device_id: 0 }
+        DLDevice {
+            device_type: device_type::CUDA_HOST,
+            device_id: 0,
+        }
     } else {
-        DLDevice { device_type: device_type::CUDA, device_id: ordinal }
+        DLDevice {
+            device_type: device_type::CUDA,
+            device_id: ordinal,
+        }
     })
 }
 
@@ -73,9 +93,14 @@ pub fn current_device() -> Result<DLDevice, String> {
     // SAFETY: `ordinal` is a live local the driver writes one CUdevice into.
     let status = unsafe { sys::cuCtxGetDevice(&mut ordinal) };
     if status != sys::CUresult::CUDA_SUCCESS {
-        return Err(format!("no current CUDA context to place a null CUDA pointer ({status:?})"));
+        return Err(format!(
+            "no current CUDA context to place a null CUDA pointer ({status:?})"
+        ));
     }
-    Ok(DLDevice { device_type: device_type::CUDA, device_id: ordinal })
+    Ok(DLDevice {
+        device_type: device_type::CUDA,
+        device_id: ordinal,
+    })
 }
 
 /// Block until all work queued on `stream` (a CUDA stream handle; 1 and 2 are the legacy and
@@ -86,7 +111,9 @@ pub fn synchronize_stream(stream: isize) -> Result<(), String> {
     // driver validates the handle and reports an error for a bad one.
     let status = unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) };
     if status != sys::CUresult::CUDA_SUCCESS {
-        return Err(format!("waiting for the producer's CUDA stream {stream:#x} failed ({status:?})"));
+        return Err(format!(
+            "waiting for the producer's CUDA stream {stream:#x} failed ({status:?})"
+        ));
     }
     Ok(())
 }

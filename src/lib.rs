@@ -16,7 +16,10 @@ use pyo3::prelude::*;
 fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<object::DLPackObject>()?;
     m.add_function(wrap_pyfunction!(object::asdlpack, m)?)?;
-    m.add("DLPACK_VERSION", (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION))?;
+    m.add(
+        "DLPACK_VERSION",
+        (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION),
+    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

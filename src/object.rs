@@ -31,7 +31,13 @@ pub fn asdlpack(obj: &Bound<'_, PyAny>) -> PyResult<Py<DLPackObject>> {
         return Ok(existing.clone().unbind());
     }
     let import::Imported { tensor, producer } = import::import(obj)?;
-    Py::new(obj.py(), DLPackObject { tensor: Arc::new(tensor), producer })
+    Py::new(
+        obj.py(),
+        DLPackObject {
+            tensor: Arc::new(tensor),
+            producer,
+        },
+    )
 }
 
 /// Parsed `__dlpack__` keyword arguments.
@@ -44,12 +50,20 @@ struct Request {
 }
 
 fn int_pair(value: &Bound<'_, PyAny>, what: &str) -> Result<(i64, i64)> {
-    let bad_type = || Error::type_(format!("{what} must be a tuple of two ints, not {}", type_name(value)));
+    let bad_type = || {
+        Error::type_(format!(
+            "{what} must be a tuple of two ints, not {}",
+            type_name(value)
+        ))
+    };
     let tuple = value.cast::<PyTuple>().map_err(|_| bad_type())?;
     if tuple.len() != 2 {
         return Err(bad_type());
     }
-    Ok((to_i64(&tuple.get_item(0)?, what)?, to_i64(&tuple.get_item(1)?, what)?))
+    Ok((
+        to_i64(&tuple.get_item(0)?, what)?,
+        to_i64(&tuple.get_item(1)?, what)?,
+    ))
 }
 
 impl Request {
@@ -65,7 +79,9 @@ impl Request {
             Some(v) => {
                 let (major, minor) = int_pair(v, "max_version")?;
                 if major < 0 || minor < 0 {
-                    return Err(Error::value(format!("max_version ({major}, {minor}) is negative")));
+                    return Err(Error::value(format!(
+                        "max_version ({major}, {minor}) is negative"
+                    )));
                 }
                 match major {
                     0 => None,
@@ -77,19 +93,29 @@ impl Request {
         let dl_device = dl_device
             .map(|d| {
                 let (kind, id) = int_pair(d, "dl_device")?;
-                let kind = i32::try_from(kind).map_err(|_| Error::value(format!("dl_device type {kind}")))?;
-                let id = i32::try_from(id).map_err(|_| Error::value(format!("dl_device id {id}")))?;
-                Ok::<_, Error>(DLDevice { device_type: kind, device_id: id })
+                let kind = i32::try_from(kind)
+                    .map_err(|_| Error::value(format!("dl_device type {kind}")))?;
+                let id =
+                    i32::try_from(id).map_err(|_| Error::value(format!("dl_device id {id}")))?;
+                Ok::<_, Error>(DLDevice {
+                    device_type: kind,
+                    device_id: id,
+                })
             })
             .transpose()?;
         let copy = copy
             .map(|c| {
-                c.cast::<PyBool>()
-                    .map(|b| b.is_true())
-                    .map_err(|_| Error::type_(format!("copy must be a bool or None, not {}", type_name(c))))
+                c.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+                    Error::type_(format!("copy must be a bool or None, not {}", type_name(c)))
+                })
             })
             .transpose()?;
-        Ok(Request { stream, versioned_minor, dl_device, copy })
+        Ok(Request {
+            stream,
+            versioned_minor,
+            dl_device,
+            copy,
+        })
     }
 }
 
@@ -121,10 +147,17 @@ impl DLPackObject {
         let own = self.tensor.device.get()?;
         let host = is_host(own.device_type);
         if let Some(stream) = request.stream {
-            let valid = if host { stream == -1 } else { stream == -1 || stream >= 1 };
+            let valid = if host {
+                stream == -1
+            } else {
+                stream == -1 || stream >= 1
+            };
             if !valid {
                 return Err(Error::value(if host {
-                    format!("stream must be None (or -1) for {} data, not {stream}", device_name(own))
+                    format!(
+                        "stream must be None (or -1) for {} data, not {stream}",
+                        device_name(own)
+                    )
                 } else {
                     format!("stream {stream} is not a valid CUDA/ROCm stream (0 is not allowed)")
                 }));
@@ -158,7 +191,11 @@ impl DLPackObject {
             }
             (Arc::new(copy::copy_to_c_order(&self.tensor)?), true)
         } else {
-            (self.fresh_from_producer(py, &request)?.unwrap_or_else(|| Arc::clone(&self.tensor)), false)
+            (
+                self.fresh_from_producer(py, &request)?
+                    .unwrap_or_else(|| Arc::clone(&self.tensor)),
+                false,
+            )
         };
         if !host && !copied {
             self.wait_for_producer_stream(request.stream)?;
@@ -181,7 +218,11 @@ impl DLPackObject {
 
     /// Device data from a DLPack producer, when the consumer named a stream: ask the producer
     /// again with that stream, so it orders its pending work before the consumer's.
-    fn fresh_from_producer(&self, py: Python<'_>, request: &Request) -> Result<Option<Arc<Tensor>>> {
+    fn fresh_from_producer(
+        &self,
+        py: Python<'_>,
+        request: &Request,
+    ) -> Result<Option<Arc<Tensor>>> {
         let (Some(producer), Some(stream)) = (&self.producer, request.stream) else {
             return Ok(None);
         };
@@ -298,7 +339,10 @@ impl DLPackObject {
         };
         let tuple = |v: &[i64]| match v {
             [one] => format!("({one},)"),
-            _ => format!("({})", v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")),
+            _ => format!(
+                "({})",
+                v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+            ),
         };
         format!(
             "DLPackObject(shape={}, dtype={}, strides={}, device={device}, readonly={})",

@@ -72,7 +72,11 @@ pub unsafe fn strided_copy(
                 for i in 0..n as isize {
                     // SAFETY: element i of both sides, valid per the contract.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(src.offset(i * s), dst.offset(i * d), itemsize)
+                        std::ptr::copy_nonoverlapping(
+                            src.offset(i * s),
+                            dst.offset(i * d),
+                            itemsize,
+                        )
                     };
                 }
             }
@@ -102,7 +106,11 @@ pub fn copy_to_c_order(tensor: &Tensor) -> Result<Tensor> {
     let buffer = AlignedBuffer::new(nbytes)?;
     let shape = &tensor.layout.shape;
     let c = c_strides(shape);
-    let to_bytes = |s: &[i64]| s.iter().map(|&x| x as isize * itemsize as isize).collect::<Vec<_>>();
+    let to_bytes = |s: &[i64]| {
+        s.iter()
+            .map(|&x| x as isize * itemsize as isize)
+            .collect::<Vec<_>>()
+    };
     let extents: Vec<usize> = shape.iter().map(|&n| n as usize).collect();
     // SAFETY: the source tensor's layout was validated against its memory when imported and its
     // owner is alive (we borrow the tensor); the destination is a fresh buffer of exactly
@@ -121,7 +129,10 @@ pub fn copy_to_c_order(tensor: &Tensor) -> Result<Tensor> {
         data: buffer.as_ptr().cast::<c_void>(),
         device: Device::CPU,
         dtype: tensor.dtype,
-        layout: Layout { shape: shape.clone(), strides: c.into() },
+        layout: Layout {
+            shape: shape.clone(),
+            strides: c.into(),
+        },
         readonly: false,
         stream: None,
         owner: Owner::Allocation(buffer),
@@ -134,7 +145,13 @@ mod tests {
     use proptest::prelude::*;
 
     /// Reference: element-by-element, by multi-index.
-    fn reference(src: &[u8], base: isize, strides: &[isize], shape: &[usize], item: usize) -> Vec<u8> {
+    fn reference(
+        src: &[u8],
+        base: isize,
+        strides: &[isize],
+        shape: &[usize],
+        item: usize,
+    ) -> Vec<u8> {
         let numel: usize = shape.iter().product();
         let mut out = Vec::with_capacity(numel * item);
         for flat in 0..numel {

@@ -13,8 +13,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use pyo3::prelude::*;
 use pyo3::ffi;
+use pyo3::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::ffi::{
@@ -40,7 +40,9 @@ struct Export<M> {
 
 fn export_layout<M>(ndim: usize) -> (Layout, usize) {
     let dims = Layout::array::<i64>(2 * ndim).expect("ndim is at most 64");
-    let (layout, dims_offset) = Layout::new::<Export<M>>().extend(dims).expect("small layout");
+    let (layout, dims_offset) = Layout::new::<Export<M>>()
+        .extend(dims)
+        .expect("small layout");
     (layout, dims_offset)
 }
 
@@ -54,7 +56,9 @@ fn new_export<M>(
     let (layout, dims_offset) = export_layout::<M>(ndim);
     // SAFETY: the layout has non-zero size (it holds at least the managed struct).
     let base = unsafe { alloc::alloc(layout) };
-    let Some(base) = NonNull::new(base) else { alloc::handle_alloc_error(layout) };
+    let Some(base) = NonNull::new(base) else {
+        alloc::handle_alloc_error(layout)
+    };
     // SAFETY: `base` is a fresh allocation of `layout`: the head fits at offset 0, the
     // 2 * ndim i64s at `dims_offset`; we write each field once before anyone reads it.
     unsafe {
@@ -67,7 +71,11 @@ fn new_export<M>(
             ndim: ndim as i32,
             dtype: tensor.dtype.0,
             shape: if ndim == 0 { ptr::null_mut() } else { dims },
-            strides: if ndim == 0 { ptr::null_mut() } else { dims.add(ndim) },
+            strides: if ndim == 0 {
+                ptr::null_mut()
+            } else {
+                dims.add(ndim)
+            },
             byte_offset: 0,
         };
         let head = base.cast::<Export<M>>();
@@ -146,35 +154,48 @@ pub fn to_capsule<'py>(
     device: DLDevice,
     kind: Kind,
 ) -> Result<Bound<'py, PyAny>> {
-    let (pointer, name, destructor, free): (*mut c_void, &CStr, ffi::PyCapsule_Destructor, unsafe fn(*mut c_void)) =
-        match kind {
-            Kind::Legacy => {
-                let head = new_export(tensor, device, |dl_tensor| DLManagedTensor {
-                    dl_tensor,
-                    manager_ctx: ptr::null_mut(),
-                    deleter: Some(delete_legacy),
-                });
-                // SAFETY: the head is fully written; manager_ctx points at it for consumers.
-                unsafe { (*head.as_ptr()).managed.manager_ctx = head.as_ptr().cast() };
-                (head.as_ptr().cast(), CAPSULE_LEGACY, destroy_legacy_capsule, |p| unsafe {
-                    free_export(p.cast::<Export<DLManagedTensor>>())
-                })
-            }
-            Kind::Versioned { minor, flags } => {
-                let head = new_export(tensor, device, |dl_tensor| DLManagedTensorVersioned {
-                    version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor },
-                    manager_ctx: ptr::null_mut(),
-                    deleter: Some(delete_versioned),
-                    flags,
-                    dl_tensor,
-                });
-                // SAFETY: as above.
-                unsafe { (*head.as_ptr()).managed.manager_ctx = head.as_ptr().cast() };
-                (head.as_ptr().cast(), CAPSULE_VERSIONED, destroy_versioned_capsule, |p| unsafe {
-                    free_export(p.cast::<Export<DLManagedTensorVersioned>>())
-                })
-            }
-        };
+    let (pointer, name, destructor, free): (
+        *mut c_void,
+        &CStr,
+        ffi::PyCapsule_Destructor,
+        unsafe fn(*mut c_void),
+    ) = match kind {
+        Kind::Legacy => {
+            let head = new_export(tensor, device, |dl_tensor| DLManagedTensor {
+                dl_tensor,
+                manager_ctx: ptr::null_mut(),
+                deleter: Some(delete_legacy),
+            });
+            // SAFETY: the head is fully written; manager_ctx points at it for consumers.
+            unsafe { (*head.as_ptr()).managed.manager_ctx = head.as_ptr().cast() };
+            (
+                head.as_ptr().cast(),
+                CAPSULE_LEGACY,
+                destroy_legacy_capsule,
+                |p| unsafe { free_export(p.cast::<Export<DLManagedTensor>>()) },
+            )
+        }
+        Kind::Versioned { minor, flags } => {
+            let head = new_export(tensor, device, |dl_tensor| DLManagedTensorVersioned {
+                version: DLPackVersion {
+                    major: DLPACK_MAJOR_VERSION,
+                    minor,
+                },
+                manager_ctx: ptr::null_mut(),
+                deleter: Some(delete_versioned),
+                flags,
+                dl_tensor,
+            });
+            // SAFETY: as above.
+            unsafe { (*head.as_ptr()).managed.manager_ctx = head.as_ptr().cast() };
+            (
+                head.as_ptr().cast(),
+                CAPSULE_VERSIONED,
+                destroy_versioned_capsule,
+                |p| unsafe { free_export(p.cast::<Export<DLManagedTensorVersioned>>()) },
+            )
+        }
+    };
     // SAFETY: `pointer` is non-null, `name` is a 'static C string, and `destructor` matches the
     // name; on failure the capsule does not exist, so we free the export ourselves.
     unsafe {

@@ -22,9 +22,12 @@ pub struct InterfaceDict<'py> {
 
 impl<'py> InterfaceDict<'py> {
     pub fn new(value: Bound<'py, PyAny>, name: &'static str) -> Result<Self> {
-        let dict = value
-            .cast_into::<PyDict>()
-            .map_err(|e| Error::type_(format!("{name} must be a dict, not {}", type_name(e.into_inner().as_any()))))?;
+        let dict = value.cast_into::<PyDict>().map_err(|e| {
+            Error::type_(format!(
+                "{name} must be a dict, not {}",
+                type_name(e.into_inner().as_any())
+            ))
+        })?;
         Ok(InterfaceDict { dict, name })
     }
 
@@ -61,13 +64,19 @@ impl<'py> InterfaceDict<'py> {
     }
 
     pub fn strides(&self) -> Result<Option<Vec<i64>>> {
-        self.get("strides")?.map(|s| self.int_tuple("strides", &s)).transpose()
+        self.get("strides")?
+            .map(|s| self.int_tuple("strides", &s))
+            .transpose()
     }
 
     pub fn typestr(&self) -> Result<String> {
         let typestr = self.require("typestr")?;
         let typestr = typestr.cast::<PyString>().map_err(|_| {
-            Error::type_(format!("{} \"typestr\" must be a str, not {}", self.name, type_name(&typestr)))
+            Error::type_(format!(
+                "{} \"typestr\" must be a str, not {}",
+                self.name,
+                type_name(&typestr)
+            ))
         })?;
         Ok(typestr.to_str()?.to_owned())
     }
@@ -89,12 +98,13 @@ impl<'py> InterfaceDict<'py> {
             )));
         }
         let address = self.int("data", &pair.get_item(0)?)?;
-        let address = usize::try_from(address)
-            .map_err(|_| Error::value(format!("{} data pointer {address} is negative", self.name)))?;
-        let readonly = pair.get_item(1)?;
-        let readonly = readonly.cast::<PyBool>().map_err(|_| {
-            Error::type_(format!("{} readonly flag must be a bool", self.name))
+        let address = usize::try_from(address).map_err(|_| {
+            Error::value(format!("{} data pointer {address} is negative", self.name))
         })?;
+        let readonly = pair.get_item(1)?;
+        let readonly = readonly
+            .cast::<PyBool>()
+            .map_err(|_| Error::type_(format!("{} readonly flag must be a bool", self.name)))?;
         Ok((address as *mut c_void, readonly.is_true()))
     }
 
@@ -110,7 +120,11 @@ impl<'py> InterfaceDict<'py> {
 
     fn int_tuple(&self, key: &str, value: &Bound<'py, PyAny>) -> Result<Vec<i64>> {
         let tuple = value.cast::<PyTuple>().map_err(|_| {
-            Error::type_(format!("{} {key:?} must be a tuple, not {}", self.name, type_name(value)))
+            Error::type_(format!(
+                "{} {key:?} must be a tuple, not {}",
+                self.name,
+                type_name(value)
+            ))
         })?;
         tuple.iter().map(|item| self.int(key, &item)).collect()
     }
@@ -119,13 +133,22 @@ impl<'py> InterfaceDict<'py> {
 /// An exact Python int (bools included, as Python allows) converted to `i64`.
 pub fn to_i64(value: &Bound<'_, PyAny>, what: &str) -> Result<i64> {
     if !value.is_instance_of::<PyInt>() {
-        return Err(Error::type_(format!("{what} must be int, not {}", type_name(value))));
+        return Err(Error::type_(format!(
+            "{what} must be int, not {}",
+            type_name(value)
+        )));
     }
-    value.extract::<i64>().map_err(|_| Error::value(format!("{what} {value} does not fit in 64 bits")))
+    value
+        .extract::<i64>()
+        .map_err(|_| Error::value(format!("{what} {value} does not fit in 64 bits")))
 }
 
 pub fn type_name(value: &Bound<'_, PyAny>) -> String {
-    value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".to_owned())
+    value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_owned())
 }
 
 /// Resolve a typestr; opaque element types (ml_dtypes' bfloat16, float8_*) are named by the
@@ -143,7 +166,11 @@ pub fn resolve_dtype(source: &Bound<'_, PyAny>, typestr: &str) -> Result<DType> 
 
 fn named_dtype(source: &Bound<'_, PyAny>, itemsize: usize) -> Option<DType> {
     let py = source.py();
-    let name = source.getattr_opt(intern!(py, "dtype")).ok()??.getattr(intern!(py, "name")).ok()?;
+    let name = source
+        .getattr_opt(intern!(py, "dtype"))
+        .ok()??
+        .getattr(intern!(py, "name"))
+        .ok()?;
     let dt = DType::from_name(name.cast::<PyString>().ok()?.to_str().ok()?)?;
     (dt.itemsize() == itemsize).then_some(dt)
 }
@@ -163,16 +190,24 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
         None => 0,
     };
     if offset < 0 {
-        return Err(Error::value(format!("__array_interface__ offset {offset} is negative")));
+        return Err(Error::value(format!(
+            "__array_interface__ offset {offset} is negative"
+        )));
     }
     let data = fields.get("data")?;
     let (data, readonly, owner) = match data {
         Some(data) if data.is_instance_of::<PyTuple>() => {
             let (address, readonly) = fields.pointer_pair(&data)?;
-            let address = (address as usize).checked_add(offset as usize).ok_or_else(|| {
-                Error::value("__array_interface__ data pointer + offset overflows")
-            })?;
-            (address as *mut c_void, readonly, Owner::object(source.clone().unbind()))
+            let address = (address as usize)
+                .checked_add(offset as usize)
+                .ok_or_else(|| {
+                    Error::value("__array_interface__ data pointer + offset overflows")
+                })?;
+            (
+                address as *mut c_void,
+                readonly,
+                Owner::object(source.clone().unbind()),
+            )
         }
         // No data: the object's own buffer; otherwise a buffer object holding the data.
         other => {
@@ -202,14 +237,25 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
         }
     };
     Tensor::check_data(data, &layout)?;
-    Ok(Tensor { data, device: Device::CPU, dtype, layout, readonly, stream: None, owner })
+    Ok(Tensor {
+        data,
+        device: Device::CPU,
+        dtype,
+        layout,
+        readonly,
+        stream: None,
+        owner,
+    })
 }
 
 /// Import an object through its `__array_struct__` capsule (numpy's C struct: no dict to build
 /// or parse, so this is the faster of the two).
 pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Result<Tensor> {
     let capsule = capsule.cast_into::<PyCapsule>().map_err(|e| {
-        Error::type_(format!("__array_struct__ must be a PyCapsule, not {}", type_name(e.into_inner().as_any())))
+        Error::type_(format!(
+            "__array_struct__ must be a PyCapsule, not {}",
+            type_name(e.into_inner().as_any())
+        ))
     })?;
     // SAFETY: `capsule` is a live capsule; we ask for the pointer under the capsule's own name.
     let info = unsafe {
@@ -220,12 +266,16 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
         ffi::PyCapsule_GetPointer(capsule.as_ptr(), name) as *const PyArrayInterface
     };
     if info.is_null() {
-        return Err(Error::value("__array_struct__ capsule holds no PyArrayInterface"));
+        return Err(Error::value(
+            "__array_struct__ capsule holds no PyArrayInterface",
+        ));
     }
     // SAFETY: numpy's protocol: the capsule holds a PyArrayInterface valid while it lives.
     let info = unsafe { &*info };
     if info.two != 2 {
-        return Err(Error::value("__array_struct__ is not a PyArrayInterface (two != 2)"));
+        return Err(Error::value(
+            "__array_struct__ is not a PyArrayInterface (two != 2)",
+        ));
     }
     let ndim = usize::try_from(info.nd)
         .map_err(|_| Error::value(format!("__array_struct__ nd {} is negative", info.nd)))?;
@@ -250,10 +300,16 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
         let shape: Vec<i64> = if ndim == 0 {
             Vec::new()
         } else {
-            std::slice::from_raw_parts(info.shape, ndim).iter().map(|&n| n as i64).collect()
+            std::slice::from_raw_parts(info.shape, ndim)
+                .iter()
+                .map(|&n| n as i64)
+                .collect()
         };
         let strides = (ndim > 0 && !info.strides.is_null()).then(|| {
-            std::slice::from_raw_parts(info.strides, ndim).iter().map(|&n| n as i64).collect::<Vec<_>>()
+            std::slice::from_raw_parts(info.strides, ndim)
+                .iter()
+                .map(|&n| n as i64)
+                .collect::<Vec<_>>()
         });
         (shape, strides)
     };

@@ -4,8 +4,8 @@
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
 
-use pyo3::prelude::*;
 use pyo3::ffi;
+use pyo3::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::tensor::{Device, Layout, Owner, Tensor, dtype};
@@ -21,13 +21,16 @@ impl View {
     pub fn acquire(obj: &Bound<'_, PyAny>) -> Result<View> {
         let mut raw = Box::new(MaybeUninit::<ffi::Py_buffer>::zeroed());
         // SAFETY: `raw` is writable storage for one Py_buffer; `obj` is a live object.
-        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), raw.as_mut_ptr(), ffi::PyBUF_FULL_RO) };
+        let rc =
+            unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), raw.as_mut_ptr(), ffi::PyBUF_FULL_RO) };
         if rc != 0 {
             return Err(PyErr::fetch(obj.py()).into());
         }
         // SAFETY: PyObject_GetBuffer succeeded, so the view is initialised.
         let view: Box<ffi::Py_buffer> = unsafe { Box::from_raw(Box::into_raw(raw).cast()) };
-        Ok(View { owner: Owner::Buffer(view) })
+        Ok(View {
+            owner: Owner::Buffer(view),
+        })
     }
 
     pub fn raw(&self) -> &ffi::Py_buffer {

@@ -34,7 +34,11 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
         }
         _ => None,
     };
-    let device = if data.is_null() { cuda::current_device() } else { cuda::pointer_device(data) };
+    let device = if data.is_null() {
+        cuda::current_device()
+    } else {
+        cuda::pointer_device(data)
+    };
     let device = match device {
         Ok(device) => Device::Known(device),
         Err(reason) => Device::Unresolved { reason },

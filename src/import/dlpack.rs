@@ -14,14 +14,17 @@ use pyo3::{PyTypeInfo, ffi, intern};
 use crate::error::{Error, Result};
 use crate::ffi::{
     CAPSULE_LEGACY, CAPSULE_LEGACY_USED, CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED,
-    DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLTensor,
-    FLAG_READ_ONLY,
+    DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
+    DLTensor, FLAG_READ_ONLY,
 };
 use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
 
 /// Ask a producer for a capsule (newest protocol first, then the pre-versioning call for old
 /// producers that don't take `max_version`) and import it. `stream` is forwarded as is.
-pub fn import_producer(source: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> Result<Tensor> {
+pub fn import_producer(
+    source: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> Result<Tensor> {
     let py = source.py();
     let method = source.getattr(intern!(py, "__dlpack__"))?;
     let kwargs = PyDict::new(py);
@@ -62,7 +65,9 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
     if name.is_null() {
         // SAFETY: clears a possible error from GetName; always safe with the GIL.
         unsafe { ffi::PyErr_Clear() };
-        return Err(Error::type_("a PyCapsule without a name is not a DLPack capsule"));
+        return Err(Error::type_(
+            "a PyCapsule without a name is not a DLPack capsule",
+        ));
     }
     // SAFETY: the capsule's name is a NUL-terminated string that lives as long as the capsule.
     let name = unsafe { CStr::from_ptr(name) };
@@ -73,14 +78,19 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
     } else if name == CAPSULE_VERSIONED_USED || name == CAPSULE_LEGACY_USED {
         return Err(Error::value("this DLPack capsule was already consumed"));
     } else {
-        return Err(Error::type_(format!("a PyCapsule named {name:?} is not a DLPack capsule")));
+        return Err(Error::type_(format!(
+            "a PyCapsule named {name:?} is not a DLPack capsule"
+        )));
     };
-    let (current, used) =
-        if versioned { (CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED) } else { (CAPSULE_LEGACY, CAPSULE_LEGACY_USED) };
+    let (current, used) = if versioned {
+        (CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED)
+    } else {
+        (CAPSULE_LEGACY, CAPSULE_LEGACY_USED)
+    };
     // SAFETY: the name matches, so GetPointer returns the managed tensor (never null for a
     // valid DLPack capsule, checked below); renaming marks it consumed, as the protocol asks.
     let managed = unsafe {
-        let managed = ffi::PyCapsule_GetPointer(ptr, current.as_ptr()) as *mut c_void;
+        let managed = ffi::PyCapsule_GetPointer(ptr, current.as_ptr());
         if managed.is_null() {
             return Err(PyErr::fetch(capsule.py()).into());
         }
@@ -129,15 +139,23 @@ fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
     // SAFETY: a DLTensor's shape and (when non-null) strides have `ndim` entries, valid while
     // the managed tensor lives.
     let (shape, strides) = unsafe {
-        let shape = if ndim == 0 { &[][..] } else { std::slice::from_raw_parts(t.shape, ndim) };
-        let strides = (ndim > 0 && !t.strides.is_null()).then(|| std::slice::from_raw_parts(t.strides, ndim));
+        let shape = if ndim == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(t.shape, ndim)
+        };
+        let strides =
+            (ndim > 0 && !t.strides.is_null()).then(|| std::slice::from_raw_parts(t.strides, ndim));
         (shape, strides)
     };
     let item = dtype.itemsize() as i64;
     let byte_strides: Option<Vec<i64>> = strides
         .map(|s| {
             s.iter()
-                .map(|&n| n.checked_mul(item).ok_or_else(|| Error::buffer("DLPack strides overflow")))
+                .map(|&n| {
+                    n.checked_mul(item)
+                        .ok_or_else(|| Error::buffer("DLPack strides overflow"))
+                })
                 .collect()
         })
         .transpose()?;
@@ -148,8 +166,10 @@ fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
         })?;
     let data = (t.data as usize)
         .checked_add(t.byte_offset as usize)
-        .ok_or_else(|| Error::buffer("DLPack data pointer + byte_offset overflows"))? as *mut c_void;
-    Tensor::check_data(data, &layout).map_err(|_| Error::buffer("DLPack tensor with a null data pointer"))?;
+        .ok_or_else(|| Error::buffer("DLPack data pointer + byte_offset overflows"))?
+        as *mut c_void;
+    Tensor::check_data(data, &layout)
+        .map_err(|_| Error::buffer("DLPack tensor with a null data pointer"))?;
     Ok(Tensor {
         data,
         device: Device::Known(t.device),

@@ -11,8 +11,8 @@ pub mod buffer;
 pub mod cuda_array_interface;
 pub mod dlpack;
 
-use pyo3::prelude::*;
 use pyo3::intern;
+use pyo3::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -27,7 +27,10 @@ pub struct Imported {
 pub fn import(obj: &Bound<'_, PyAny>) -> Result<Imported> {
     let py = obj.py();
     if dlpack::is_capsule(obj) {
-        return Ok(Imported { tensor: dlpack::import_capsule(obj)?, producer: None });
+        return Ok(Imported {
+            tensor: dlpack::import_capsule(obj)?,
+            producer: None,
+        });
     }
     let mut refused = None;
     if obj.hasattr(intern!(py, "__dlpack__"))? {
@@ -57,7 +60,10 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Imported> {
         Ok(None)
     };
     match (fallback(), refused) {
-        (Ok(Some(tensor)), _) => Ok(Imported { tensor, producer: None }),
+        (Ok(Some(tensor)), _) => Ok(Imported {
+            tensor,
+            producer: None,
+        }),
         // The producer's own refusal explains best what is wrong.
         (Ok(None), Some(refusal)) | (Err(_), Some(refusal)) => Err(refusal),
         (Err(err), None) => Err(err),

@@ -38,7 +38,11 @@ const NAMED: &[(&str, u8, u8)] = &[
 
 impl DType {
     pub const fn new(code: u8, bits: u8) -> Self {
-        DType(DLDataType { code, bits, lanes: 1 })
+        DType(DLDataType {
+            code,
+            bits,
+            lanes: 1,
+        })
     }
 
     /// Bytes per element.
@@ -54,12 +58,19 @@ impl DType {
             .find(|(_, c, b)| *c == code && *b == bits)
             .map(|(name, _, _)| (*name).to_owned())
             .unwrap_or_else(|| format!("dltype(code={code}, bits={bits})"));
-        if lanes == 1 { base } else { format!("{base}x{lanes}") }
+        if lanes == 1 {
+            base
+        } else {
+            format!("{base}x{lanes}")
+        }
     }
 
     /// The type of an `ml_dtypes`-style name, e.g. `"bfloat16"`.
     pub fn from_name(name: &str) -> Option<Self> {
-        NAMED.iter().find(|(n, _, _)| *n == name).map(|&(_, code, bits)| DType::new(code, bits))
+        NAMED
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|&(_, code, bits)| DType::new(code, bits))
     }
 
     /// Check a type received from a DLPack producer: only whole-byte types with codes we know.
@@ -106,7 +117,10 @@ pub fn parse_buffer_format(format: &[u8], itemsize: usize) -> Result<DType> {
         b"i" => (int(true, 4), &[4]),
         b"I" => (int(false, 4), &[4]),
         // C long: 4 or 8 bytes depending on the platform and on who wrote the format.
-        b"l" | b"L" => (int(code == b"l", if itemsize == 4 { 4 } else { 8 }), &[4, 8]),
+        b"l" | b"L" => (
+            int(code == b"l", if itemsize == 4 { 4 } else { 8 }),
+            &[4, 8],
+        ),
         b"q" => (int(true, 8), &[8]),
         b"Q" => (int(false, 8), &[8]),
         b"n" | b"N" if native => (int(code == b"n", size_of::<isize>()), &[size_of::<isize>()]),
@@ -179,9 +193,8 @@ pub fn parse_typestr(typestr: &str) -> Result<TypeStr> {
     if end != size_digits.len() && !matches!(kind, b'M' | b'm') {
         return Err(malformed());
     }
-    let unsupported = |what: &str| {
-        Error::buffer(format!("typestr {typestr:?} ({what}) is not a DLPack type"))
-    };
+    let unsupported =
+        |what: &str| Error::buffer(format!("typestr {typestr:?} ({what}) is not a DLPack type"));
     let dtype = match (kind, itemsize) {
         (b'b', 1) => DType::new(tc::BOOL, 8),
         (b'i', 1 | 2 | 4 | 8) => int(true, itemsize),
@@ -212,25 +225,53 @@ mod tests {
         assert_eq!(parse_buffer_format(b"f", 4).unwrap(), f32);
         assert_eq!(parse_buffer_format(b"<f", 4).unwrap(), f32);
         assert_eq!(parse_buffer_format(b"=f", 4).unwrap(), f32);
-        assert!(matches!(parse_buffer_format(b">f", 4), Err(Error::Buffer(_))));
+        assert!(matches!(
+            parse_buffer_format(b">f", 4),
+            Err(Error::Buffer(_))
+        ));
         assert_eq!(parse_buffer_format(b">B", 1).unwrap(), int(false, 1));
         assert!(matches!(parse_buffer_format(b"f", 8), Err(Error::Value(_))));
         assert_eq!(parse_buffer_format(b"<l", 8).unwrap(), int(true, 8));
         assert_eq!(parse_buffer_format(b"=l", 4).unwrap(), int(true, 4));
-        assert_eq!(parse_buffer_format(b"Zd", 16).unwrap(), DType::new(tc::COMPLEX, 128));
-        assert_eq!(parse_buffer_format(b"?", 1).unwrap(), DType::new(tc::BOOL, 8));
-        for bad in [&b"g"[..], b"O", b"T{f:x:}", b"2f", b"", b"c", b"x", b"=n", b"Zg"] {
+        assert_eq!(
+            parse_buffer_format(b"Zd", 16).unwrap(),
+            DType::new(tc::COMPLEX, 128)
+        );
+        assert_eq!(
+            parse_buffer_format(b"?", 1).unwrap(),
+            DType::new(tc::BOOL, 8)
+        );
+        for bad in [
+            &b"g"[..],
+            b"O",
+            b"T{f:x:}",
+            b"2f",
+            b"",
+            b"c",
+            b"x",
+            b"=n",
+            b"Zg",
+        ] {
             assert!(parse_buffer_format(bad, 4).is_err(), "{bad:?}");
         }
     }
 
     #[test]
     fn typestrs() {
-        assert_eq!(parse_typestr("<f4").unwrap(), TypeStr::Known(DType::new(tc::FLOAT, 32)));
-        assert_eq!(parse_typestr("|b1").unwrap(), TypeStr::Known(DType::new(tc::BOOL, 8)));
+        assert_eq!(
+            parse_typestr("<f4").unwrap(),
+            TypeStr::Known(DType::new(tc::FLOAT, 32))
+        );
+        assert_eq!(
+            parse_typestr("|b1").unwrap(),
+            TypeStr::Known(DType::new(tc::BOOL, 8))
+        );
         assert_eq!(parse_typestr("|u1").unwrap(), TypeStr::Known(int(false, 1)));
         assert_eq!(parse_typestr(">u1").unwrap(), TypeStr::Known(int(false, 1)));
-        assert_eq!(parse_typestr("<V2").unwrap(), TypeStr::Opaque { itemsize: 2 });
+        assert_eq!(
+            parse_typestr("<V2").unwrap(),
+            TypeStr::Opaque { itemsize: 2 }
+        );
         assert!(matches!(parse_typestr(">f8"), Err(Error::Buffer(_))));
         assert!(matches!(parse_typestr("<f16"), Err(Error::Buffer(_))));
         assert!(matches!(parse_typestr("|O8"), Err(Error::Buffer(_))));
@@ -246,10 +287,32 @@ mod tests {
         for &(name, code, bits) in NAMED {
             let dt = DType::from_name(name).unwrap();
             assert_eq!(dt.name(), name);
-            assert_eq!(DType::from_dlpack(DLDataType { code, bits, lanes: 1 }).unwrap(), dt);
+            assert_eq!(
+                DType::from_dlpack(DLDataType {
+                    code,
+                    bits,
+                    lanes: 1
+                })
+                .unwrap(),
+                dt
+            );
         }
-        assert!(DType::from_dlpack(DLDataType { code: tc::FLOAT, bits: 32, lanes: 4 }).is_err());
-        assert!(DType::from_dlpack(DLDataType { code: 99, bits: 8, lanes: 1 }).is_err());
+        assert!(
+            DType::from_dlpack(DLDataType {
+                code: tc::FLOAT,
+                bits: 32,
+                lanes: 4
+            })
+            .is_err()
+        );
+        assert!(
+            DType::from_dlpack(DLDataType {
+                code: 99,
+                bits: 8,
+                lanes: 1
+            })
+            .is_err()
+        );
     }
 
     /// Reference: the sizes Python's `struct` module gives for standard-size formats.

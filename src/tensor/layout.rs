@@ -18,8 +18,9 @@ impl Layout {
     ///
     /// Checks: extents are non-negative, the element count and the byte span fit in `i64`, and
     /// every stride of a dimension with more than one element is a multiple of `itemsize`
-    /// (otherwise DLPack can't express it: `BufferError`). Strides of dimensions of extent 0 or 1
-    /// never address anything, so they are normalised to the C-order value.
+    /// (otherwise DLPack can't express it: `BufferError`). Strides of dimensions of extent 1, and
+    /// all strides of an empty tensor, never address anything, so they are normalised to the
+    /// C-order value.
     pub fn from_byte_strides(
         shape: &[i64],
         byte_strides: Option<&[i64]>,
@@ -32,12 +33,15 @@ impl Layout {
             )));
         }
         if let Some(&bad) = shape.iter().find(|&&n| n < 0) {
-            return Err(Error::value(format!("negative extent {bad} in shape {shape:?}")));
+            return Err(Error::value(format!(
+                "negative extent {bad} in shape {shape:?}"
+            )));
         }
-        numel(shape)?;
+        let empty = numel(shape)? == 0;
         let c_strides = c_strides(shape);
         let strides: Box<[i64]> = match byte_strides {
             None => c_strides.clone().into(),
+            Some(bs) if empty && bs.len() == shape.len() => c_strides.clone().into(),
             Some(bs) => {
                 if bs.len() != shape.len() {
                     return Err(Error::value(format!(
@@ -62,7 +66,10 @@ impl Layout {
                 out.into()
             }
         };
-        let layout = Layout { shape: shape.into(), strides };
+        let layout = Layout {
+            shape: shape.into(),
+            strides,
+        };
         layout.byte_extent(itemsize)?;
         Ok(layout)
     }
@@ -101,11 +108,11 @@ impl Layout {
 
     /// C-contiguous in the sense consumers use: dimensions of extent 1 may have any stride.
     pub fn is_c_contiguous(&self) -> bool {
+        if self.shape.contains(&0) {
+            return true;
+        }
         let mut expected = 1i64;
         for (&extent, &stride) in self.shape.iter().zip(self.strides.iter()).rev() {
-            if extent == 0 {
-                return true;
-            }
             if extent != 1 && stride != expected {
                 return false;
             }
@@ -116,11 +123,11 @@ impl Layout {
 
     /// Fortran-contiguous, with the same allowance for extent-1 dimensions.
     pub fn is_f_contiguous(&self) -> bool {
+        if self.shape.contains(&0) {
+            return true;
+        }
         let mut expected = 1i64;
         for (&extent, &stride) in self.shape.iter().zip(self.strides.iter()) {
-            if extent == 0 {
-                return true;
-            }
             if extent != 1 && stride != expected {
                 return false;
             }
@@ -132,9 +139,10 @@ impl Layout {
 
 /// Element count, or a `ValueError` if it overflows `i64`.
 pub fn numel(shape: &[i64]) -> Result<i64> {
-    shape.iter().try_fold(1i64, |acc, &n| acc.checked_mul(n)).ok_or_else(|| {
-        Error::value(format!("shape {shape:?} has more than 2**63 elements"))
-    })
+    shape
+        .iter()
+        .try_fold(1i64, |acc, &n| acc.checked_mul(n))
+        .ok_or_else(|| Error::value(format!("shape {shape:?} has more than 2**63 elements")))
 }
 
 /// C-order strides in elements for `shape` (the caller has checked the product fits).
@@ -189,7 +197,10 @@ mod tests {
 
     #[test]
     fn rejects_bad_values() {
-        assert!(matches!(Layout::from_byte_strides(&[-1], None, 1), Err(Error::Value(_))));
+        assert!(matches!(
+            Layout::from_byte_strides(&[-1], None, 1),
+            Err(Error::Value(_))
+        ));
         assert!(matches!(
             Layout::from_byte_strides(&[1 << 62, 1 << 62], None, 1),
             Err(Error::Value(_))
@@ -202,14 +213,20 @@ mod tests {
             Layout::from_byte_strides(&[3], Some(&[i64::MAX - 7]), 8),
             Err(Error::Value(_))
         ));
-        assert!(matches!(Layout::from_byte_strides(&[1 << 61], None, 8), Err(Error::Value(_))));
+        assert!(matches!(
+            Layout::from_byte_strides(&[1 << 61], None, 8),
+            Err(Error::Value(_))
+        ));
     }
 
     /// Reference: visit every element's byte offset.
     fn offsets(shape: &[i64], strides: &[i64], item: i64) -> Vec<i64> {
         let mut out = vec![0i64];
         for (&n, &s) in shape.iter().zip(strides) {
-            out = out.iter().flat_map(|&o| (0..n).map(move |i| o + i * s * item)).collect();
+            out = out
+                .iter()
+                .flat_map(|&o| (0..n).map(move |i| o + i * s * item))
+                .collect();
         }
         out
     }

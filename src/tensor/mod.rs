@@ -23,11 +23,16 @@ pub enum Device {
     Known(DLDevice),
     /// CUDA memory whose device could not be determined (e.g. no CUDA driver here): the
     /// metadata is usable, exporting is not.
-    Unresolved { reason: String },
+    Unresolved {
+        reason: String,
+    },
 }
 
 impl Device {
-    pub const CPU: Device = Device::Known(DLDevice { device_type: device_type::CPU, device_id: 0 });
+    pub const CPU: Device = Device::Known(DLDevice {
+        device_type: device_type::CPU,
+        device_id: 0,
+    });
 
     pub fn get(&self) -> Result<DLDevice> {
         match self {
@@ -45,7 +50,10 @@ pub enum Owner {
     /// A Python object that owns the memory (array interface, CUDA array interface).
     Object(ManuallyDrop<Py<PyAny>>),
     /// An `__array_struct__` capsule and the object it came from.
-    ArrayStruct { capsule: ManuallyDrop<Py<PyAny>>, source: ManuallyDrop<Py<PyAny>> },
+    ArrayStruct {
+        capsule: ManuallyDrop<Py<PyAny>>,
+        source: ManuallyDrop<Py<PyAny>>,
+    },
     /// A producer's legacy managed tensor; its deleter is called on drop.
     Legacy(NonNull<DLManagedTensor>),
     /// A producer's versioned managed tensor; its deleter is called on drop.

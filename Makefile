@@ -1,0 +1,51 @@
+# Two entry points, both working on a fresh machine with only Rust and Python:
+#   make demo  - install, build, and show exchanges with the libraries installed here
+#   make test  - install test dependencies, build the wheel, run every Rust and Python test
+# VENV may point elsewhere (CI keeps one in its cache directory).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: demo test lint build rust-test py-test venv clean
+
+venv: $(PY)
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -U pip
+
+# Build a release wheel and install it (tests run against the installed wheel, never the
+# source tree).
+build: venv
+	rm -rf dist
+	$(PY) -m maturin build --release --quiet -o dist
+	$(PIP) install --force-reinstall --no-deps dist/*.whl
+
+demo: venv
+	$(PIP) install -r requirements/demo.txt
+	$(MAKE) build
+	$(PY) -P -m dlpack
+
+rust-test:
+	cargo test --quiet
+
+# -P keeps the source tree off sys.path, so `dlpack` is the installed wheel.
+py-test:
+	$(PY) -P -m pytest --pyargs dlpack.tests -q -ra -p no:cacheprovider $(PYTEST_ARGS)
+
+test: venv
+	$(PIP) install -r requirements/test.txt
+	$(MAKE) build
+	$(MAKE) rust-test
+	$(MAKE) py-test
+
+lint: venv
+	$(PIP) install ruff
+	cargo fmt --check
+	cargo clippy --all-targets --quiet -- -D warnings
+	$(PY) -m ruff check dlpack bench
+	$(PY) -m ruff format --check dlpack bench
+
+clean:
+	rm -rf dist target $(VENV)
