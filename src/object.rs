@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::copy;
 use crate::cuda;
@@ -167,7 +168,7 @@ impl DLPackObject {
         let device = match request.dl_device {
             None => own,
             Some(wanted) if wanted == own => own,
-            Some(wanted) if host && wanted.device_type == device_type::CPU => wanted,
+            Some(wanted) if host && Device::Known(wanted) == Device::CPU => wanted,
             Some(wanted) => {
                 return Err(Error::buffer(format!(
                     "can't provide {} data on {} (cross-device copies are not supported yet)",
@@ -227,7 +228,8 @@ impl DLPackObject {
             return Ok(None);
         };
         let stream = pyo3::types::PyInt::new(py, stream).into_any();
-        let tensor = import::dlpack::import_producer(producer.bind(py), Some(&stream))?;
+        let method = producer.bind(py).getattr(pyo3::intern!(py, "__dlpack__"))?;
+        let tensor = import::dlpack::import_producer(&method, Some(&stream))?;
         Ok(Some(Arc::new(tensor)))
     }
 
@@ -245,6 +247,19 @@ impl DLPackObject {
 
 #[pymethods]
 impl DLPackObject {
+    /// Lets the garbage collector break cycles through the source (`src.view = asdlpack(src)`).
+    /// Only references this object holds alone are reported: while a capsule or a consumer
+    /// shares the tensor, the source is reachable from outside Python's view and must stay.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+        if let Some(producer) = &self.producer {
+            visit.call(producer)?;
+        }
+        if Arc::strong_count(&self.tensor) == 1 {
+            self.tensor.owner.traverse(&visit)?;
+        }
+        Ok(())
+    }
+
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,

@@ -2,7 +2,7 @@
 //! ctypes, numpy, ...).
 
 use std::ffi::CStr;
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -29,13 +29,16 @@ impl View {
         // SAFETY: PyObject_GetBuffer succeeded, so the view is initialised.
         let view: Box<ffi::Py_buffer> = unsafe { Box::from_raw(Box::into_raw(raw).cast()) };
         Ok(View {
-            owner: Owner::Buffer(view),
+            owner: Owner::Buffer {
+                view,
+                exporter: ManuallyDrop::new(obj.clone().unbind()),
+            },
         })
     }
 
     pub fn raw(&self) -> &ffi::Py_buffer {
         match &self.owner {
-            Owner::Buffer(view) => view,
+            Owner::Buffer { view, .. } => view,
             _ => unreachable!("a View always owns a buffer"),
         }
     }

@@ -8,6 +8,7 @@ use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3::{PyTypeInfo, ffi, intern};
 
@@ -19,27 +20,44 @@ use crate::ffi::{
 };
 use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
 
-/// Ask a producer for a capsule (newest protocol first, then the pre-versioning call for old
-/// producers that don't take `max_version`) and import it. `stream` is forwarded as is.
+/// Call a producer's `__dlpack__` method (newest protocol first, then the pre-versioning call
+/// for old producers that don't take `max_version`) and import the capsule. `stream` is
+/// forwarded as is.
 pub fn import_producer(
-    source: &Bound<'_, PyAny>,
+    method: &Bound<'_, PyAny>,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> Result<Tensor> {
-    let py = source.py();
-    let method = source.getattr(intern!(py, "__dlpack__"))?;
-    let kwargs = PyDict::new(py);
-    if let Some(stream) = stream {
-        kwargs.set_item(intern!(py, "stream"), stream)?;
-    }
-    let legacy_kwargs = kwargs.copy()?;
-    kwargs.set_item(
-        intern!(py, "max_version"),
-        PyTuple::new(py, [DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION])?,
-    )?;
+    let py = method.py();
+    let max_version = || PyTuple::new(py, [DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION]);
+    let kwargs = match stream {
+        // The common call's keywords never change: build them once. (Python unpacks a kwargs
+        // dict into the callee's own arguments, so sharing it is safe.)
+        None => {
+            static PLAIN: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+            PLAIN
+                .get_or_try_init(py, || -> PyResult<_> {
+                    let kwargs = PyDict::new(py);
+                    kwargs.set_item("max_version", max_version()?)?;
+                    Ok(kwargs.unbind())
+                })?
+                .bind(py)
+                .clone()
+        }
+        Some(stream) => {
+            let kwargs = PyDict::new(py);
+            kwargs.set_item(intern!(py, "stream"), stream)?;
+            kwargs.set_item(intern!(py, "max_version"), max_version()?)?;
+            kwargs
+        }
+    };
     let capsule = match method.call((), Some(&kwargs)) {
         Ok(capsule) => capsule,
         Err(err) if err.is_instance_of::<pyo3::exceptions::PyTypeError>(py) => {
-            method.call((), Some(&legacy_kwargs)).map_err(|_| err)?
+            let legacy = PyDict::new(py);
+            if let Some(stream) = stream {
+                legacy.set_item(intern!(py, "stream"), stream)?;
+            }
+            method.call((), Some(&legacy)).map_err(|_| err)?
         }
         Err(err) => return Err(err.into()),
     };

@@ -10,9 +10,11 @@ pub mod array_interface;
 pub mod buffer;
 pub mod cuda_array_interface;
 pub mod dlpack;
+mod protocols;
 
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -24,7 +26,7 @@ pub struct Imported {
     pub producer: Option<Py<PyAny>>,
 }
 
-pub fn import(obj: &Bound<'_, PyAny>) -> Result<Imported> {
+pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
     let py = obj.py();
     if dlpack::is_capsule(obj) {
         return Ok(Imported {
@@ -32,9 +34,17 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Imported> {
             producer: None,
         });
     }
+    let protocols = protocols::of_type(&obj.get_type());
+    let attr = |name: &Bound<'py, PyString>, on_type: bool| -> Result<Option<Bound<'py, PyAny>>> {
+        if on_type || protocols.dynamic {
+            Ok(obj.getattr_opt(name)?)
+        } else {
+            Ok(None) // neither the type nor (lacking a __dict__ or __getattr__) the instance has it
+        }
+    };
     let mut refused = None;
-    if obj.hasattr(intern!(py, "__dlpack__"))? {
-        match dlpack::import_producer(obj, None) {
+    if let Some(method) = attr(intern!(py, "__dlpack__"), protocols.dlpack)? {
+        match dlpack::import_producer(&method, None) {
             Ok(tensor) => {
                 let on_device = !matches!(tensor.device.get(), Ok(d) if is_host(d.device_type));
                 let producer = on_device.then(|| obj.clone().unbind());
@@ -45,13 +55,19 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Imported> {
         }
     }
     let fallback = || -> Result<Option<Tensor>> {
-        if let Some(cai) = obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
+        if let Some(cai) = attr(
+            intern!(py, "__cuda_array_interface__"),
+            protocols.cuda_array_interface,
+        )? {
             return cuda_array_interface::import(obj, cai).map(Some);
         }
-        if let Some(capsule) = obj.getattr_opt(intern!(py, "__array_struct__"))? {
+        if let Some(capsule) = attr(intern!(py, "__array_struct__"), protocols.array_struct)? {
             return array_interface::import_struct(obj, capsule).map(Some);
         }
-        if let Some(interface) = obj.getattr_opt(intern!(py, "__array_interface__"))? {
+        if let Some(interface) = attr(
+            intern!(py, "__array_interface__"),
+            protocols.array_interface,
+        )? {
             return array_interface::import(obj, interface).map(Some);
         }
         if buffer::supports(obj) {

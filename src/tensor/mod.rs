@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
-use pyo3::{Py, PyAny, Python, ffi};
+use pyo3::{Py, PyAny, PyTraverseError, PyVisit, Python, ffi};
 
 use crate::copy::AlignedBuffer;
 use crate::error::{Error, Result};
@@ -45,8 +45,12 @@ impl Device {
 /// What keeps the memory alive; released exactly once, when the last holder drops the tensor.
 /// Python handles are `ManuallyDrop` so that they are only released while attached.
 pub enum Owner {
-    /// A buffer-protocol view; `PyBuffer_Release`d on drop.
-    Buffer(Box<ffi::Py_buffer>),
+    /// A buffer-protocol view, `PyBuffer_Release`d on drop, and its exporter (the view holds a
+    /// reference too; this one lets the garbage collector see it).
+    Buffer {
+        view: Box<ffi::Py_buffer>,
+        exporter: ManuallyDrop<Py<PyAny>>,
+    },
     /// A Python object that owns the memory (array interface, CUDA array interface).
     Object(ManuallyDrop<Py<PyAny>>),
     /// An `__array_struct__` capsule and the object it came from.
@@ -66,6 +70,27 @@ impl Owner {
     pub fn object(obj: Py<PyAny>) -> Self {
         Owner::Object(ManuallyDrop::new(obj))
     }
+
+    /// Report the Python objects this owner holds to the garbage collector.
+    pub fn traverse(&self, visit: &PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+        match self {
+            Owner::Buffer { view, exporter } => {
+                visit.call(&**exporter)?;
+                // The view's own reference (normally to the same exporter) counts too.
+                if view.obj == exporter.as_ptr() {
+                    visit.call(&**exporter)
+                } else {
+                    Ok(())
+                }
+            }
+            Owner::Object(obj) => visit.call(&**obj),
+            Owner::ArrayStruct { capsule, source } => {
+                visit.call(&**capsule)?;
+                visit.call(&**source)
+            }
+            Owner::Legacy(_) | Owner::Versioned(_) | Owner::Allocation(_) => Ok(()),
+        }
+    }
 }
 
 impl Drop for Owner {
@@ -78,10 +103,13 @@ impl Drop for Owner {
             return; // freed by the field's own drop, on any thread
         }
         let _ = Python::try_attach(|_py| match self {
-            Owner::Buffer(view) => {
+            Owner::Buffer { view, exporter } => {
                 // SAFETY: the view was filled by a successful PyObject_GetBuffer and this is the
-                // only place it is released; we are attached to the interpreter.
-                unsafe { ffi::PyBuffer_Release(&mut **view) };
+                // only place it is released; the handle is dropped once, here, while attached.
+                unsafe {
+                    ffi::PyBuffer_Release(&mut **view);
+                    ManuallyDrop::drop(exporter);
+                }
             }
             Owner::Object(obj) => {
                 // SAFETY: dropped once, here, while attached (so the decref happens now).

@@ -1,0 +1,60 @@
+//! Which protocols a type offers, probed once per type: a failed attribute lookup costs an
+//! AttributeError, several times the price of the whole exchange, so `import` looks up on an
+//! instance only what its type has, or what its instances could add themselves.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Protocols {
+    pub dlpack: bool,
+    pub cuda_array_interface: bool,
+    pub array_struct: bool,
+    pub array_interface: bool,
+    /// Instances may carry attributes their type lacks (an instance `__dict__`, or
+    /// `__getattr__`), so absent protocols must still be looked up on the instance.
+    pub dynamic: bool,
+}
+
+/// Types seen so far, each held alive so its address can't be reused by another type.
+static CACHE: Mutex<Option<HashMap<usize, (Py<PyType>, Protocols)>>> = Mutex::new(None);
+/// Beyond this many types, probe every time rather than grow without bound.
+const MAX_CACHED_TYPES: usize = 1024;
+
+pub fn of_type(ty: &Bound<'_, PyType>) -> Protocols {
+    let key = ty.as_ptr() as usize;
+    if let Ok(cache) = CACHE.lock()
+        && let Some((_, protocols)) = cache.as_ref().and_then(|c| c.get(&key))
+    {
+        return *protocols;
+    }
+    // Probing may run Python code (metaclass attributes), so the lock is not held meanwhile.
+    let protocols = probe(ty);
+    if let Ok(mut cache) = CACHE.lock() {
+        let cache = cache.get_or_insert_with(HashMap::new);
+        if cache.len() < MAX_CACHED_TYPES {
+            cache.insert(key, (ty.clone().unbind(), protocols));
+        }
+    }
+    protocols
+}
+
+fn probe(ty: &Bound<'_, PyType>) -> Protocols {
+    let py = ty.py();
+    let has = |name| ty.hasattr(name).unwrap_or(true);
+    let dict_offset = ty
+        .getattr(intern!(py, "__dictoffset__"))
+        .and_then(|v| v.extract::<isize>())
+        .unwrap_or(1);
+    Protocols {
+        dlpack: has(intern!(py, "__dlpack__")),
+        cuda_array_interface: has(intern!(py, "__cuda_array_interface__")),
+        array_struct: has(intern!(py, "__array_struct__")),
+        array_interface: has(intern!(py, "__array_interface__")),
+        dynamic: dict_offset != 0 || has(intern!(py, "__getattr__")),
+    }
+}
