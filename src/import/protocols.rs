@@ -20,8 +20,9 @@ pub struct Protocols {
     pub dynamic: bool,
 }
 
-/// Types seen so far, each held alive so its address can't be reused by another type.
-static CACHE: Mutex<Option<HashMap<usize, (Py<PyType>, Protocols)>>> = Mutex::new(None);
+/// Types seen so far by address, each held alive so its address can't be reused by another.
+type TypeCache = HashMap<usize, (Py<PyType>, Protocols)>;
+static CACHE: Mutex<Option<TypeCache>> = Mutex::new(None);
 /// Beyond this many types, probe every time rather than grow without bound.
 const MAX_CACHED_TYPES: usize = 1024;
 
