@@ -7,8 +7,10 @@ from dlpack import DLPACK_VERSION, __version__, asdlpack
 
 
 def main() -> int:
-    print(f"dlpack {__version__} (DLPack {DLPACK_VERSION[0]}.{DLPACK_VERSION[1]}), "
-          f"Python {sys.version.split()[0]}")
+    print(
+        f"dlpack {__version__} (DLPack {DLPACK_VERSION[0]}.{DLPACK_VERSION[1]}), "
+        f"Python {sys.version.split()[0]}"
+    )
     source = bytearray(b"Hello!")
     view = asdlpack(source)
     print(f"asdlpack(bytearray(b'Hello!')) -> {view!r}")
