@@ -223,8 +223,7 @@ def np_data_ptr(np_array) -> int:
 
 
 def collect():
-    for _ in range(3):
-        gc.collect()
+    gc.collect()
 
 
 def refcount(obj) -> int:

@@ -249,7 +249,8 @@ def test_copy_true_of_readonly_versioned_is_writable():
 def test_copy_true_strided_source():
     src = bytearray(range(12))
     obj = asdlpack(memoryview(src)[1::3])
-    info = CapsuleInfo(obj.__dlpack__(max_version=(1, 3), copy=True))
+    cap = obj.__dlpack__(max_version=(1, 3), copy=True)  # keep the copy alive while reading
+    info = CapsuleInfo(cap)
     assert info.shape == (4,)
     assert info.flags & FLAG_IS_COPIED
     n = 4
@@ -376,3 +377,22 @@ def test_errors_do_not_poison_object():
             obj.__dlpack__(**kwargs)
     info = CapsuleInfo(obj.__dlpack__(max_version=(1, 0)))
     assert info.first_element == _addr(src)
+
+
+def test_rewrap_readonly_object():
+    inner = asdlpack(b"xyz")
+    outer = asdlpack(inner)
+    assert outer.readonly is True
+    with pytest.raises(BufferError):
+        outer.__dlpack__()
+    assert CapsuleInfo(outer.__dlpack__(max_version=(1, 0))).readonly
+
+
+def test_copy_false_readonly_versioned_ok():
+    src = b"abcdef"
+    obj = asdlpack(src)
+    cap = obj.__dlpack__(max_version=(1, 2), copy=False)
+    info = CapsuleInfo(cap)
+    assert info.readonly
+    assert not info.is_copied
+    assert info.first_element == obj.data_ptr

@@ -1,5 +1,6 @@
 """Ownership: sources outlive their exports exactly as long as needed, from any thread."""
 
+import ctypes
 import gc
 import os
 import subprocess
@@ -13,7 +14,17 @@ import pytest
 import dlpack
 from dlpack import asdlpack
 
-from ._helpers import ArrayInterface, ArrayStruct, array_interface_of, collect, refcount
+from ._helpers import (
+    ArrayInterface,
+    ArrayStruct,
+    DLManagedTensor,
+    DLManagedTensorVersioned,
+    _GetPointer,
+    array_interface_of,
+    capsule_name,
+    collect,
+    refcount,
+)
 
 
 class Buf(bytearray):
@@ -336,7 +347,7 @@ def test_capsules_dropped_in_threads():
     for i in range(2000):
         o = objs[i % 10]
         caps.append(o.__dlpack__(max_version=(1, 3)) if i % 2 else o.__dlpack__())
-    del objs
+    del objs, o
     _drop_in_threads(caps)
     assert not caps
     assert refcount(src) == base
@@ -394,7 +405,7 @@ def test_concurrent_exports():
     for t in threads:
         t.join()
     assert not errors, errors
-    del obj
+    del obj, worker, threads
     assert refcount(src) == base
 
 
@@ -463,3 +474,103 @@ def test_live_exports_at_interpreter_exit():
     assert "done" in proc.stdout
     assert "Fatal" not in proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# a consumer calling the deleter itself, without the GIL, from any thread
+# ---------------------------------------------------------------------------
+
+_SetName = ctypes.pythonapi.PyCapsule_SetName
+_SetName.restype = ctypes.c_int
+_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+# CFUNCTYPE (unlike PYFUNCTYPE) releases the GIL around the foreign call
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _consume_like_c(cap):
+    """Do what a C consumer does: take the pointer, rename the capsule, return the deleter."""
+    name = capsule_name(cap)
+    ptr = _GetPointer(cap, name.encode())
+    assert _SetName(cap, b"used_" + name.encode()) == 0
+    struct = DLManagedTensorVersioned if name == "dltensor_versioned" else DLManagedTensor
+    managed = struct.from_address(ptr)
+    assert managed.deleter
+    return _DELETER(managed.deleter), ptr
+
+
+@pytest.mark.parametrize("in_thread", [False, True], ids=["main-thread", "other-thread"])
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"max_version": (1, 3)}, {"max_version": (1, 0), "copy": True}]
+)
+def test_deleter_called_without_gil(kwargs, in_thread):
+    src = Buf(bytes(range(16)))
+    ref = weakref.ref(src)
+    obj = asdlpack(memoryview(src)[::2])
+    del src
+    pending = []
+    for _ in range(20):
+        cap = obj.__dlpack__(**kwargs)
+        pending.append(_consume_like_c(cap))
+        del cap  # the renamed capsule must not run the deleter again
+    del obj
+    collect()
+    if kwargs.get("copy"):
+        # copies own their memory: the source may go, the copies stay readable
+        for _deleter, ptr in pending:
+            t = DLManagedTensorVersioned.from_address(ptr).dl_tensor
+            data = t.data + t.byte_offset
+            step = t.strides[0] if t.strides else 1
+            got = bytes(ctypes.string_at(data + i * step, 1)[0] for i in range(8))
+            assert got == bytes(range(0, 16, 2))
+    else:
+        assert ref() is not None, "source freed while managed tensors are still alive"
+
+    def run_all():
+        for deleter, ptr in pending:
+            deleter(ptr)
+
+    if in_thread:
+        t = threading.Thread(target=run_all)
+        t.start()
+        t.join()
+    else:
+        run_all()
+    pending.clear()
+    collect()
+    assert ref() is None, "deleters did not release the source"
+
+
+def test_deleter_from_thread_while_main_thread_runs_python():
+    src = Buf(bytes(64))
+    base = refcount(src)
+    obj = asdlpack(src)
+    pending = [_consume_like_c(obj.__dlpack__(max_version=(1, 3))) for _ in range(2000)]
+    del obj
+    stop = threading.Event()
+
+    def run_all():
+        for deleter, ptr in pending:
+            deleter(ptr)
+        stop.set()
+
+    t = threading.Thread(target=run_all)
+    t.start()
+    spins = 0
+    while not stop.is_set():  # keep the interpreter busy meanwhile
+        spins += sum(range(100))
+    t.join()
+    pending.clear()
+    assert refcount(src) == base
+
+
+def test_copy_outlives_source_and_object():
+    np = pytest.importorskip("numpy")
+    src = Buf(bytes(range(32)))
+    ref = weakref.ref(src)
+    out = np.from_dlpack(asdlpack(memoryview(src)[::4]), copy=True)
+    del src
+    collect()
+    assert ref() is None, "a copy must not keep its source alive"
+    np.testing.assert_array_equal(out, np.arange(0, 32, 4))
+    out[0] = 200
+    assert out[0] == 200

@@ -50,7 +50,7 @@ def strided_views(draw):
         step = draw(st.sampled_from([1, 2, 3, -1, -2]))
         start = draw(st.integers(0, max(n - 1, 0)))
         index.append(slice(start, None, step) if step > 0 else slice(None, None, step))
-    view = base[tuple(index)]
+    view = base[tuple(index)] if ndim else base[...]
     if ndim >= 2 and draw(st.booleans()):
         perm = draw(st.permutations(range(ndim)))
         view = view.transpose(perm)

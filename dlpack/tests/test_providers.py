@@ -125,7 +125,6 @@ def test_memoryview_readonly_of_bytearray():
         ("Q", "uint64"),
         ("n", "int64" if sys.maxsize > 2**32 else "int32"),
         ("N", "uint64" if sys.maxsize > 2**32 else "uint32"),
-        ("e", "float16"),
         ("f", "float32"),
         ("d", "float64"),
         ("?", "bool"),

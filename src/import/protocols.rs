@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
+use pyo3::{ffi, intern};
 
 #[derive(Clone, Copy, Debug)]
 pub struct Protocols {
@@ -15,8 +15,9 @@ pub struct Protocols {
     pub cuda_array_interface: bool,
     pub array_struct: bool,
     pub array_interface: bool,
-    /// Instances may carry attributes their type lacks (an instance `__dict__`, or
-    /// `__getattr__`), so absent protocols must still be looked up on the instance.
+    /// Absent protocols must still be looked up on each instance: its type is a heap type
+    /// (whose attributes can change after we probed it), or its instances may carry attributes
+    /// of their own (an instance `__dict__`, or `__getattr__`).
     pub dynamic: bool,
 }
 
@@ -47,6 +48,9 @@ pub fn of_type(ty: &Bound<'_, PyType>) -> Protocols {
 fn probe(ty: &Bound<'_, PyType>) -> Protocols {
     let py = ty.py();
     let has = |name| ty.hasattr(name).unwrap_or(true);
+    // SAFETY: `ty` is a live type object.
+    let heap_type =
+        unsafe { ffi::PyType_GetFlags(ty.as_type_ptr()) } & ffi::Py_TPFLAGS_HEAPTYPE != 0;
     let dict_offset = ty
         .getattr(intern!(py, "__dictoffset__"))
         .and_then(|v| v.extract::<isize>())
@@ -56,6 +60,6 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         cuda_array_interface: has(intern!(py, "__cuda_array_interface__")),
         array_struct: has(intern!(py, "__array_struct__")),
         array_interface: has(intern!(py, "__array_interface__")),
-        dynamic: dict_offset != 0 || has(intern!(py, "__getattr__")),
+        dynamic: heap_type || dict_offset != 0 || has(intern!(py, "__getattr__")),
     }
 }
