@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint build rust-test py-test venv clean
+.PHONY: demo test lint bench build rust-test py-test venv clean
 
 venv: $(PY)
 $(PY):
@@ -46,6 +46,13 @@ lint: venv
 	cargo clippy --all-targets --quiet -- -D warnings
 	$(PY) -m ruff check dlpack bench
 	$(PY) -m ruff format --check dlpack bench
+
+# Exchange cost against the native paths and pydlpack (installed aside, in bench/.pydlpack).
+bench: venv
+	$(PIP) install -r requirements/test.txt
+	$(MAKE) build
+	PYTHON=$(PY) bash bench/install_pydlpack.sh
+	$(PY) -P bench/bench_exchange.py $(BENCH_ARGS)
 
 clean:
 	rm -rf dist target $(VENV)
