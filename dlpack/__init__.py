@@ -12,9 +12,9 @@ protocol, and returns a :class:`DLPackObject` that every ``from_dlpack`` accepts
 
 from enum import IntEnum
 
-from ._dlpack import DLPACK_VERSION, DLPackObject, __version__, asdlpack
+from ._dlpack import DLPACK_VERSION, DLPackObject, __version__, asdlpack, copyto
 
-__all__ = ["DLPACK_VERSION", "DLDeviceType", "DLPackObject", "__version__", "asdlpack"]
+__all__ = ["DLPACK_VERSION", "DLDeviceType", "DLPackObject", "__version__", "asdlpack", "copyto"]
 
 
 class DLDeviceType(IntEnum):

@@ -16,6 +16,7 @@ use pyo3::prelude::*;
 fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<object::DLPackObject>()?;
     m.add_function(wrap_pyfunction!(object::asdlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(object::copyto, m)?)?;
     m.add(
         "DLPACK_VERSION",
         (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION),

@@ -41,6 +41,44 @@ pub fn asdlpack(obj: &Bound<'_, PyAny>) -> PyResult<Py<DLPackObject>> {
     )
 }
 
+/// Copy `src` into the existing array `dst`, as `numpy.copyto(dst, src)` does: any supported
+/// source into any writable destination (broadcasting `src` like numpy; dtypes must match).
+/// Overlapping memory is handled; the GIL is released while large copies run.
+#[pyfunction]
+pub fn copyto(dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = dst.py();
+    if is_immutable_array(dst) {
+        return Err(Error::value(format!(
+            "{} arrays are immutable; copyto can't write into them",
+            type_name(dst)
+        ))
+        .into());
+    }
+    let target = tensor_of(dst)?;
+    let source = tensor_of(src)?;
+    copy::copy_into(py, &target, &source)?;
+    Ok(())
+}
+
+/// The tensor behind an object: shared with a `DLPackObject`, or freshly imported.
+fn tensor_of(obj: &Bound<'_, PyAny>) -> Result<Arc<Tensor>> {
+    if let Ok(existing) = obj.cast::<DLPackObject>() {
+        return Ok(Arc::clone(&existing.get().tensor));
+    }
+    Ok(Arc::new(import::import(obj)?.tensor))
+}
+
+/// JAX arrays export their buffers without a read-only flag, but writing into them would
+/// break JAX's immutability (and buffers it shares or donates).
+fn is_immutable_array(obj: &Bound<'_, PyAny>) -> bool {
+    let py = obj.py();
+    obj.get_type()
+        .getattr(pyo3::intern!(py, "__module__"))
+        .ok()
+        .and_then(|m| m.extract::<String>().ok())
+        .is_some_and(|m| m == "jax" || m.starts_with("jax.") || m.starts_with("jaxlib"))
+}
+
 /// Parsed `__dlpack__` keyword arguments.
 struct Request {
     stream: Option<i64>,
@@ -177,20 +215,31 @@ impl DLPackObject {
                 )));
             }
         };
-        if request.versioned_minor.is_none() && self.tensor.readonly && request.copy != Some(true) {
-            return Err(Error::buffer(
+        // A copy is needed for memory DLPack can't express, and for read-only memory asked for
+        // a legacy capsule (which can't say read-only).
+        let needs_copy = self.tensor.copy_reason().or_else(|| {
+            (request.versioned_minor.is_none() && self.tensor.readonly).then_some(
                 "read-only memory can't be exported as a legacy (unversioned) DLPack capsule, \
-                 which has no read-only flag; ask with max_version=(1, 0) or copy=True",
-            ));
-        }
-        let (tensor, copied) = if request.copy == Some(true) {
+                 which has no read-only flag",
+            )
+        });
+        let copy = match (request.copy, needs_copy) {
+            (Some(false), Some(reason)) => {
+                return Err(Error::buffer(format!(
+                    "{reason}, and copy=False forbids a copy"
+                )));
+            }
+            (Some(true), _) | (None, Some(_)) => true,
+            _ => false,
+        };
+        let (tensor, copied) = if copy {
             if !host {
                 return Err(Error::buffer(format!(
-                    "copy=True for {} data needs the CUDA copy engine, which is not available yet",
+                    "a copy of {} data needs the CUDA copy engine, which is not available yet",
                     device_name(own)
                 )));
             }
-            (Arc::new(copy::copy_to_c_order(&self.tensor)?), true)
+            (Arc::new(copy::to_c_order(py, &self.tensor)?), true)
         } else {
             (
                 self.fresh_from_producer(py, &request)?
@@ -284,10 +333,28 @@ impl DLPackObject {
         PyTuple::new(py, self.tensor.layout.shape.iter())
     }
 
-    /// Strides in elements (as DLPack and torch count them, not bytes as numpy does).
+    /// Strides in elements (as DLPack and torch count them, not bytes as numpy does), or None
+    /// when the byte strides are not whole elements (then only a copy can be exported).
     #[getter]
-    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.tensor.layout.strides.iter())
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        self.tensor
+            .layout
+            .strides
+            .as_ref()
+            .map(|s| PyTuple::new(py, s.iter()))
+            .transpose()
+    }
+
+    /// Strides in bytes, as numpy counts them.
+    #[getter]
+    fn byte_strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.tensor.layout.byte_strides.iter())
+    }
+
+    /// Whether exporting needs a copy (memory DLPack can't express as it is), and why.
+    #[getter]
+    fn copy_reason(&self) -> Option<&'static str> {
+        self.tensor.copy_reason()
     }
 
     #[getter]
@@ -359,11 +426,19 @@ impl DLPackObject {
                 v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
             ),
         };
+        let strides = match &t.layout.strides {
+            Some(strides) => format!("strides={}", tuple(strides)),
+            None => format!("byte_strides={}", tuple(&t.layout.byte_strides)),
+        };
+        let copy = if t.copy_reason().is_some() {
+            ", needs_copy=True"
+        } else {
+            ""
+        };
         format!(
-            "DLPackObject(shape={}, dtype={}, strides={}, device={device}, readonly={})",
+            "DLPackObject(shape={}, dtype={}, {strides}, device={device}, readonly={}{copy})",
             tuple(&t.layout.shape),
             t.dtype.name(),
-            tuple(&t.layout.strides),
             if t.readonly { "True" } else { "False" }
         )
     }

@@ -118,7 +118,12 @@ pub fn copy_to_c_order(tensor: &Tensor) -> Result<Tensor> {
     unsafe {
         strided_copy(
             tensor.data as *const u8,
-            &to_bytes(&tensor.layout.strides),
+            &tensor
+                .layout
+                .byte_strides
+                .iter()
+                .map(|&b| b as isize)
+                .collect::<Vec<_>>(),
             buffer.as_ptr(),
             &to_bytes(&c),
             &extents,
@@ -129,11 +134,10 @@ pub fn copy_to_c_order(tensor: &Tensor) -> Result<Tensor> {
         data: buffer.as_ptr().cast::<c_void>(),
         device: Device::CPU,
         dtype: tensor.dtype,
-        layout: Layout {
-            shape: shape.clone(),
-            strides: c.into(),
-        },
+        layout: Layout::c_order(shape, itemsize),
         readonly: false,
+        swapped: false,
+        indirect: false,
         stream: None,
         owner: Owner::Allocation(buffer),
     })

@@ -11,7 +11,7 @@ use pyo3::{ffi, intern};
 use super::buffer::View;
 use crate::error::{Error, Result};
 use crate::ffi::{PyArrayInterface, array_struct_flags};
-use crate::tensor::dtype::{self, DType, TypeStr};
+use crate::tensor::dtype::{self, DType, Element, TypeStr};
 use crate::tensor::{Device, Layout, Owner, Tensor};
 
 /// Reads the fields of an interface dict, naming the interface in its errors.
@@ -153,14 +153,16 @@ pub fn type_name(value: &Bound<'_, PyAny>) -> String {
 
 /// Resolve a typestr; opaque element types (ml_dtypes' bfloat16, float8_*) are named by the
 /// source's `dtype.name`.
-pub fn resolve_dtype(source: &Bound<'_, PyAny>, typestr: &str) -> Result<DType> {
+pub fn resolve_dtype(source: &Bound<'_, PyAny>, typestr: &str) -> Result<Element> {
     match dtype::parse_typestr(typestr)? {
-        TypeStr::Known(dt) => Ok(dt),
-        TypeStr::Opaque { itemsize } => named_dtype(source, itemsize).ok_or_else(|| {
-            Error::buffer(format!(
-                "typestr {typestr:?} (opaque or structured elements) is not a DLPack type"
-            ))
-        }),
+        TypeStr::Known(element) => Ok(element),
+        TypeStr::Opaque { itemsize, swapped } => named_dtype(source, itemsize)
+            .map(|dtype| Element { dtype, swapped })
+            .ok_or_else(|| {
+                Error::buffer(format!(
+                    "typestr {typestr:?} (opaque or structured elements) is not a DLPack type"
+                ))
+            }),
     }
 }
 
@@ -183,7 +185,7 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
     let shape = fields.shape()?;
     let strides = fields.strides()?;
     let typestr = fields.typestr()?;
-    let dtype = resolve_dtype(source, &typestr)?;
+    let Element { dtype, swapped } = resolve_dtype(source, &typestr)?;
     let layout = Layout::from_byte_strides(&shape, strides.as_deref(), dtype.itemsize())?;
     let offset = match fields.get("offset")? {
         Some(value) => fields.int("offset", &value)?,
@@ -243,6 +245,8 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
         dtype,
         layout,
         readonly,
+        swapped,
+        indirect: false,
         stream: None,
         owner,
     })
@@ -294,7 +298,7 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
         '<'
     };
     let typestr = format!("{order}{}{itemsize}", info.typekind as char);
-    let dtype = resolve_dtype(source, &typestr)?;
+    let Element { dtype, swapped } = resolve_dtype(source, &typestr)?;
     // SAFETY: shape and (when non-null) strides have `nd` entries while the capsule lives.
     let (shape, strides) = unsafe {
         let shape: Vec<i64> = if ndim == 0 {
@@ -321,6 +325,8 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
         dtype,
         layout,
         readonly: info.flags & array_struct_flags::WRITEABLE == 0,
+        swapped,
+        indirect: false,
         stream: None,
         owner: Owner::ArrayStruct {
             capsule: ManuallyDrop::new(capsule.into_any().unbind()),

@@ -57,15 +57,11 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
     let view = View::acquire(obj)?;
     let raw = view.raw();
     let ndim = usize::try_from(raw.ndim).map_err(|_| Error::value("negative buffer ndim"))?;
-    if !raw.suboffsets.is_null() {
-        // SAFETY: a non-null suboffsets array has `ndim` entries.
-        let suboffsets = unsafe { std::slice::from_raw_parts(raw.suboffsets, ndim) };
-        if suboffsets.iter().any(|&s| s >= 0) {
-            return Err(Error::buffer(
-                "buffers with suboffsets (indirect, PIL-style memory) can't be DLPack",
-            ));
-        }
-    }
+    // SAFETY: a non-null suboffsets array has `ndim` entries.
+    let indirect = !raw.suboffsets.is_null()
+        && unsafe { std::slice::from_raw_parts(raw.suboffsets, ndim) }
+            .iter()
+            .any(|&s| s >= 0);
     let itemsize = usize::try_from(raw.itemsize).unwrap_or(0);
     let format: &[u8] = if raw.format.is_null() {
         b"B"
@@ -73,7 +69,7 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
         // SAFETY: the exporter gives a NUL-terminated format string valid while the view lives.
         unsafe { CStr::from_ptr(raw.format) }.to_bytes()
     };
-    let dtype = dtype::parse_buffer_format(format, itemsize)?;
+    let element = dtype::parse_buffer_format(format, itemsize)?;
     let (shape, strides): (Vec<i64>, Option<Vec<i64>>) = if ndim == 0 {
         (Vec::new(), None)
     } else if raw.shape.is_null() {
@@ -94,9 +90,11 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
     Ok(Tensor {
         data: raw.buf,
         device: Device::CPU,
-        dtype,
+        dtype: element.dtype,
         layout,
         readonly: view.readonly(),
+        swapped: element.swapped,
+        indirect,
         stream: None,
         owner: view.into_owner(),
     })

@@ -17,7 +17,8 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
     fields.reject_mask()?;
     let shape = fields.shape()?;
     let strides = fields.strides()?;
-    let dtype = resolve_dtype(source, &fields.typestr()?)?;
+    let element = resolve_dtype(source, &fields.typestr()?)?;
+    let dtype = element.dtype;
     let layout = Layout::from_byte_strides(&shape, strides.as_deref(), dtype.itemsize())?;
     let (data, readonly) = fields.pointer_pair(&fields.require("data")?)?;
     Tensor::check_data(data, &layout)?;
@@ -49,6 +50,8 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
         dtype,
         layout,
         readonly,
+        swapped: element.swapped,
+        indirect: false,
         stream,
         owner: Owner::object(source.clone().unbind()),
     })

@@ -182,6 +182,10 @@ fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
             Error::Value(msg) => Error::Buffer(msg),
             other => other,
         })?;
+    debug_assert!(
+        layout.strides.is_some(),
+        "element strides times the item size divide evenly"
+    );
     let data = (t.data as usize)
         .checked_add(t.byte_offset as usize)
         .ok_or_else(|| Error::buffer("DLPack data pointer + byte_offset overflows"))?
@@ -194,6 +198,8 @@ fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
         dtype,
         layout,
         readonly,
+        swapped: false,
+        indirect: false,
         stream: None,
         owner,
     })

@@ -50,6 +50,16 @@ impl DType {
         (self.0.bits as usize * self.0.lanes as usize).div_ceil(8)
     }
 
+    /// The unit whose bytes a byte-order swap reverses: the component of a complex number,
+    /// otherwise the whole element.
+    pub fn swap_unit(self) -> usize {
+        if self.0.code == tc::COMPLEX {
+            self.itemsize() / 2
+        } else {
+            self.itemsize()
+        }
+    }
+
     /// The conventional name ("float32", "bfloat16", ...).
     pub fn name(self) -> String {
         let DLDataType { code, bits, lanes } = self.0;
@@ -90,13 +100,21 @@ fn int(signed: bool, bytes: usize) -> DType {
     DType::new(if signed { tc::INT } else { tc::UINT }, (bytes * 8) as u8)
 }
 
+/// An element type as a source stores it: DLPack type and whether its bytes are swapped
+/// relative to this machine (then only a copy can serve it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Element {
+    pub dtype: DType,
+    pub swapped: bool,
+}
+
 /// Parse a PEP 3118 `struct`-style format of one element, checking it against `itemsize`.
 ///
 /// Accepts an optional byte-order prefix (`@ = < > !`) and one of `? b B h H i I l L q Q n N e f
 /// d Zf Zd`. Native-size (`@`) and standard-size prefixes differ only for `l`/`L`; since ctypes
 /// writes `<l` for an 8-byte C long, either size is accepted there, always checked against the
 /// buffer's `itemsize`.
-pub fn parse_buffer_format(format: &[u8], itemsize: usize) -> Result<DType> {
+pub fn parse_buffer_format(format: &[u8], itemsize: usize) -> Result<Element> {
     let unsupported = || {
         Error::buffer(format!(
             "buffer format {:?} is not a DLPack type (numeric scalars only)",
@@ -134,8 +152,10 @@ pub fn parse_buffer_format(format: &[u8], itemsize: usize) -> Result<DType> {
     if !sizes.contains(&itemsize) || dtype.itemsize() != itemsize {
         return Err(size_mismatch(format, itemsize));
     }
-    check_byte_order(order, itemsize)?;
-    Ok(dtype)
+    Ok(Element {
+        dtype,
+        swapped: is_swapped(order, itemsize),
+    })
 }
 
 fn size_mismatch(format: &[u8], itemsize: usize) -> Error {
@@ -145,30 +165,26 @@ fn size_mismatch(format: &[u8], itemsize: usize) -> Error {
     ))
 }
 
-/// DLPack data is in native byte order; a swapped multi-byte type can't be exported as is.
-fn check_byte_order(order: u8, itemsize: usize) -> Result<()> {
+/// Whether a byte-order mark means bytes swapped relative to this machine (DLPack data is in
+/// native order). One-byte types have no order.
+fn is_swapped(order: u8, itemsize: usize) -> bool {
     let little = cfg!(target_endian = "little");
     let swapped = match order {
         b'<' => !little,
         b'>' | b'!' => little,
         _ => false,
     };
-    if swapped && itemsize > 1 {
-        return Err(Error::buffer(
-            "non-native byte order can't be DLPack (DLPack data is in native byte order)",
-        ));
-    }
-    Ok(())
+    swapped && itemsize > 1
 }
 
 /// What an array-interface `typestr` (e.g. `"<f4"`) says.
 #[derive(Debug, PartialEq, Eq)]
 pub enum TypeStr {
     /// A type DLPack carries.
-    Known(DType),
+    Known(Element),
     /// Opaque bytes (`V` kind, or numpy's `f1` for `ml_dtypes.float8_e5m2`): the element type
     /// must come from the object's `dtype` name.
-    Opaque { itemsize: usize },
+    Opaque { itemsize: usize, swapped: bool },
 }
 
 /// Parse an array-interface `typestr`: byte order (`< > | =`), kind, item size in bytes.
@@ -201,7 +217,12 @@ pub fn parse_typestr(typestr: &str) -> Result<TypeStr> {
         (b'u', 1 | 2 | 4 | 8) => int(false, itemsize),
         (b'f', 2 | 4 | 8) => DType::new(tc::FLOAT, (itemsize * 8) as u8),
         (b'c', 8 | 16) => DType::new(tc::COMPLEX, (itemsize * 8) as u8),
-        (b'f', 1) | (b'V', _) => return Ok(TypeStr::Opaque { itemsize }),
+        (b'f', 1) | (b'V', _) => {
+            return Ok(TypeStr::Opaque {
+                itemsize,
+                swapped: is_swapped(bytes[0], itemsize),
+            });
+        }
         (b'f' | b'c', _) => return Err(unsupported("extended precision")),
         (b'b' | b'i' | b'u', _) => return Err(malformed()),
         (b'O', _) => return Err(unsupported("Python objects")),
@@ -210,8 +231,10 @@ pub fn parse_typestr(typestr: &str) -> Result<TypeStr> {
         (b't', _) => return Err(unsupported("bit field")),
         _ => return Err(malformed()),
     };
-    check_byte_order(bytes[0], itemsize)?;
-    Ok(TypeStr::Known(dtype))
+    Ok(TypeStr::Known(Element {
+        dtype,
+        swapped: is_swapped(bytes[0], itemsize),
+    }))
 }
 
 #[cfg(test)]
@@ -343,8 +366,9 @@ mod tests {
             let expected = struct_size(c).unwrap();
             let long_ok = matches!(c, 'l' | 'L') && itemsize == 8;
             prop_assert_eq!(parsed.is_ok(), itemsize == expected || long_ok);
-            if let Ok(dt) = parsed {
-                prop_assert_eq!(dt.itemsize(), itemsize);
+            if let Ok(el) = parsed {
+                prop_assert_eq!(el.dtype.itemsize(), itemsize);
+                prop_assert!(!el.swapped);
             }
         }
 
@@ -360,7 +384,7 @@ mod tests {
                                    ('f', 2), ('f', 4), ('f', 8), ('c', 8), ('c', 16), ('b', 1)])) {
             let parsed = parse_typestr(&format!("{order}{kind}{size}")).unwrap();
             match parsed {
-                TypeStr::Known(dt) => prop_assert_eq!(dt.itemsize(), size),
+                TypeStr::Known(el) => prop_assert_eq!(el.dtype.itemsize(), size),
                 TypeStr::Opaque { .. } => prop_assert!(false),
             }
         }

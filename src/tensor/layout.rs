@@ -3,11 +3,15 @@
 
 use crate::error::{Error, Result};
 
-/// Shape and strides in elements, as DLPack carries them.
+/// Shape and strides: always in bytes, and in elements (as DLPack carries them) when the
+/// byte strides allow.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub shape: Box<[i64]>,
-    pub strides: Box<[i64]>,
+    pub byte_strides: Box<[i64]>,
+    /// `None` when a dimension of extent > 1 has a byte stride that is not a multiple of the item
+    /// size: DLPack can't express that memory without a copy.
+    pub strides: Option<Box<[i64]>>,
 }
 
 /// The most dimensions we accept (numpy's limit is 64; DLPack's `ndim` is an `int32`).
@@ -16,11 +20,9 @@ pub const MAX_NDIM: usize = 64;
 impl Layout {
     /// Build a layout from a shape and optional byte strides (`None` = C order).
     ///
-    /// Checks: extents are non-negative, the element count and the byte span fit in `i64`, and
-    /// every stride of a dimension with more than one element is a multiple of `itemsize`
-    /// (otherwise DLPack can't express it: `BufferError`). Strides of dimensions of extent 1, and
-    /// all strides of an empty tensor, never address anything, so they are normalised to the
-    /// C-order value.
+    /// Checks that extents are non-negative and that the element count and the byte span fit in
+    /// `i64`. Strides of dimensions of extent 1, and all strides of an empty tensor, never address
+    /// anything, so they are normalised to the C-order value.
     pub fn from_byte_strides(
         shape: &[i64],
         byte_strides: Option<&[i64]>,
@@ -38,40 +40,60 @@ impl Layout {
             )));
         }
         let empty = numel(shape)? == 0;
+        let item = i64::try_from(itemsize).map_err(|_| Error::value("item size too large"))?;
         let c_strides = c_strides(shape);
-        let strides: Box<[i64]> = match byte_strides {
-            None => c_strides.clone().into(),
-            Some(bs) if empty && bs.len() == shape.len() => c_strides.clone().into(),
-            Some(bs) => {
-                if bs.len() != shape.len() {
-                    return Err(Error::value(format!(
-                        "strides {bs:?} do not match the {} dimensions of shape {shape:?}",
-                        shape.len()
-                    )));
-                }
-                let item = itemsize as i64;
-                let mut out = Vec::with_capacity(shape.len());
-                for (dim, (&extent, &stride)) in shape.iter().zip(bs).enumerate() {
-                    if extent <= 1 {
-                        out.push(c_strides[dim]);
-                    } else if item == 0 || stride % item != 0 {
-                        return Err(Error::buffer(format!(
-                            "byte stride {stride} of dimension {dim} is not a multiple of the \
-                             item size {itemsize}; DLPack strides count whole elements"
-                        )));
-                    } else {
-                        out.push(stride / item);
-                    }
-                }
-                out.into()
+        let c_bytes = || -> Result<Vec<i64>> {
+            c_strides
+                .iter()
+                .map(|&s| {
+                    s.checked_mul(item)
+                        .ok_or_else(|| Error::value("shape addresses more than 2**63 bytes"))
+                })
+                .collect()
+        };
+        let byte_strides: Vec<i64> = match byte_strides {
+            Some(bs) if bs.len() != shape.len() => {
+                return Err(Error::value(format!(
+                    "strides {bs:?} do not match the {} dimensions of shape {shape:?}",
+                    shape.len()
+                )));
             }
+            Some(bs) if !empty => {
+                let c = c_bytes()?;
+                shape
+                    .iter()
+                    .zip(bs)
+                    .zip(c)
+                    .map(|((&n, &b), c)| if n <= 1 { c } else { b })
+                    .collect()
+            }
+            _ => c_bytes()?,
+        };
+        let strides = if empty || byte_strides.is_empty() {
+            Some(c_strides.into())
+        } else if item != 0 && byte_strides.iter().all(|b| b % item == 0) {
+            Some(byte_strides.iter().map(|b| b / item).collect())
+        } else {
+            None
         };
         let layout = Layout {
             shape: shape.into(),
+            byte_strides: byte_strides.into(),
             strides,
         };
         layout.byte_extent(itemsize)?;
         Ok(layout)
+    }
+
+    /// A C-ordered layout (the caller has checked the shape).
+    pub fn c_order(shape: &[i64], itemsize: usize) -> Layout {
+        let strides = c_strides(shape);
+        let byte_strides = strides.iter().map(|s| s * itemsize as i64).collect();
+        Layout {
+            shape: shape.into(),
+            byte_strides,
+            strides: Some(strides.into()),
+        }
     }
 
     pub fn ndim(&self) -> usize {
@@ -92,11 +114,8 @@ impl Layout {
         let overflow = || Error::value("shape and strides address more than 2**63 bytes");
         let item = i64::try_from(itemsize).map_err(|_| overflow())?;
         let (mut low, mut high) = (0i64, 0i64);
-        for (&extent, &stride) in self.shape.iter().zip(self.strides.iter()) {
-            let reach = (extent - 1)
-                .checked_mul(stride)
-                .and_then(|r| r.checked_mul(item))
-                .ok_or_else(overflow)?;
+        for (&extent, &stride) in self.shape.iter().zip(self.byte_strides.iter()) {
+            let reach = (extent - 1).checked_mul(stride).ok_or_else(overflow)?;
             if reach < 0 {
                 low = low.checked_add(reach).ok_or_else(overflow)?;
             } else {
@@ -111,8 +130,11 @@ impl Layout {
         if self.shape.contains(&0) {
             return true;
         }
+        let Some(strides) = &self.strides else {
+            return false;
+        };
         let mut expected = 1i64;
-        for (&extent, &stride) in self.shape.iter().zip(self.strides.iter()).rev() {
+        for (&extent, &stride) in self.shape.iter().zip(strides.iter()).rev() {
             if extent != 1 && stride != expected {
                 return false;
             }
@@ -126,8 +148,11 @@ impl Layout {
         if self.shape.contains(&0) {
             return true;
         }
+        let Some(strides) = &self.strides else {
+            return false;
+        };
         let mut expected = 1i64;
-        for (&extent, &stride) in self.shape.iter().zip(self.strides.iter()) {
+        for (&extent, &stride) in self.shape.iter().zip(strides.iter()) {
             if extent != 1 && stride != expected {
                 return false;
             }
@@ -164,7 +189,9 @@ mod tests {
     #[test]
     fn c_order_default() {
         let l = Layout::from_byte_strides(&[2, 3, 4], None, 4).unwrap();
-        assert_eq!(&*l.strides, &[12, 4, 1]);
+        assert_eq!(l.strides.as_deref(), Some(&[12, 4, 1][..]));
+        assert_eq!(&*l.byte_strides, &[48, 16, 4]);
+        assert_eq!(l, Layout::c_order(&[2, 3, 4], 4));
         assert!(l.is_c_contiguous());
         assert!(!l.is_f_contiguous());
         assert_eq!(l.byte_extent(4).unwrap(), (0, 96));
@@ -173,13 +200,16 @@ mod tests {
     #[test]
     fn byte_strides_convert() {
         let l = Layout::from_byte_strides(&[3, 2], Some(&[-16, 4]), 4).unwrap();
-        assert_eq!(&*l.strides, &[-4, 1]);
+        assert_eq!(l.strides.as_deref(), Some(&[-4, 1][..]));
         assert_eq!(l.byte_extent(4).unwrap(), (-32, 8));
-        let err = Layout::from_byte_strides(&[3, 2], Some(&[6, 3]), 4).unwrap_err();
-        assert!(matches!(err, Error::Buffer(_)));
+        // Byte strides DLPack can't count: kept in bytes only.
+        let l = Layout::from_byte_strides(&[3, 2], Some(&[6, 3]), 4).unwrap();
+        assert_eq!(l.strides, None);
+        assert_eq!(&*l.byte_strides, &[6, 3]);
+        assert!(!l.is_c_contiguous() && !l.is_f_contiguous());
         // A dimension of extent 1 may have any stride, even one DLPack can't count.
         let l = Layout::from_byte_strides(&[1, 2], Some(&[3, 4]), 4).unwrap();
-        assert_eq!(&*l.strides, &[2, 1]);
+        assert_eq!(l.strides.as_deref(), Some(&[2, 1][..]));
     }
 
     #[test]
@@ -188,7 +218,7 @@ mod tests {
         assert_eq!(l.numel(), 0);
         assert_eq!(l.byte_extent(4).unwrap(), (0, 0));
         let l = Layout::from_byte_strides(&[4, 3], Some(&[0, 8]), 8).unwrap();
-        assert_eq!(&*l.strides, &[0, 1]);
+        assert_eq!(l.strides.as_deref(), Some(&[0, 1][..]));
         let l = Layout::from_byte_strides(&[], None, 8).unwrap();
         assert_eq!(l.numel(), 1);
         assert_eq!(l.byte_extent(8).unwrap(), (0, 8));
@@ -238,7 +268,9 @@ mod tests {
             let shape: Vec<i64> = dims.iter().map(|d| d.0).collect();
             let bytes: Vec<i64> = dims.iter().map(|d| d.1 * item as i64).collect();
             let l = Layout::from_byte_strides(&shape, Some(&bytes), item).unwrap();
-            let offs = offsets(&l.shape, &l.strides, item as i64);
+            let strides = l.strides.clone().unwrap();
+            prop_assert_eq!(l.byte_strides.iter().zip(&*strides).all(|(b, s)| *b == s * item as i64), true);
+            let offs = offsets(&l.shape, &strides, item as i64);
             let (low, high) = l.byte_extent(item).unwrap();
             if l.numel() == 0 {
                 prop_assert_eq!((low, high), (0, 0));
@@ -262,8 +294,8 @@ mod tests {
                 strides.reverse();
                 rev.clear();
             }
-            let l = Layout { shape: shape.clone().into(), strides: strides.into() };
-            let offs = offsets(&l.shape, &l.strides, 1);
+            let l = Layout::from_byte_strides(&shape, Some(&strides), 1).unwrap();
+            let offs = offsets(&l.shape, l.strides.as_deref().unwrap(), 1);
             // Reference: C-contiguous iff C-order visiting yields 0, 1, 2, ...
             let dense = offs.iter().enumerate().all(|(i, &o)| o == i as i64);
             if !fortran {

@@ -153,6 +153,10 @@ pub struct Tensor {
     pub dtype: DType,
     pub layout: Layout,
     pub readonly: bool,
+    /// Elements are stored in the other byte order (only a copy can serve them).
+    pub swapped: bool,
+    /// A buffer with suboffsets: rows are reached through pointers (only a copy can serve it).
+    pub indirect: bool,
     /// The CUDA stream a `__cuda_array_interface__` producer said its data is ready on.
     pub stream: Option<isize>,
     #[allow(dead_code, reason = "held to release the memory on drop")]
@@ -173,6 +177,19 @@ impl Tensor {
 
     pub fn nbytes(&self) -> i64 {
         self.numel() * self.dtype.itemsize() as i64
+    }
+
+    /// Why DLPack can't describe this memory as it is, if it can't: then only a copy serves it.
+    pub fn copy_reason(&self) -> Option<&'static str> {
+        if self.indirect {
+            Some("buffers with suboffsets (indirect, PIL-style memory) can't be DLPack")
+        } else if self.swapped {
+            Some("non-native byte order can't be DLPack (DLPack data is in native byte order)")
+        } else if self.layout.strides.is_none() {
+            Some("byte strides that are not a multiple of the item size can't be DLPack")
+        } else {
+            None
+        }
     }
 
     /// Reject a null data pointer for a tensor that has elements.

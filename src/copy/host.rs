@@ -1,0 +1,258 @@
+//! Copies between tensors in host memory: turns `Tensor` descriptions into the strided engine's
+//! work (byte strides, byte swapping, broadcasting, overlap staging) and runs it without the GIL.
+
+use std::ffi::c_void;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+use super::cpu::AlignedBuffer;
+use crate::error::{Error, Result};
+use crate::import::is_host;
+use crate::tensor::{Device, Layout, Owner, Tensor};
+use engine::{Strided, copy_strided, may_overlap};
+
+/// Below this many bytes, releasing and retaking the GIL costs more than the copy.
+const DETACH_THRESHOLD: usize = 64 * 1024;
+
+fn check_host(tensor: &Tensor, role: &str) -> Result<()> {
+    let device = tensor.device.get()?;
+    if !is_host(device.device_type) {
+        return Err(Error::buffer(format!(
+            "the {role} is in device memory (DLPack device type {}); copies of device memory \
+             need the CUDA copy engine, which this build does not have yet",
+            device.device_type
+        )));
+    }
+    Ok(())
+}
+
+fn strided(ptr: *mut c_void, shape: &[i64], byte_strides: &[i64]) -> Strided {
+    Strided {
+        ptr: ptr.cast(),
+        shape: shape.iter().map(|&n| n as usize).collect(),
+        strides: byte_strides.iter().map(|&s| s as isize).collect(),
+    }
+}
+
+fn run(py: Python<'_>, dst: &Strided, src: &Strided, itemsize: usize, swap: Option<usize>) {
+    let bytes = dst.shape.iter().product::<usize>() * itemsize;
+    // SAFETY (both arms): the callers pass views whose every addressed byte lies in memory kept
+    // alive for the call (a tensor's owner, or a buffer we allocated) and that do not overlap.
+    if bytes < DETACH_THRESHOLD {
+        unsafe { copy_strided(dst, src, itemsize, swap) }
+    } else {
+        let job = SendJob { dst, src };
+        py.detach(move || {
+            let job = job;
+            unsafe { copy_strided(job.dst, job.src, itemsize, swap) }
+        })
+    }
+}
+
+/// The two views of one copy, handed to the thread that runs it without the GIL.
+struct SendJob<'a> {
+    dst: &'a Strided,
+    src: &'a Strided,
+}
+// SAFETY: the views only carry addresses of memory that outlives the call; the engine reads
+// `src` and writes `dst`, which the caller guarantees do not overlap.
+unsafe impl Send for SendJob<'_> {}
+
+/// A fresh, writable, C-ordered, native-byte-order copy of a host tensor in memory we own.
+pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
+    check_host(tensor, "source")?;
+    let itemsize = tensor.dtype.itemsize();
+    let nbytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
+    let buffer = AlignedBuffer::new(nbytes)?;
+    let layout = Layout::c_order(&tensor.layout.shape, itemsize);
+    let dst = strided(buffer.as_ptr().cast(), &layout.shape, &layout.byte_strides);
+    if tensor.indirect {
+        gather_indirect(py, tensor, &buffer, nbytes)?;
+        if tensor.swapped {
+            // Swap in place: the engine reads each element before writing it back.
+            run(py, &dst, &dst, itemsize, Some(tensor.dtype.swap_unit()));
+        }
+    } else {
+        let src = strided(
+            tensor.data,
+            &tensor.layout.shape,
+            &tensor.layout.byte_strides,
+        );
+        let swap = tensor.swapped.then(|| tensor.dtype.swap_unit());
+        run(py, &dst, &src, itemsize, swap);
+    }
+    Ok(Tensor {
+        data: buffer.as_ptr().cast(),
+        device: Device::CPU,
+        dtype: tensor.dtype,
+        layout,
+        readonly: false,
+        swapped: false,
+        indirect: false,
+        stream: None,
+        owner: Owner::Allocation(buffer),
+    })
+}
+
+/// Follow a buffer's suboffsets with CPython's own gatherer (it knows the PIL-style rules).
+fn gather_indirect(
+    py: Python<'_>,
+    tensor: &Tensor,
+    buffer: &AlignedBuffer,
+    nbytes: usize,
+) -> Result<()> {
+    let Owner::Buffer { view, .. } = &tensor.owner else {
+        return Err(Error::buffer("indirect memory without a buffer view"));
+    };
+    let len = isize::try_from(nbytes).map_err(|_| Error::value("tensor too large"))?;
+    // SAFETY: `view` is a live Py_buffer (the tensor's owner holds it), `buffer` has `nbytes`
+    // bytes, which is exactly the view's element count times its item size; we hold the GIL.
+    let rc = unsafe {
+        ffi::PyBuffer_ToContiguous(
+            buffer.as_ptr().cast(),
+            &**view as *const _ as *mut _,
+            len,
+            b'C' as _,
+        )
+    };
+    if rc != 0 {
+        return Err(PyErr::fetch(py).into());
+    }
+    Ok(())
+}
+
+/// Numpy's broadcasting of `src` to `shape`: byte strides for `src` viewed with `shape`.
+fn broadcast_strides(src: &Layout, shape: &[i64]) -> Result<Vec<i64>> {
+    let mismatch = || {
+        Error::value(format!(
+            "could not broadcast source of shape {:?} into destination of shape {shape:?}",
+            src.shape
+        ))
+    };
+    if src.shape.len() > shape.len() {
+        return Err(mismatch());
+    }
+    let lead = shape.len() - src.shape.len();
+    let mut strides = vec![0i64; shape.len()];
+    for (k, (&n, &s)) in src.shape.iter().zip(src.byte_strides.iter()).enumerate() {
+        let target = shape[lead + k];
+        strides[lead + k] = if n == target {
+            s
+        } else if n == 1 {
+            0
+        } else {
+            return Err(mismatch());
+        };
+    }
+    Ok(strides)
+}
+
+/// `copyto`: copy `src` into the existing, writable `dst` (numpy's broadcasting; same dtype).
+pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor) -> Result<()> {
+    check_host(dst, "destination")?;
+    check_host(src, "source")?;
+    if dst.readonly {
+        return Err(Error::value("the destination is read-only"));
+    }
+    if dst.indirect {
+        return Err(Error::value(
+            "can't write into a buffer with suboffsets (indirect memory)",
+        ));
+    }
+    if dst.dtype != src.dtype {
+        return Err(Error::type_(format!(
+            "copyto needs equal dtypes: the destination holds {}, the source {}",
+            dst.dtype.name(),
+            src.dtype.name()
+        )));
+    }
+    let shape = &dst.layout.shape;
+    if dst.numel() == 0 {
+        broadcast_strides(&src.layout, shape)?;
+        return Ok(());
+    }
+    if shape
+        .iter()
+        .zip(dst.layout.byte_strides.iter())
+        .any(|(&n, &s)| n > 1 && s == 0)
+    {
+        return Err(Error::value(
+            "the destination has zero strides (a broadcast view): its elements share memory",
+        ));
+    }
+    let itemsize = dst.dtype.itemsize();
+    let to = strided(dst.data, shape, &dst.layout.byte_strides);
+    let from = strided(src.data, shape, &broadcast_strides(&src.layout, shape)?);
+    // Sources the engine can't read directly, or that share bytes with the destination, are
+    // first copied whole into a buffer of our own.
+    let staged;
+    let (from, from_swapped) = if src.indirect || may_overlap(&to, &from, itemsize) {
+        staged = to_c_order(py, src)?;
+        (
+            strided(
+                staged.data,
+                shape,
+                &broadcast_strides(&staged.layout, shape)?,
+            ),
+            staged.swapped,
+        )
+    } else {
+        (from, src.swapped)
+    };
+    let swap = (dst.swapped != from_swapped).then(|| dst.dtype.swap_unit());
+    run(py, &to, &from, itemsize, swap);
+    Ok(())
+}
+
+/// Stand-in for the strided engine while it is being written: element by element.
+mod engine {
+    #[derive(Clone, Debug)]
+    pub struct Strided {
+        pub ptr: *mut u8,
+        pub shape: Vec<usize>,
+        pub strides: Vec<isize>,
+    }
+
+    /// # Safety
+    /// Every addressed byte of `src` is readable and of `dst` writable.
+    pub unsafe fn copy_strided(dst: &Strided, src: &Strided, itemsize: usize, swap: Option<usize>) {
+        if dst.shape.contains(&0) {
+            return;
+        }
+        let numel: usize = dst.shape.iter().product();
+        let mut element = [0u8; 32];
+        for flat in 0..numel {
+            let (mut rest, mut d, mut s) = (flat, 0isize, 0isize);
+            for k in (0..dst.shape.len()).rev() {
+                let i = (rest % dst.shape[k]) as isize;
+                rest /= dst.shape[k];
+                d += i * dst.strides[k];
+                s += i * src.strides[k];
+            }
+            // SAFETY: per the contract; the element goes through a local, so src may equal dst.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.ptr.offset(s), element.as_mut_ptr(), itemsize);
+                if let Some(unit) = swap {
+                    element[..itemsize]
+                        .chunks_mut(unit)
+                        .for_each(|c| c.reverse());
+                }
+                std::ptr::copy_nonoverlapping(element.as_ptr(), dst.ptr.offset(d), itemsize);
+            }
+        }
+    }
+
+    pub fn may_overlap(a: &Strided, b: &Strided, itemsize: usize) -> bool {
+        let span = |v: &Strided| {
+            let (mut lo, mut hi) = (v.ptr as isize, v.ptr as isize + itemsize as isize);
+            for (&n, &s) in v.shape.iter().zip(&v.strides) {
+                let reach = (n.max(1) - 1) as isize * s;
+                if reach < 0 { lo += reach } else { hi += reach }
+            }
+            (lo, hi)
+        };
+        let ((a0, a1), (b0, b1)) = (span(a), span(b));
+        a0 < b1 && b0 < a1
+    }
+}
