@@ -14,6 +14,14 @@ def asdlpack(obj: Any, /) -> DLPackObject:
     can't be expressed in DLPack, ValueError when its interface holds invalid values.
     """
 
+def copyto(dst: Any, src: Any, /) -> None:
+    """Copy ``src`` into the existing, writable array ``dst`` (argument order as numpy.copyto).
+
+    Any supported source and destination, any layout; ``src`` broadcasts like numpy. Raises
+    TypeError for different dtypes, ValueError for read-only or immutable destinations and
+    shapes that don't broadcast.
+    """
+
 @final
 class DLPackObject:
     """A DLPack view of another object's memory; pass it to any ``from_dlpack``."""
@@ -30,8 +38,13 @@ class DLPackObject:
     @property
     def shape(self) -> tuple[int, ...]: ...
     @property
-    def strides(self) -> tuple[int, ...]:
-        """Strides in elements (not bytes)."""
+    def strides(self) -> tuple[int, ...] | None:
+        """Strides in elements (not bytes); None when the byte strides are not whole elements."""
+    @property
+    def byte_strides(self) -> tuple[int, ...]: ...
+    @property
+    def copy_reason(self) -> str | None:
+        """Why exporting needs a copy (memory DLPack can't express as it is), or None."""
     @property
     def ndim(self) -> int: ...
     @property
