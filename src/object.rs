@@ -1,17 +1,22 @@
 //! The Python face: `asdlpack(obj)` and the `DLPackObject` it returns, whose `__dlpack__`
 //! follows the array API standard's argument rules.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyTuple};
+use pyo3::types::{PyBool, PyCapsule, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::copy;
 use crate::cuda;
 use crate::error::{Error, Result};
 use crate::export::capsule::{self, Kind};
-use crate::ffi::{DLDevice, DLPACK_MINOR_VERSION, FLAG_IS_COPIED, FLAG_READ_ONLY, device_type};
+use crate::export::exchange_api;
+use crate::ffi::{
+    DLDevice, DLManagedTensorVersioned, DLPACK_MINOR_VERSION, FLAG_IS_COPIED, FLAG_READ_ONLY,
+    device_type,
+};
 use crate::import::{self, array_interface::to_i64, array_interface::type_name, is_host};
 use crate::tensor::{Device, Tensor};
 
@@ -182,7 +187,42 @@ fn device_name(device: DLDevice) -> String {
 }
 
 impl DLPackObject {
+    pub fn new(tensor: Tensor) -> Self {
+        DLPackObject {
+            tensor: Arc::new(tensor),
+            producer: None,
+        }
+    }
+
+    pub fn tensor(&self) -> &Tensor {
+        &self.tensor
+    }
+
     fn export<'py>(&self, py: Python<'py>, request: Request) -> Result<Bound<'py, PyAny>> {
+        let (tensor, device, kind) = self.prepare(py, &request)?;
+        capsule::to_capsule(py, &tensor, device, kind)
+    }
+
+    /// A versioned managed tensor as `__dlpack__(max_version=(1, 3))` would put in its capsule
+    /// (for the C exchange API).
+    pub fn export_managed(&self, py: Python<'_>) -> Result<NonNull<DLManagedTensorVersioned>> {
+        let request = Request {
+            stream: None,
+            versioned_minor: Some(DLPACK_MINOR_VERSION),
+            dl_device: None,
+            copy: None,
+        };
+        match self.prepare(py, &request)? {
+            (tensor, device, Kind::Versioned { minor, flags }) => {
+                Ok(capsule::new_versioned(&tensor, device, minor, flags))
+            }
+            (_, _, Kind::Legacy) => unreachable!("a versioned request gives a versioned export"),
+        }
+    }
+
+    /// The tensor on the device to export and the capsule kind for `request`: the shared tensor
+    /// itself, a fresh one from the producer, or a copy.
+    fn prepare(&self, py: Python<'_>, request: &Request) -> Result<(Arc<Tensor>, DLDevice, Kind)> {
         let own = self.tensor.device.get()?;
         let host = is_host(own.device_type);
         if let Some(stream) = request.stream {
@@ -242,7 +282,7 @@ impl DLPackObject {
             (Arc::new(copy::to_c_order(py, &self.tensor)?), true)
         } else {
             (
-                self.fresh_from_producer(py, &request)?
+                self.fresh_from_producer(py, request)?
                     .unwrap_or_else(|| Arc::clone(&self.tensor)),
                 false,
             )
@@ -263,7 +303,7 @@ impl DLPackObject {
                 Kind::Versioned { minor, flags }
             }
         };
-        capsule::to_capsule(py, &tensor, device, kind)
+        Ok((tensor, device, kind))
     }
 
     /// Device data from a DLPack producer, when the consumer named a stream: ask the producer
@@ -296,6 +336,13 @@ impl DLPackObject {
 
 #[pymethods]
 impl DLPackObject {
+    /// The DLPack 1.3 C exchange API table (a capsule named "dlpack_exchange_api"), for C
+    /// consumers that skip the Python `__dlpack__` call.
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
+        exchange_api::capsule(py).map(Bound::unbind)
+    }
+
     /// Lets the garbage collector break cycles through the source (`src.view = asdlpack(src)`).
     /// Only references this object holds alone are reported: while a capsule or a consumer
     /// shares the tensor, the source is reachable from outside Python's view and must stay.

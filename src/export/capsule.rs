@@ -118,7 +118,7 @@ unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
     }));
 }
 
-unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
+pub unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     if managed.is_null() {
         return;
     }
@@ -150,6 +150,40 @@ unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut ffi::PyObject) {
     }
 }
 
+/// A new versioned managed tensor for `tensor` on `device`, outside any capsule (the C exchange
+/// API hands these out directly). Its deleter frees it.
+pub fn new_versioned(
+    tensor: &Arc<Tensor>,
+    device: DLDevice,
+    minor: u32,
+    flags: u64,
+) -> NonNull<DLManagedTensorVersioned> {
+    let head = new_export(tensor, device, |dl_tensor| DLManagedTensorVersioned {
+        version: DLPackVersion {
+            major: DLPACK_MAJOR_VERSION,
+            minor,
+        },
+        manager_ctx: ptr::null_mut(),
+        deleter: Some(delete_versioned),
+        flags,
+        dl_tensor,
+    });
+    // SAFETY: the head is fully written; manager_ctx points at it for consumers.
+    unsafe { (*head.as_ptr()).managed.manager_ctx = head.as_ptr().cast() };
+    head.cast()
+}
+
+fn new_legacy(tensor: &Arc<Tensor>, device: DLDevice) -> NonNull<DLManagedTensor> {
+    let head = new_export(tensor, device, |dl_tensor| DLManagedTensor {
+        dl_tensor,
+        manager_ctx: ptr::null_mut(),
+        deleter: Some(delete_legacy),
+    });
+    // SAFETY: as above.
+    unsafe { (*head.as_ptr()).managed.manager_ctx = head.as_ptr().cast() };
+    head.cast()
+}
+
 /// Export `tensor` on `device` as a new capsule.
 pub fn to_capsule<'py>(
     py: Python<'py>,
@@ -157,54 +191,32 @@ pub fn to_capsule<'py>(
     device: DLDevice,
     kind: Kind,
 ) -> Result<Bound<'py, PyAny>> {
-    let (pointer, name, destructor, free): (
+    // The managed struct is the first field of its export, so its address is the export's.
+    let (pointer, name, destructor, delete): (
         *mut c_void,
         &CStr,
         ffi::PyCapsule_Destructor,
         unsafe fn(*mut c_void),
     ) = match kind {
-        Kind::Legacy => {
-            let head = new_export(tensor, device, |dl_tensor| DLManagedTensor {
-                dl_tensor,
-                manager_ctx: ptr::null_mut(),
-                deleter: Some(delete_legacy),
-            });
-            // SAFETY: the head is fully written; manager_ctx points at it for consumers.
-            unsafe { (*head.as_ptr()).managed.manager_ctx = head.as_ptr().cast() };
-            (
-                head.as_ptr().cast(),
-                CAPSULE_LEGACY,
-                destroy_legacy_capsule,
-                |p| unsafe { free_export(p.cast::<Export<DLManagedTensor>>()) },
-            )
-        }
-        Kind::Versioned { minor, flags } => {
-            let head = new_export(tensor, device, |dl_tensor| DLManagedTensorVersioned {
-                version: DLPackVersion {
-                    major: DLPACK_MAJOR_VERSION,
-                    minor,
-                },
-                manager_ctx: ptr::null_mut(),
-                deleter: Some(delete_versioned),
-                flags,
-                dl_tensor,
-            });
-            // SAFETY: as above.
-            unsafe { (*head.as_ptr()).managed.manager_ctx = head.as_ptr().cast() };
-            (
-                head.as_ptr().cast(),
-                CAPSULE_VERSIONED,
-                destroy_versioned_capsule,
-                |p| unsafe { free_export(p.cast::<Export<DLManagedTensorVersioned>>()) },
-            )
-        }
+        Kind::Legacy => (
+            new_legacy(tensor, device).as_ptr().cast(),
+            CAPSULE_LEGACY,
+            destroy_legacy_capsule,
+            |p| unsafe { delete_legacy(p.cast()) },
+        ),
+        Kind::Versioned { minor, flags } => (
+            new_versioned(tensor, device, minor, flags).as_ptr().cast(),
+            CAPSULE_VERSIONED,
+            destroy_versioned_capsule,
+            |p| unsafe { delete_versioned(p.cast()) },
+        ),
     };
     // SAFETY: `pointer` is non-null, `name` is a 'static C string, and `destructor` matches the
     // name; on failure the capsule does not exist, so we free the export ourselves.
     unsafe {
         let capsule = ffi::PyCapsule_New(pointer, name.as_ptr(), Some(destructor));
         if capsule.is_null() {
-            free(pointer);
+            delete(pointer);
             return Err(Error::Python(PyErr::fetch(py)));
         }
         Ok(Bound::from_owned_ptr(py, capsule))

@@ -4,7 +4,7 @@
 //! safe description in `crate::tensor`. Sizes and field offsets are checked at compile time so a
 //! layout mistake cannot build.
 
-use std::ffi::{CStr, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
 
 /// The DLPack version this crate implements and reports in versioned capsules.
@@ -173,4 +173,61 @@ const _: () = {
     assert!(offset_of!(PyArrayInterface, itemsize) == 12);
     assert!(offset_of!(PyArrayInterface, shape) == 24);
     assert!(size_of::<PyArrayInterface>() == 56);
+};
+
+/// Capsule name of the DLPack C exchange API table (`__dlpack_c_exchange_api__`).
+pub const CAPSULE_EXCHANGE_API: &CStr = c"dlpack_exchange_api";
+
+/// `SetError(error_ctx, kind, message)` as the allocator receives it.
+pub type DLPackSetError =
+    unsafe extern "C" fn(error_ctx: *mut c_void, kind: *const c_char, message: *const c_char);
+
+/// The DLPack 1.3 C exchange API (`DLPackExchangeAPI` in dlpack.h): a static table of functions
+/// a framework publishes on its tensor type so C consumers skip the Python `__dlpack__` call.
+#[repr(C)]
+pub struct DLPackExchangeAPIHeader {
+    pub version: DLPackVersion,
+    pub prev_api: *mut DLPackExchangeAPIHeader,
+}
+
+#[repr(C)]
+pub struct DLPackExchangeAPI {
+    pub header: DLPackExchangeAPIHeader,
+    pub managed_tensor_allocator: Option<
+        unsafe extern "C" fn(
+            prototype: *mut DLTensor,
+            out: *mut *mut DLManagedTensorVersioned,
+            error_ctx: *mut c_void,
+            set_error: Option<DLPackSetError>,
+        ) -> c_int,
+    >,
+    pub managed_tensor_from_py_object_no_sync: Option<
+        unsafe extern "C" fn(
+            py_object: *mut c_void,
+            out: *mut *mut DLManagedTensorVersioned,
+        ) -> c_int,
+    >,
+    pub managed_tensor_to_py_object_no_sync: Option<
+        unsafe extern "C" fn(
+            tensor: *mut DLManagedTensorVersioned,
+            out_py_object: *mut *mut c_void,
+        ) -> c_int,
+    >,
+    pub dltensor_from_py_object_no_sync:
+        Option<unsafe extern "C" fn(py_object: *mut c_void, out: *mut DLTensor) -> c_int>,
+    pub current_work_stream: Option<
+        unsafe extern "C" fn(
+            device_type: i32,
+            device_id: i32,
+            out_current_stream: *mut *mut c_void,
+        ) -> c_int,
+    >,
+}
+
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(size_of::<DLPackExchangeAPIHeader>() == 16);
+    assert!(offset_of!(DLPackExchangeAPI, managed_tensor_allocator) == 16);
+    assert!(offset_of!(DLPackExchangeAPI, current_work_stream) == 48);
+    assert!(size_of::<DLPackExchangeAPI>() == 56);
 };

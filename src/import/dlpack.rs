@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::ffi::{
     CAPSULE_LEGACY, CAPSULE_LEGACY_USED, CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED,
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
-    DLTensor, FLAG_READ_ONLY,
+    DLPackExchangeAPI, DLTensor, FLAG_READ_ONLY,
 };
 use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
 
@@ -62,6 +62,34 @@ pub fn import_producer(
         Err(err) => return Err(err.into()),
     };
     import_capsule(&capsule)
+}
+
+/// Import host memory through a producer's DLPack C exchange API, skipping its Python
+/// `__dlpack__`. `None` sends the caller down the Python path: when the producer fails (that
+/// path gives the error, or a fallback), and for device memory, which needs the stream
+/// handshake only `__dlpack__` has.
+///
+/// # Safety
+/// `table` is the address of the `DLPackExchangeAPI` published by `obj`'s type.
+pub unsafe fn import_exchange_api(obj: &Bound<'_, PyAny>, table: usize) -> Option<Tensor> {
+    // SAFETY: per the contract.
+    let table = unsafe { &*(table as *const DLPackExchangeAPI) };
+    let export = table.managed_tensor_from_py_object_no_sync?;
+    let mut managed: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+    // SAFETY: the producer's function, called with an object of its type and an out slot.
+    let status = unsafe { export(obj.as_ptr().cast(), &mut managed) };
+    if status != 0 || managed.is_null() {
+        // SAFETY: the producer may have set an exception; the Python path reports its own.
+        unsafe { ffi::PyErr_Clear() };
+        return None;
+    }
+    // SAFETY: on success the producer handed us ownership of a valid managed tensor.
+    let tensor = unsafe { import_versioned(NonNull::new_unchecked(managed)) }.ok()?;
+    let host = tensor
+        .device
+        .get()
+        .is_ok_and(|d| super::is_host(d.device_type));
+    host.then_some(tensor)
 }
 
 /// Whether `obj` is a PyCapsule (of any name).
@@ -118,22 +146,8 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
         NonNull::new_unchecked(managed)
     };
     if versioned {
-        let managed = managed.cast::<DLManagedTensorVersioned>();
-        // From here on the owner calls the deleter, on success or on any error below.
-        let owner = Owner::Versioned(managed);
-        // SAFETY: the producer hands us a valid DLManagedTensorVersioned; `version`, `flags`
-        // and `dl_tensor` are readable while we have not called its deleter.
-        let (version, flags, tensor) = unsafe {
-            let m = managed.as_ptr();
-            ((*m).version, (*m).flags, (*m).dl_tensor)
-        };
-        if version.major != DLPACK_MAJOR_VERSION {
-            return Err(Error::buffer(format!(
-                "DLPack major version {} is not supported (this is DLPack {}.{})",
-                version.major, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION
-            )));
-        }
-        describe(&tensor, flags & FLAG_READ_ONLY != 0, owner)
+        // SAFETY: the capsule held a versioned managed tensor, now ours alone.
+        unsafe { import_versioned(managed.cast()) }
     } else {
         let managed = managed.cast::<DLManagedTensor>();
         let owner = Owner::Legacy(managed);
@@ -141,6 +155,29 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
         let tensor = unsafe { (*managed.as_ptr()).dl_tensor };
         describe(&tensor, false, owner)
     }
+}
+
+/// Take ownership of a producer's versioned managed tensor (from a capsule or the C exchange
+/// API) and describe it; its deleter is called when the description goes, or on error now.
+///
+/// # Safety
+/// `managed` is a valid `DLManagedTensorVersioned` whose deleter nobody else will call.
+pub unsafe fn import_versioned(managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
+    // From here on the owner calls the deleter, on success or on any error below.
+    let owner = Owner::Versioned(managed);
+    // SAFETY: per the contract, `version`, `flags` and `dl_tensor` are readable until the
+    // deleter runs.
+    let (version, flags, tensor) = unsafe {
+        let m = managed.as_ptr();
+        ((*m).version, (*m).flags, (*m).dl_tensor)
+    };
+    if version.major != DLPACK_MAJOR_VERSION {
+        return Err(Error::buffer(format!(
+            "DLPack major version {} is not supported (this is DLPack {}.{})",
+            version.major, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION
+        )));
+    }
+    describe(&tensor, flags & FLAG_READ_ONLY != 0, owner)
 }
 
 /// Validate a producer's `DLTensor` and describe it. On error the owner (and so the producer's

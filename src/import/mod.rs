@@ -42,6 +42,16 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
             Ok(None) // neither the type nor (lacking a __dict__ or __getattr__) the instance has it
         }
     };
+    if let Some(table) = protocols.exchange_api {
+        // SAFETY: the address came from the type's exchange API capsule and stays valid for
+        // the life of the process.
+        if let Some(tensor) = unsafe { dlpack::import_exchange_api(obj, table) } {
+            return Ok(Imported {
+                tensor,
+                producer: None,
+            });
+        }
+    }
     let mut refused = None;
     if let Some(method) = attr(intern!(py, "__dlpack__"), protocols.dlpack)? {
         match dlpack::import_producer(&method, None) {

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyCapsule, PyType};
+
+use crate::ffi::{CAPSULE_EXCHANGE_API, DLPACK_MAJOR_VERSION, DLPackExchangeAPI};
 use pyo3::{ffi, intern};
 
 #[derive(Clone, Copy, Debug)]
@@ -15,6 +17,9 @@ pub struct Protocols {
     pub cuda_array_interface: bool,
     pub array_struct: bool,
     pub array_interface: bool,
+    /// The type's DLPack C exchange API table (major version 1), as an address: valid for the
+    /// life of the process by the protocol's rules.
+    pub exchange_api: Option<usize>,
     /// Absent protocols must still be looked up on each instance: its type is a heap type
     /// (whose attributes can change after we probed it), or its instances may carry attributes
     /// of their own (an instance `__dict__`, or `__getattr__`).
@@ -60,6 +65,29 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         cuda_array_interface: has(intern!(py, "__cuda_array_interface__")),
         array_struct: has(intern!(py, "__array_struct__")),
         array_interface: has(intern!(py, "__array_interface__")),
+        exchange_api: exchange_api(ty),
         dynamic: heap_type || dict_offset != 0 || has(intern!(py, "__getattr__")),
     }
+}
+
+/// The `DLPackExchangeAPI` a type publishes in `__dlpack_c_exchange_api__` (a capsule named
+/// "dlpack_exchange_api"), if its major version is ours and it can export managed tensors.
+fn exchange_api(ty: &Bound<'_, PyType>) -> Option<usize> {
+    let py = ty.py();
+    let capsule = ty
+        .getattr_opt(intern!(py, "__dlpack_c_exchange_api__"))
+        .ok()??;
+    let capsule = capsule.cast::<PyCapsule>().ok()?;
+    // SAFETY: `capsule` is a live capsule; a wrong name gives NULL (and an error we clear).
+    let table = unsafe {
+        let table = ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE_EXCHANGE_API.as_ptr());
+        if table.is_null() {
+            ffi::PyErr_Clear();
+            return None;
+        }
+        &*(table as *const DLPackExchangeAPI)
+    };
+    (table.header.version.major == DLPACK_MAJOR_VERSION
+        && table.managed_tensor_from_py_object_no_sync.is_some())
+    .then_some(table as *const DLPackExchangeAPI as usize)
 }

@@ -1,0 +1,241 @@
+//! The DLPack 1.3 C exchange API as producer: the static `DLPackExchangeAPI` table that
+//! `DLPackObject.__dlpack_c_exchange_api__` publishes (a capsule named `"dlpack_exchange_api"`),
+//! so C consumers (torch, tvm-ffi) take our tensors without calling `__dlpack__` in Python.
+//!
+//! Every entry point is `extern "C"`: panics are caught and turned into errors, and errors are
+//! reported as the table's contract says (a Python exception, or `SetError` for the allocator).
+
+use std::ffi::{CString, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr;
+use std::sync::Arc;
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use super::capsule;
+use crate::copy::AlignedBuffer;
+use crate::error::{Error, Result};
+use crate::ffi::{
+    CAPSULE_EXCHANGE_API, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
+    DLPackExchangeAPI, DLPackExchangeAPIHeader, DLPackSetError, DLPackVersion, DLTensor,
+};
+use crate::import::dlpack::import_versioned;
+use crate::object::DLPackObject;
+use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
+
+/// The table; a plain static so its address is valid for the life of the process, as the
+/// protocol requires.
+struct Table(DLPackExchangeAPI);
+// SAFETY: the table is immutable; `prev_api` is always null.
+unsafe impl Sync for Table {}
+
+static TABLE: Table = Table(DLPackExchangeAPI {
+    header: DLPackExchangeAPIHeader {
+        version: DLPackVersion {
+            major: DLPACK_MAJOR_VERSION,
+            minor: DLPACK_MINOR_VERSION,
+        },
+        prev_api: ptr::null_mut(),
+    },
+    managed_tensor_allocator: Some(managed_tensor_allocator),
+    managed_tensor_from_py_object_no_sync: Some(managed_tensor_from_py_object),
+    managed_tensor_to_py_object_no_sync: Some(managed_tensor_to_py_object),
+    dltensor_from_py_object_no_sync: Some(dltensor_from_py_object),
+    current_work_stream: Some(current_work_stream),
+});
+
+/// The capsule for `DLPackObject.__dlpack_c_exchange_api__`.
+pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+    let table: *const DLPackExchangeAPI = &TABLE.0;
+    // SAFETY: the pointer is to a 'static table, the name a 'static C string; no destructor is
+    // needed because nothing is owned.
+    unsafe {
+        let capsule =
+            pyo3::ffi::PyCapsule_New(table.cast_mut().cast(), CAPSULE_EXCHANGE_API.as_ptr(), None);
+        Ok(Bound::from_owned_ptr_or_err(py, capsule)?.cast_into_unchecked())
+    }
+}
+
+/// Run `body` attached to Python, turning errors and panics into a raised exception and -1.
+fn guarded(body: impl FnOnce(Python<'_>) -> Result<()>) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        Python::attach(|py| match body(py) {
+            Ok(()) => 0,
+            Err(err) => {
+                PyErr::from(err).restore(py);
+                -1
+            }
+        })
+    }));
+    outcome.unwrap_or_else(|_| {
+        Python::attach(|py| PyRuntimeError::new_err("dlpack: internal error (panic)").restore(py));
+        -1
+    })
+}
+
+/// The `DLPackObject` behind a consumer's `PyObject*`.
+fn object<'py>(py: Python<'py>, py_object: *mut c_void) -> Result<Bound<'py, DLPackObject>> {
+    if py_object.is_null() {
+        return Err(Error::type_("the C exchange API got a NULL object"));
+    }
+    // SAFETY: the consumer passes a live object of the type it found this table on.
+    let any = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
+    any.cast_into::<DLPackObject>()
+        .map_err(|_| Error::type_("the C exchange API of DLPackObject got another type"))
+}
+
+unsafe extern "C" fn managed_tensor_from_py_object(
+    py_object: *mut c_void,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> c_int {
+    guarded(|py| {
+        let managed = object(py, py_object)?.get().export_managed(py)?;
+        // SAFETY: the consumer gives a writable slot for the result.
+        unsafe { *out = managed.as_ptr() };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn managed_tensor_to_py_object(
+    tensor: *mut DLManagedTensorVersioned,
+    out_py_object: *mut *mut c_void,
+) -> c_int {
+    guarded(|py| {
+        let managed = ptr::NonNull::new(tensor)
+            .ok_or_else(|| Error::value("the C exchange API got a NULL managed tensor"))?;
+        // SAFETY: the consumer hands over ownership of a valid managed tensor.
+        let tensor = unsafe { import_versioned(managed)? };
+        let object = Py::new(py, DLPackObject::new(tensor))?;
+        // SAFETY: the consumer gives a writable slot; it receives our new reference.
+        unsafe { *out_py_object = object.into_ptr().cast() };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
+    guarded(|py| {
+        let object = object(py, py_object)?;
+        let tensor = object.get().tensor();
+        if let Some(reason) = tensor.copy_reason() {
+            return Err(Error::buffer(format!(
+                "{reason}; a borrowed DLTensor can't be a copy"
+            )));
+        }
+        let device = tensor.device.get()?;
+        // SAFETY: the consumer gives a writable DLTensor; shape and strides point into the
+        // object's own tensor, valid while the object lives, as the protocol allows.
+        unsafe {
+            *out = DLTensor {
+                data: tensor.data,
+                device,
+                ndim: tensor.layout.ndim() as i32,
+                dtype: tensor.dtype.0,
+                shape: tensor.layout.shape.as_ptr().cast_mut(),
+                strides: tensor
+                    .layout
+                    .strides
+                    .as_ref()
+                    .map_or(ptr::null_mut(), |s| s.as_ptr().cast_mut()),
+                byte_offset: 0,
+            };
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn current_work_stream(
+    _device_type: i32,
+    _device_id: i32,
+    out_current_stream: *mut *mut c_void,
+) -> c_int {
+    // We own no streams: work on our tensors is ordered by their producers. NULL is the
+    // default stream, which the protocol allows.
+    if !out_current_stream.is_null() {
+        // SAFETY: the consumer gives a writable slot.
+        unsafe { *out_current_stream = ptr::null_mut() };
+    }
+    0
+}
+
+/// A new, C-ordered, 64-byte aligned CPU tensor for the prototype's dtype and shape.
+fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorVersioned>> {
+    if Device::Known(prototype.device) != Device::CPU {
+        return Err(Error::buffer(format!(
+            "dlpack allocates CPU memory only, not device type {} id {}",
+            prototype.device.device_type, prototype.device.device_id
+        )));
+    }
+    let dtype = DType::from_dlpack(prototype.dtype)?;
+    let ndim = usize::try_from(prototype.ndim)
+        .ok()
+        .filter(|&n| n <= layout::MAX_NDIM && (n == 0 || !prototype.shape.is_null()))
+        .ok_or_else(|| Error::value(format!("prototype with ndim {}", prototype.ndim)))?;
+    // SAFETY: a prototype's shape has `ndim` entries.
+    let shape = if ndim == 0 {
+        &[][..]
+    } else {
+        unsafe { std::slice::from_raw_parts(prototype.shape, ndim) }
+    };
+    let layout = Layout::from_byte_strides(shape, None, dtype.itemsize())?;
+    let bytes = usize::try_from(layout.numel() * dtype.itemsize() as i64)
+        .map_err(|_| Error::value("allocation too large"))?;
+    let buffer = AlignedBuffer::new(bytes)?;
+    let tensor = Arc::new(Tensor {
+        data: buffer.as_ptr().cast(),
+        device: Device::CPU,
+        dtype,
+        layout,
+        readonly: false,
+        swapped: false,
+        indirect: false,
+        stream: None,
+        owner: Owner::Allocation(buffer),
+    });
+    Ok(capsule::new_versioned(
+        &tensor,
+        prototype.device,
+        DLPACK_MINOR_VERSION,
+        0,
+    ))
+}
+
+unsafe extern "C" fn managed_tensor_allocator(
+    prototype: *mut DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    set_error: Option<DLPackSetError>,
+) -> c_int {
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        if prototype.is_null() || out.is_null() {
+            return Err(("ValueError", "NULL prototype or output".to_owned()));
+        }
+        // SAFETY: the consumer passes a readable prototype.
+        allocate(unsafe { &*prototype }).map_err(|err| match err {
+            Error::Buffer(msg) => ("BufferError", msg),
+            Error::Type(msg) => ("TypeError", msg),
+            Error::Value(msg) => ("ValueError", msg),
+            Error::Runtime(msg) => ("MemoryError", msg),
+            Error::Python(err) => ("RuntimeError", err.to_string()),
+        })
+    }))
+    .unwrap_or_else(|_| Err(("RuntimeError", "dlpack: internal error (panic)".to_owned())));
+    match result {
+        Ok(managed) => {
+            // SAFETY: checked non-null above; the consumer receives ownership.
+            unsafe { *out = managed.as_ptr() };
+            0
+        }
+        Err((kind, message)) => {
+            if let Some(set_error) = set_error {
+                let kind = CString::new(kind).unwrap_or_default();
+                let message = CString::new(message.replace('\0', " ")).unwrap_or_default();
+                // SAFETY: the consumer's callback with its own context and two C strings that
+                // live across the call.
+                unsafe { set_error(error_ctx, kind.as_ptr(), message.as_ptr()) };
+            }
+            -1
+        }
+    }
+}
