@@ -42,7 +42,9 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
             Ok(None) // neither the type nor (lacking a __dict__ or __getattr__) the instance has it
         }
     };
-    if let Some(table) = protocols.exchange_api {
+    if let Some(table) = protocols.exchange_api
+        && (!protocols.torch || torch_exports_faithfully(obj)?)
+    {
         // SAFETY: the address came from the type's exchange API capsule and stays valid for
         // the life of the process.
         if let Some(tensor) = unsafe { dlpack::import_exchange_api(obj, table) } {
@@ -100,6 +102,24 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
             array_interface::type_name(obj)
         ))),
     }
+}
+
+/// Whether torch's C exchange API gives this tensor's true values. It exports the raw memory
+/// of tensors whose conjugate or negative bit is set (their values are the memory's conjugate
+/// or negation) and of tensors that require grad, all of which torch's `__dlpack__` refuses:
+/// those take the `__dlpack__` path, which raises torch's own error. The negative bit is
+/// refused here, since torch's `__dlpack__` exports it without a word.
+fn torch_exports_faithfully(tensor: &Bound<'_, PyAny>) -> Result<bool> {
+    let py = tensor.py();
+    let flag = |name| -> Result<bool> { Ok(tensor.call_method0(name)?.is_truthy()?) };
+    if flag(intern!(py, "is_neg"))? {
+        return Err(Error::buffer(
+            "this torch tensor has its negative bit set (a lazy negation DLPack can't carry); \
+             call .resolve_neg() first",
+        ));
+    }
+    Ok(!flag(intern!(py, "is_conj"))?
+        && !tensor.getattr(intern!(py, "requires_grad"))?.is_truthy()?)
 }
 
 /// Device types whose memory the CPU can address directly (no stream to synchronise).

@@ -20,6 +20,9 @@ pub struct Protocols {
     /// The type's DLPack C exchange API table (major version 1), as an address: valid for the
     /// life of the process by the protocol's rules.
     pub exchange_api: Option<usize>,
+    /// A torch tensor type: its C exchange API exports tensors its `__dlpack__` refuses
+    /// (conjugate or negative bit, requires grad), so those are checked first.
+    pub torch: bool,
     /// Absent protocols must still be looked up on each instance: its type is a heap type
     /// (whose attributes can change after we probed it), or its instances may carry attributes
     /// of their own (an instance `__dict__`, or `__getattr__`).
@@ -66,6 +69,10 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         array_struct: has(intern!(py, "__array_struct__")),
         array_interface: has(intern!(py, "__array_interface__")),
         exchange_api: exchange_api(ty),
+        torch: ty.module().is_ok_and(|m| {
+            m.to_str()
+                .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
+        }),
         dynamic: heap_type || dict_offset != 0 || has(intern!(py, "__getattr__")),
     }
 }
