@@ -17,6 +17,7 @@ fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<object::DLPackObject>()?;
     m.add_function(wrap_pyfunction!(object::asdlpack, m)?)?;
     m.add_function(wrap_pyfunction!(object::copyto, m)?)?;
+    m.add_function(wrap_pyfunction!(object::_footprint, m)?)?;
     m.add(
         "DLPACK_VERSION",
         (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION),

@@ -84,6 +84,29 @@ fn is_immutable_array(obj: &Bound<'_, PyAny>) -> bool {
         .is_some_and(|m| m == "jax" || m.starts_with("jax.") || m.starts_with("jaxlib"))
 }
 
+/// Heap bytes behind our objects, for memory reports: `(name, bytes)` pairs. Rust-side sizes
+/// are exact; Python object headers are what `sys.getsizeof` adds.
+#[pyfunction]
+pub fn _footprint(ndim: usize) -> Vec<(&'static str, usize)> {
+    vec![
+        ("DLPackObject struct", std::mem::size_of::<DLPackObject>()),
+        // Arc's two counters, then the description; the layout's dims are one more allocation.
+        (
+            "tensor description",
+            2 * std::mem::size_of::<usize>() + std::mem::size_of::<Tensor>(),
+        ),
+        ("tensor dims", 3 * ndim * std::mem::size_of::<i64>()),
+        (
+            "versioned capsule allocation",
+            capsule::export_bytes(ndim, true),
+        ),
+        (
+            "legacy capsule allocation",
+            capsule::export_bytes(ndim, false),
+        ),
+    ]
+}
+
 /// Parsed `__dlpack__` keyword arguments.
 struct Request {
     stream: Option<i64>,

@@ -46,6 +46,15 @@ fn export_layout<M>(ndim: usize) -> (Layout, usize) {
     (layout, dims_offset)
 }
 
+/// Bytes of one capsule's allocation for a tensor of `ndim` dimensions (legacy or versioned).
+pub fn export_bytes(ndim: usize, versioned: bool) -> usize {
+    if versioned {
+        export_layout::<DLManagedTensorVersioned>(ndim).0.size()
+    } else {
+        export_layout::<DLManagedTensor>(ndim).0.size()
+    }
+}
+
 /// Allocate and fill one export; `make` wraps the finished `DLTensor` in the managed struct.
 fn new_export<M>(
     tensor: &Arc<Tensor>,
