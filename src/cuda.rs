@@ -103,17 +103,94 @@ pub fn current_device() -> Result<DLDevice, String> {
     })
 }
 
-/// Block until all work queued on `stream` (a CUDA stream handle; 1 and 2 are the legacy and
-/// per-thread default streams) has finished.
-pub fn synchronize_stream(stream: isize) -> Result<(), String> {
-    driver()?;
-    // SAFETY: the caller got `stream` from a producer that declared its data ready on it; the
-    // driver validates the handle and reports an error for a bad one.
-    let status = unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) };
-    if status != sys::CUresult::CUDA_SUCCESS {
-        return Err(format!(
-            "waiting for the producer's CUDA stream {stream:#x} failed ({status:?})"
-        ));
+/// A driver call's status as a `Result`, naming the call.
+pub fn check(status: sys::CUresult, what: &str) -> Result<(), String> {
+    if status == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed ({status:?})"))
     }
-    Ok(())
+}
+
+/// The primary context of a device: retained once per process and never released, so any
+/// thread (a deleter's, too) can make it current.
+#[derive(Clone, Copy)]
+pub struct Context(sys::CUcontext);
+// SAFETY: a CUDA context handle may be used from any thread.
+unsafe impl Send for Context {}
+// SAFETY: as above.
+unsafe impl Sync for Context {}
+
+pub fn primary_context(device_id: i32) -> Result<Context, String> {
+    driver()?;
+    static CONTEXTS: std::sync::Mutex<Vec<(i32, Context)>> = std::sync::Mutex::new(Vec::new());
+    let mut contexts = CONTEXTS
+        .lock()
+        .map_err(|_| "CUDA context table poisoned".to_owned())?;
+    if let Some(&(_, ctx)) = contexts.iter().find(|(id, _)| *id == device_id) {
+        return Ok(ctx);
+    }
+    let mut device: sys::CUdevice = 0;
+    // SAFETY: out-parameters are live locals; the driver validates the ordinal.
+    unsafe {
+        check(sys::cuDeviceGet(&mut device, device_id), "cuDeviceGet")?;
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        check(
+            sys::cuDevicePrimaryCtxRetain(&mut ctx, device),
+            "cuDevicePrimaryCtxRetain",
+        )?;
+        contexts.push((device_id, Context(ctx)));
+        Ok(Context(ctx))
+    }
+}
+
+/// Run `body` with `ctx` current on this thread, restoring the previous context after.
+pub fn with_context<T>(
+    ctx: Context,
+    body: impl FnOnce() -> Result<T, String>,
+) -> Result<T, String> {
+    // SAFETY: `ctx` is a retained primary context; push and pop are paired on this thread.
+    unsafe { check(sys::cuCtxPushCurrent_v2(ctx.0), "cuCtxPushCurrent")? };
+    let result = body();
+    let mut popped: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: pops the context pushed above.
+    let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+    result
+}
+
+/// The stream handle the array API's `stream` integer names (None: the legacy default stream).
+pub fn stream_handle(stream: Option<i64>) -> sys::CUstream {
+    stream.unwrap_or(1) as isize as sys::CUstream
+}
+
+/// Make `consumer` wait, on the device, for the work queued on `producer` so far: an event
+/// recorded on one and waited for by the other, so the host never blocks.
+pub fn stream_wait(device_id: i32, producer: isize, consumer: Option<i64>) -> Result<(), String> {
+    let ctx = primary_context(device_id)?;
+    with_context(ctx, || {
+        let mut event: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: a context is current; the event is created, recorded, waited on and
+        // released here (the driver defers its destruction until it completes).
+        unsafe {
+            check(
+                sys::cuEventCreate(
+                    &mut event,
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+                ),
+                "cuEventCreate",
+            )?;
+            let recorded = check(
+                sys::cuEventRecord(event, producer as sys::CUstream),
+                "cuEventRecord",
+            )
+            .and_then(|()| {
+                check(
+                    sys::cuStreamWaitEvent(stream_handle(consumer), event, 0),
+                    "cuStreamWaitEvent",
+                )
+            });
+            let _ = sys::cuEventDestroy_v2(event);
+            recorded
+        }
+    })
 }

@@ -247,43 +247,57 @@ impl DLPackObject {
     /// itself, a fresh one from the producer, or a copy.
     fn prepare(&self, py: Python<'_>, request: &Request) -> Result<(Arc<Tensor>, DLDevice, Kind)> {
         let own = self.tensor.device.get()?;
-        let host = is_host(own.device_type);
+        let cpu = DLDevice {
+            device_type: device_type::CPU,
+            device_id: 0,
+        };
+        // Where the consumer wants the data: our own device, or the CPU for host-addressable
+        // memory (both without a copy); CUDA <-> CPU and CUDA <-> CUDA moves copy.
+        let target = request.dl_device.unwrap_or(own);
+        let in_place = target == own || (is_host(own.device_type) && target == cpu);
+        let movable = |d: DLDevice| d == cpu || d.device_type == device_type::CUDA;
+        let from_movable = is_host(own.device_type)
+            || matches!(
+                own.device_type,
+                device_type::CUDA | device_type::CUDA_MANAGED
+            );
+        if !in_place && !(movable(target) && from_movable) {
+            return Err(Error::buffer(format!(
+                "can't provide {} data on {}: only moves between the CPU and CUDA devices are \
+                 supported",
+                device_name(own),
+                device_name(target)
+            )));
+        }
+        let target_on_host = is_host(target.device_type);
         if let Some(stream) = request.stream {
-            let valid = if host {
+            let valid = if target_on_host {
                 stream == -1
             } else {
                 stream == -1 || stream >= 1
             };
             if !valid {
-                return Err(Error::value(if host {
+                return Err(Error::value(if target_on_host {
                     format!(
                         "stream must be None (or -1) for {} data, not {stream}",
-                        device_name(own)
+                        device_name(target)
                     )
                 } else {
                     format!("stream {stream} is not a valid CUDA/ROCm stream (0 is not allowed)")
                 }));
             }
         }
-        // The device the consumer asked for: our own, or the CPU for host-addressable memory.
-        let device = match request.dl_device {
-            None => own,
-            Some(wanted) if wanted == own => own,
-            Some(wanted) if host && Device::Known(wanted) == Device::CPU => wanted,
-            Some(wanted) => {
-                return Err(Error::buffer(format!(
-                    "can't provide {} data on {} (cross-device copies are not supported yet)",
-                    device_name(own),
-                    device_name(wanted)
-                )));
-            }
-        };
-        // A copy is needed for memory DLPack can't express, and for read-only memory asked for
-        // a legacy capsule (which can't say read-only).
-        let needs_copy = self.tensor.copy_reason().or_else(|| {
+        // A copy is needed to move, for memory DLPack can't express, and for read-only memory
+        // asked for a legacy capsule (which can't say read-only).
+        let needs_copy = if in_place {
+            self.tensor.copy_reason()
+        } else {
+            Some("moving to another device")
+        }
+        .or_else(|| {
             (request.versioned_minor.is_none() && self.tensor.readonly).then_some(
                 "read-only memory can't be exported as a legacy (unversioned) DLPack capsule, \
-                 which has no read-only flag",
+                     which has no read-only flag",
             )
         });
         let copy = match (request.copy, needs_copy) {
@@ -295,40 +309,66 @@ impl DLPackObject {
             (Some(true), _) | (None, Some(_)) => true,
             _ => false,
         };
-        let (tensor, copied) = if copy {
-            if !host {
-                return Err(Error::buffer(format!(
-                    "a copy of {} data needs the CUDA copy engine, which is not available yet",
-                    device_name(own)
-                )));
+        if !copy {
+            let tensor = self.fresh_from_producer(py, request)?;
+            let tensor = tensor.unwrap_or_else(|| Arc::clone(&self.tensor));
+            if !is_host(own.device_type) {
+                self.wait_for_producer_stream(own, request.stream)?;
             }
-            (Arc::new(copy::to_c_order(py, &self.tensor)?), true)
+            let kind = kind(request, &tensor, false);
+            return Ok((tensor, target, kind));
+        }
+        // In `__dlpack__`, "CUDA can't do this here" is a BufferError, like any other memory
+        // the producer can't serve, so consumers may fall back.
+        let unavailable = |err: Error| match err {
+            Error::Runtime(msg) => {
+                Error::Buffer(format!("can't copy to {}: {msg}", device_name(target)))
+            }
+            other => other,
+        };
+        let (tensor, device) = if target_on_host {
+            let tensor = if is_host(own.device_type) {
+                copy::to_c_order(py, &self.tensor)?
+            } else {
+                copy::cuda::to_host(py, &self.tensor, request.stream).map_err(unavailable)?
+            };
+            (tensor, cpu)
         } else {
+            let id = target.device_id;
+            let tensor =
+                copy::cuda::to_device(py, &self.tensor, id, request.stream).map_err(unavailable)?;
             (
-                self.fresh_from_producer(py, request)?
-                    .unwrap_or_else(|| Arc::clone(&self.tensor)),
-                false,
+                tensor,
+                DLDevice {
+                    device_type: device_type::CUDA,
+                    device_id: id,
+                },
             )
         };
-        if !host && !copied {
-            self.wait_for_producer_stream(request.stream)?;
-        }
-        let kind = match request.versioned_minor {
-            None => Kind::Legacy,
-            Some(minor) => {
-                let mut flags = 0;
-                if tensor.readonly {
-                    flags |= FLAG_READ_ONLY;
-                }
-                if copied {
-                    flags |= FLAG_IS_COPIED;
-                }
-                Kind::Versioned { minor, flags }
-            }
-        };
+        let tensor = Arc::new(tensor);
+        let kind = kind(request, &tensor, true);
         Ok((tensor, device, kind))
     }
+}
 
+/// The capsule kind a request asks for, with the flags `tensor` carries.
+fn kind(request: &Request, tensor: &Tensor, copied: bool) -> Kind {
+    match request.versioned_minor {
+        None => Kind::Legacy,
+        Some(minor) => {
+            let mut flags = 0;
+            if tensor.readonly {
+                flags |= FLAG_READ_ONLY;
+            }
+            if copied {
+                flags |= FLAG_IS_COPIED;
+            }
+            Kind::Versioned { minor, flags }
+        }
+    }
+}
+
+impl DLPackObject {
     /// Device data from a DLPack producer, when the consumer named a stream: ask the producer
     /// again with that stream, so it orders its pending work before the consumer's.
     fn fresh_from_producer(
@@ -347,10 +387,10 @@ impl DLPackObject {
 
     /// CUDA array interface data declared ready on a producer stream: wait for that stream
     /// before the consumer may read, unless the consumer said `stream=-1` (no synchronisation).
-    fn wait_for_producer_stream(&self, consumer_stream: Option<i64>) -> Result<()> {
+    fn wait_for_producer_stream(&self, own: DLDevice, consumer_stream: Option<i64>) -> Result<()> {
         match (self.tensor.stream, consumer_stream) {
             (Some(producer), consumer) if consumer != Some(-1) => {
-                cuda::synchronize_stream(producer).map_err(Error::buffer)
+                cuda::stream_wait(own.device_id, producer, consumer).map_err(Error::buffer)
             }
             _ => Ok(()),
         }

@@ -130,12 +130,15 @@ fn broadcast_strides(src: &Layout, shape: &[i64]) -> Result<Vec<i64>> {
             src.shape
         ))
     };
-    if src.shape.len() > shape.len() {
+    // Like numpy, leading source dimensions of extent 1 beyond the destination's are dropped.
+    let extra = src.shape.len().saturating_sub(shape.len());
+    if src.shape[..extra].iter().any(|&n| n != 1) {
         return Err(mismatch());
     }
-    let lead = shape.len() - src.shape.len();
+    let (src_shape, src_strides) = (&src.shape[extra..], &src.byte_strides[extra..]);
+    let lead = shape.len() - src_shape.len();
     let mut strides = vec![0i64; shape.len()];
-    for (k, (&n, &s)) in src.shape.iter().zip(src.byte_strides.iter()).enumerate() {
+    for (k, (&n, &s)) in src_shape.iter().zip(src_strides.iter()).enumerate() {
         let target = shape[lead + k];
         strides[lead + k] = if n == target {
             s

@@ -12,6 +12,7 @@ use std::ptr::NonNull;
 use pyo3::{Py, PyAny, PyTraverseError, PyVisit, Python, ffi};
 
 use crate::copy::AlignedBuffer;
+use crate::copy::cuda::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::ffi::{DLDevice, DLManagedTensor, DLManagedTensorVersioned, device_type};
 pub use dtype::DType;
@@ -64,6 +65,8 @@ pub enum Owner {
     Versioned(NonNull<DLManagedTensorVersioned>),
     /// Memory we allocated for a copy; needs no Python to free.
     Allocation(#[allow(dead_code, reason = "held to be freed on drop")] AlignedBuffer),
+    /// CUDA memory we allocated for a copy; needs no Python to free.
+    DeviceAllocation(#[allow(dead_code, reason = "held to be freed on drop")] DeviceBuffer),
 }
 
 impl Owner {
@@ -88,7 +91,10 @@ impl Owner {
                 visit.call(&**capsule)?;
                 visit.call(&**source)
             }
-            Owner::Legacy(_) | Owner::Versioned(_) | Owner::Allocation(_) => Ok(()),
+            Owner::Legacy(_)
+            | Owner::Versioned(_)
+            | Owner::Allocation(_)
+            | Owner::DeviceAllocation(_) => Ok(()),
         }
     }
 }
@@ -99,7 +105,7 @@ impl Drop for Owner {
         // without the GIL, or while the interpreter shuts down. Python state is only touched
         // when this thread can attach; otherwise the memory is left to the process' exit, as
         // numpy does, rather than risking a crash.
-        if matches!(self, Owner::Allocation(_)) {
+        if matches!(self, Owner::Allocation(_) | Owner::DeviceAllocation(_)) {
             return; // freed by the field's own drop, on any thread
         }
         let _ = Python::try_attach(|_py| match self {
@@ -139,7 +145,7 @@ impl Drop for Owner {
                     }
                 }
             }
-            Owner::Allocation(_) => {}
+            Owner::Allocation(_) | Owner::DeviceAllocation(_) => {}
         });
     }
 }
