@@ -1,4 +1,5 @@
-"""Malformed inputs for asdlpack and the exception class each must raise.
+"""Malformed inputs for asdlpack and the exception class each must raise (CASES), and odd but
+valid layouts it must accept and export as copies (ACCEPTED).
 
 Used in-process by test_bad_input.py and, as a crash canary, by running ``main()`` in a subprocess.
 """
@@ -12,12 +13,15 @@ import sys
 from ._helpers import ArrayInterface, CudaArrayInterface, cuda_iface
 
 CASES: list[tuple[str, object, tuple[type[BaseException], ...]]] = []
+# Memory DLPack can't express directly (non-native byte order, byte strides that are not whole
+# elements): accepted since the copy engine (issue #3); exporting it makes a copy.
+ACCEPTED: list[tuple[str, object]] = []
 
 _KEEP = []  # buffers that fake pointers point into; never freed
 
 
 def _buf(n=256):
-    b = (ctypes.c_char * n)()
+    b = (ctypes.c_char * n).from_buffer_copy(bytes(i % 251 for i in range(n)))
     _KEEP.append(b)
     return b
 
@@ -25,6 +29,14 @@ def _buf(n=256):
 def case(name, *exc, needs=None):
     def deco(fn):
         CASES.append((name, (fn, needs), exc))
+        return fn
+
+    return deco
+
+
+def accepted(name, needs=None):
+    def deco(fn):
+        ACCEPTED.append((name, (fn, needs)))
         return fn
 
     return deco
@@ -103,11 +115,11 @@ case("ai-structured", BufferError)(
     lambda: _iface(typestr="|V8", descr=[("a", "<i4"), ("b", "<f4")])
 )
 case("ai-long-double", BufferError)(lambda: _iface(typestr="<f16"))
-case("ai-big-endian-int", BufferError)(lambda: _iface(typestr=">i4"))
-case("ai-big-endian-float", BufferError)(lambda: _iface(typestr=">f8"))
-case("ai-big-endian-complex", BufferError)(lambda: _iface(typestr=">c8"))
-case("ai-stride-not-multiple", BufferError)(lambda: _iface(shape=(3,), strides=(6,)))
-case("ai-stride-not-multiple-2d", BufferError)(lambda: _iface(shape=(2, 2), strides=(8, 2)))
+accepted("ai-big-endian-int")(lambda: _iface(typestr=">i4"))
+accepted("ai-big-endian-float")(lambda: _iface(typestr=">f8"))
+accepted("ai-big-endian-complex")(lambda: _iface(typestr=">c8"))
+accepted("ai-stride-not-multiple")(lambda: _iface(shape=(3,), strides=(6,)))
+accepted("ai-stride-not-multiple-2d")(lambda: _iface(shape=(2, 2), strides=(8, 2)))
 
 # --------------------------------------------------------------------------- CUDA array interface
 case("cai-mask", BufferError)(lambda: _cai(mask=object()))
@@ -126,9 +138,9 @@ case("cai-stream-str", TypeError)(lambda: _cai(stream="x"))
 case("cai-shape-list", TypeError)(lambda: _cai(shape=[4]))
 case("cai-data-int", TypeError)(lambda: _cai(data=123))
 case("cai-not-a-dict", TypeError)(lambda: CudaArrayInterface(7))
-case("cai-big-endian", BufferError)(lambda: _cai(typestr=">f4"))
+accepted("cai-big-endian")(lambda: _cai(typestr=">f4"))
 case("cai-object", BufferError)(lambda: _cai(typestr="|O8"))
-case("cai-stride-not-multiple", BufferError)(lambda: _cai(shape=(3,), strides=(6,)))
+accepted("cai-stride-not-multiple")(lambda: _cai(shape=(3,), strides=(6,)))
 
 # --------------------------------------------------------------------------- buffer protocol
 
@@ -139,14 +151,14 @@ class _BEStruct(ctypes.Structure):
 
 case("buf-char-format", BufferError)(lambda: (ctypes.c_char * 4)())
 case("buf-struct-format", BufferError)(lambda: (_BEStruct * 2)())
-case("buf-big-endian-u16", BufferError)(lambda: (ctypes.c_uint16.__ctype_be__ * 3)())
-case("buf-big-endian-double", BufferError)(lambda: (ctypes.c_double.__ctype_be__ * 3)())
+accepted("buf-big-endian-u16")(lambda: (ctypes.c_uint16.__ctype_be__ * 3)(1, 2, 0x1234))
+accepted("buf-big-endian-double")(lambda: (ctypes.c_double.__ctype_be__ * 3)(1.5, -2.0, 1e300))
 case("buf-array-wchar", BufferError)(lambda: array.array("w" if "w" in array.typecodes else "u"))
 case("buf-long-double", BufferError, needs="numpy")(
     lambda: memoryview(__import__("numpy").zeros(2, dtype="g"))
 )
-case("buf-numpy-big-endian", BufferError, needs="numpy")(
-    lambda: memoryview(__import__("numpy").zeros(2, dtype=">i4"))
+accepted("buf-numpy-big-endian", needs="numpy")(
+    lambda: memoryview(__import__("numpy").arange(-2, 4, dtype=">i4"))
 )
 case("buf-numpy-structured", BufferError, needs="numpy")(
     lambda: memoryview(__import__("numpy").zeros(2, dtype=[("a", "<i4"), ("b", "<f4")]))
@@ -158,13 +170,11 @@ case("buf-numpy-bytes", BufferError, needs="numpy")(
 
 def _misaligned_strides():
     np = __import__("numpy")
-    base = np.zeros(16, dtype=np.int32)
+    base = np.arange(16, dtype=np.int32)
     return np.lib.stride_tricks.as_strided(base, shape=(3,), strides=(6,))
 
 
-case("buf-stride-not-multiple", BufferError, needs="numpy")(
-    lambda: memoryview(_misaligned_strides())
-)
+accepted("buf-stride-not-multiple", needs="numpy")(lambda: memoryview(_misaligned_strides()))
 
 # --------------------------------------------------------------------------- numpy arrays
 for _name, _dt in [
@@ -174,15 +184,17 @@ for _name, _dt in [
     ("bytes", "S3"),
     ("object", "O"),
     ("structured", [("a", "<i4"), ("b", "<f8")]),
-    ("big-endian-int", ">i4"),
-    ("big-endian-float", ">f8"),
     ("long-double", "g"),
     ("void", "V3"),
 ]:
     case(f"np-{_name}", BufferError, needs="numpy")(
         lambda _dt=_dt: __import__("numpy").zeros(3, dtype=_dt)
     )
-case("np-stride-not-multiple", BufferError, needs="numpy")(_misaligned_strides)
+for _name, _dt in [("big-endian-int", ">i4"), ("big-endian-float", ">f8")]:
+    accepted(f"np-{_name}", needs="numpy")(
+        lambda _dt=_dt: __import__("numpy").arange(-1, 5, dtype=_dt).reshape(2, 3)
+    )
+accepted("np-stride-not-multiple", needs="numpy")(_misaligned_strides)
 
 # --------------------------------------------------------------------------- no protocol at all
 for _name, _val in [
@@ -274,11 +286,50 @@ def run_case(name, factory_and_needs, excs):
     return "wrong", f"no exception (got {obj!r})"
 
 
+def run_accepted(name, factory_and_needs):
+    """An odd layout: asdlpack accepts it and says why it needs a copy; on the CPU, exports copy
+    (copy=None, copy=True) or raise BufferError (copy=False). Returns (status, detail, obj)."""
+    from dlpack import asdlpack
+
+    factory, needs = factory_and_needs
+    if not available(needs):
+        return "skip", f"needs {needs}", None
+    value = factory()
+    try:
+        obj = asdlpack(value)
+    except BaseException as exc:
+        return "wrong", f"asdlpack raised {type(exc).__name__}: {exc}", None
+    if not (isinstance(obj.copy_reason, str) and obj.copy_reason):
+        return "wrong", f"copy_reason is {obj.copy_reason!r}", obj
+    if name.startswith("cai-"):  # metadata only: no CUDA memory behind the fake pointer
+        return "ok", "", obj
+    for max_version in (None, (1, 3)):
+        for copy in (None, True):
+            try:
+                obj.__dlpack__(max_version=max_version, copy=copy)
+            except BaseException as exc:
+                return "wrong", f"copy={copy} raised {type(exc).__name__}: {exc}", obj
+        try:
+            obj.__dlpack__(max_version=max_version, copy=False)
+        except BufferError:
+            pass
+        except BaseException as exc:
+            return "wrong", f"copy=False raised {type(exc).__name__}: {exc}", obj
+        else:
+            return "wrong", "copy=False exported memory that needs a copy", obj
+    return "ok", "", obj
+
+
 def main(rounds: int = 3) -> int:
     counts = {"ok": 0, "wrong": 0, "skip": 0}
     for _ in range(rounds):
         for name, fac, excs in CASES:
             status, detail = run_case(name, fac, excs)
+            counts[status] += 1
+            if status == "wrong":
+                print(f"WRONG {name}: {detail}")
+        for name, fac in ACCEPTED:
+            status, detail, _ = run_accepted(name, fac)
             counts[status] += 1
             if status == "wrong":
                 print(f"WRONG {name}: {detail}")

@@ -9,7 +9,7 @@ import pytest
 import dlpack
 from dlpack import asdlpack
 
-from ._bad_cases import CASES, run_case
+from ._bad_cases import ACCEPTED, CASES, run_accepted, run_case
 from ._helpers import ArrayInterface, CudaArrayInterface, cuda_iface
 
 
@@ -37,6 +37,33 @@ def test_bad_input(name, fac, excs):
     if status == "skip":
         pytest.skip(detail)
     assert status == "ok", f"expected {[e.__name__ for e in excs]}, got {detail}"
+
+
+@pytest.mark.parametrize("name, fac", ACCEPTED, ids=[c[0] for c in ACCEPTED])
+def test_accepted_odd_layout(name, fac):
+    """Formerly refused (non-native byte order, strides that are not whole elements): accepted,
+    with a copy_reason, and exported as a copy holding the right values."""
+    status, detail, obj = run_accepted(name, fac)
+    if status == "skip":
+        pytest.skip(detail)
+    assert status == "ok", detail
+    assert "needs_copy=True" in repr(obj)
+    assert len(obj.byte_strides) == obj.ndim
+    if "stride-not-multiple" in name:
+        assert obj.strides is None
+    else:
+        assert obj.strides is not None
+    if name.startswith("cai-"):
+        return
+    np = pytest.importorskip("numpy")
+    value = fac[0]()
+    ref = np.asarray(value)  # numpy reads these layouts itself: the reference values
+    out = np.from_dlpack(asdlpack(value))
+    assert out.dtype == ref.dtype.newbyteorder("=")
+    assert out.shape == ref.shape
+    assert out.flags.writeable
+    np.testing.assert_array_equal(out, ref)
+    assert not np.shares_memory(out, ref)
 
 
 @pytest.mark.parametrize("value", [object(), 5, None, "abc", [1, 2]])

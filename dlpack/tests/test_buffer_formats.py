@@ -60,13 +60,39 @@ def test_format_prefixes(fmt, dtype):
     np.testing.assert_array_equal(out, _items(fmt))
 
 
-@pytest.mark.parametrize("fmt", [">h", "!h", ">i", "!q", ">d", ">e", "!f"])
-def test_non_native_multibyte_refused(fmt):
+@pytest.mark.parametrize(
+    "fmt, dtype",
+    [
+        (">h", "int16"),
+        ("!h", "int16"),
+        (">i", "int32"),
+        ("!q", "int64"),
+        (">d", "float64"),
+        (">e", "float16"),
+        ("!f", "float32"),
+    ],
+)
+def test_non_native_multibyte_copied(fmt, dtype):
+    """Non-native byte order is accepted; exports are native-order copies with the right values."""
     if not LITTLE:
         pytest.skip("little-endian machine assumed")
     src = ndarray(_items(fmt), shape=[6], format=fmt)
-    with pytest.raises(BufferError):
-        asdlpack(src)
+    obj = asdlpack(src)
+    assert obj.dtype == dtype
+    assert obj.itemsize == struct.calcsize(fmt)
+    assert obj.shape == (6,)
+    assert obj.strides == (1,)
+    assert obj.byte_strides == (obj.itemsize,)
+    assert isinstance(obj.copy_reason, str) and obj.copy_reason
+    assert "needs_copy=True" in repr(obj)
+    for max_version in (None, (1, 3)):
+        with pytest.raises(BufferError, match="copy=False"):
+            obj.__dlpack__(max_version=max_version, copy=False)
+    np = pytest.importorskip("numpy")
+    out = np.from_dlpack(obj)
+    assert out.dtype == np.dtype(dtype)
+    assert out.flags.writeable
+    np.testing.assert_array_equal(out, _items(fmt))
 
 
 @pytest.mark.parametrize("fmt", ["c", "3i", "2B", "x", "s", "5s", "p"])
@@ -85,11 +111,25 @@ def test_unsupported_formats_refused(fmt):
         asdlpack(src)
 
 
-def test_suboffsets_refused():
+def test_suboffsets_copied():
+    """PIL-style buffers are accepted; exports follow the suboffsets into a fresh copy."""
     src = ndarray(list(range(12)), shape=[3, 4], format="B", flags=tb.ND_PIL)
     assert memoryview(src).suboffsets
-    with pytest.raises(BufferError):
-        asdlpack(src)
+    obj = asdlpack(src)
+    assert obj.shape == (3, 4)
+    assert obj.dtype == "uint8"
+    assert obj.readonly is True
+    assert isinstance(obj.copy_reason, str) and obj.copy_reason
+    assert "needs_copy=True" in repr(obj)
+    assert len(obj.byte_strides) == 2
+    for max_version in (None, (1, 3)):
+        with pytest.raises(BufferError, match="copy=False"):
+            obj.__dlpack__(max_version=max_version, copy=False)
+    np = pytest.importorskip("numpy")
+    out = np.from_dlpack(obj)
+    assert out.flags.writeable
+    np.testing.assert_array_equal(out, memoryview(src).tolist())
+    np.testing.assert_array_equal(out, np.arange(12).reshape(3, 4))
 
 
 def test_getbuffer_failure_propagates():

@@ -202,14 +202,25 @@ def test_readonly_flag_set_for_readonly_source():
     assert not info.flags & FLAG_IS_COPIED
 
 
-def test_readonly_legacy_refused():
-    obj = asdlpack(b"abcdef")
-    with pytest.raises(BufferError):
-        obj.__dlpack__()
-    with pytest.raises(BufferError):
-        obj.__dlpack__(max_version=(0, 9))
-    with pytest.raises(BufferError):
+def test_readonly_legacy_copies():
+    """A legacy capsule can't say read-only: read-only memory is exported as a copy."""
+    src = b"abcdef"
+    obj = asdlpack(src)
+    assert obj.copy_reason is None  # the memory itself is fine; only legacy exports copy
+    for kwargs in [{}, {"max_version": None}, {"max_version": (0, 9)}]:
+        cap = obj.__dlpack__(**kwargs)
+        assert capsule_name(cap) == "dltensor"
+        info = CapsuleInfo(cap)
+        assert info.shape == (6,)
+        assert info.first_element != obj.data_ptr
+        assert ctypes.string_at(info.first_element, 6) == src
+        ctypes.memset(info.first_element, ord("z"), 6)  # the copy is the consumer's to write
+        assert src == b"abcdef"
+        del cap
+    with pytest.raises(BufferError, match="copy=False"):
         obj.__dlpack__(copy=False)
+    with pytest.raises(BufferError, match="copy=False"):
+        obj.__dlpack__(max_version=(0, 9), copy=False)
     # the object is still usable afterwards
     assert capsule_name(obj.__dlpack__(max_version=(1, 1))) == "dltensor_versioned"
 
@@ -383,8 +394,10 @@ def test_rewrap_readonly_object():
     inner = asdlpack(b"xyz")
     outer = asdlpack(inner)
     assert outer.readonly is True
+    info = CapsuleInfo(outer.__dlpack__())  # legacy: a copy
+    assert info.first_element != inner.data_ptr
     with pytest.raises(BufferError):
-        outer.__dlpack__()
+        outer.__dlpack__(copy=False)
     assert CapsuleInfo(outer.__dlpack__(max_version=(1, 0))).readonly
 
 

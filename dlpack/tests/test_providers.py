@@ -236,9 +236,12 @@ def test_mmap_readonly(tmp_path):
     np.testing.assert_array_equal(out, np.arange(64, dtype=np.uint8))
     info = CapsuleInfo(obj.__dlpack__(max_version=(1, 0)))
     assert info.flags & FLAG_READ_ONLY
+    legacy = obj.__dlpack__()  # a legacy capsule can't say read-only: a copy
+    assert CapsuleInfo(legacy).first_element != obj.data_ptr
+    assert ctypes.string_at(CapsuleInfo(legacy).first_element, 64) == bytes(range(64))
     with pytest.raises(BufferError):
-        obj.__dlpack__()
-    del out, obj, info
+        obj.__dlpack__(copy=False)
+    del out, obj, info, legacy
     import gc
 
     gc.collect()
