@@ -114,6 +114,9 @@ struct Request {
     versioned_minor: Option<u32>,
     dl_device: Option<DLDevice>,
     copy: Option<bool>,
+    /// Whether the consumer honours the READ_ONLY flag; if not, read-only memory is copied.
+    /// Legacy capsules can't carry the flag, and C exchange API consumers (tvm-ffi) ignore it.
+    honours_read_only: bool,
 }
 
 fn int_pair(value: &Bound<'_, PyAny>, what: &str) -> Result<(i64, i64)> {
@@ -182,6 +185,7 @@ impl Request {
             versioned_minor,
             dl_device,
             copy,
+            honours_read_only: versioned_minor.is_some(),
         })
     }
 }
@@ -226,14 +230,16 @@ impl DLPackObject {
         capsule::to_capsule(py, &tensor, device, kind)
     }
 
-    /// A versioned managed tensor as `__dlpack__(max_version=(1, 3))` would put in its capsule
-    /// (for the C exchange API).
+    /// A versioned managed tensor for the C exchange API: as `__dlpack__(max_version=(1, 3))`
+    /// would put in its capsule, except that read-only memory is copied (its consumers, tvm-ffi
+    /// among them, write through tensors regardless of the READ_ONLY flag).
     pub fn export_managed(&self, py: Python<'_>) -> Result<NonNull<DLManagedTensorVersioned>> {
         let request = Request {
             stream: None,
             versioned_minor: Some(DLPACK_MINOR_VERSION),
             dl_device: None,
             copy: None,
+            honours_read_only: false,
         };
         match self.prepare(py, &request)? {
             (tensor, device, Kind::Versioned { minor, flags }) => {
@@ -295,9 +301,9 @@ impl DLPackObject {
             Some("moving to another device")
         }
         .or_else(|| {
-            (request.versioned_minor.is_none() && self.tensor.readonly).then_some(
-                "read-only memory can't be exported as a legacy (unversioned) DLPack capsule, \
-                     which has no read-only flag",
+            (!request.honours_read_only && self.tensor.readonly).then_some(
+                "read-only memory can't be handed to a consumer that ignores the read-only flag \
+                 (a legacy capsule has none)",
             )
         });
         let copy = match (request.copy, needs_copy) {

@@ -101,10 +101,32 @@ def test_managed_tensor_from_py_object_shares_memory_and_frees():
     assert sys.getrefcount(src) == baseline
 
 
-def test_read_only_and_copied_exports_carry_flags():
-    managed, address = _export(asdlpack(b"abc"))
-    assert managed.flags & 1 == 1  # READ_ONLY
+def test_read_only_memory_is_copied_for_exchange_api_consumers():
+    """C API consumers (tvm-ffi) write through tensors whatever their READ_ONLY flag says, so
+    read-only memory goes out as a copy."""
+    src = b"abc"
+    managed, address = _export(asdlpack(src))
+    assert managed.flags & 1 == 0 and managed.flags & 2 == 2  # not READ_ONLY, IS_COPIED
+    t = managed.dl_tensor
+    assert t.data + t.byte_offset != asdlpack(src).data_ptr
+    assert ctypes.string_at(t.data + t.byte_offset, 3) == b"abc"
     _delete(managed, address)
+    with pytest.raises(BufferError, match="read-only"):
+        _DLTENSOR_FROM_PY(_table().dltensor_from_py_object_no_sync)(
+            asdlpack(src), ctypes.byref(DLTensor())
+        )
+
+
+def test_tvm_ffi_cannot_write_into_read_only_sources():
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    np = pytest.importorskip("numpy")
+    src = b"abcdef"
+    view = np.from_dlpack(tvm_ffi.from_dlpack(asdlpack(src)))
+    view[0] = ord("z")
+    assert src == b"abcdef"
+
+
+def test_copied_exports_carry_flags():
     np = pytest.importorskip("numpy")
     swapped = np.arange(4, dtype=">i4")
     managed, address = _export(asdlpack(swapped))

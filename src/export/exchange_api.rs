@@ -123,6 +123,11 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
                 "{reason}; a borrowed DLTensor can't be a copy"
             )));
         }
+        if tensor.readonly {
+            return Err(Error::buffer(
+                "read-only memory can't be lent as a bare DLTensor, which has no read-only flag",
+            ));
+        }
         let device = tensor.device.get()?;
         // SAFETY: the consumer gives a writable DLTensor; shape and strides point into the
         // object's own tensor, valid while the object lives, as the protocol allows.

@@ -1,0 +1,216 @@
+"""Providers x consumers x devices: every exchange through ``asdlpack`` that can happen here.
+
+The providers (stdlib buffers, numpy, torch, jax, cupy, numba, tensorflow, pyarrow, pillow, mlx,
+paddle) and consumers (numpy, torch, jax, cupy, tensorflow, paddle, array-api-strict, tvm-ffi)
+come from ``dlpack._report``, which ``python -m dlpack`` uses too. A library or device that is not
+here is a skip with its reason; so is a library version that lacks what an exchange needs.
+"""
+
+import warnings
+
+import pytest
+
+from dlpack import DLDeviceType, asdlpack
+from dlpack._report import (
+    DEVICES,
+    PROVIDERS,
+    Unavailable,
+    cuda_devices,
+    cupy_cuda,
+    exchange,
+    label,
+    library,
+    pairs,
+    torch_cuda,
+    version,
+)
+
+EXCHANGES = [(device, p, c) for device in DEVICES for p, c in pairs(device)]
+SOURCES = [(device, p) for device in DEVICES for p in PROVIDERS if device in p.devices]
+
+
+def _same(got, expected) -> bool:
+    if isinstance(expected, list):
+        return (
+            isinstance(got, list)
+            and len(got) == len(expected)
+            and all(_same(g, e) for g, e in zip(got, expected, strict=True))
+        )
+    return float(got) == float(expected)
+
+
+def _skip_unless_present(*names):
+    for name in names:
+        if name is None:
+            continue
+        lib = library(name)
+        if lib.status == "missing":
+            pytest.skip(f"{label(name)} is not installed")
+        if lib.status == "broken":
+            pytest.skip(f"{label(name)} fails to import: {lib.error}")
+
+
+def _skip_unless_cuda():
+    ok, why = cuda_devices()
+    if not ok:
+        pytest.skip(f"needs a CUDA device: {why}")
+
+
+@pytest.mark.parametrize(
+    "device, provider", SOURCES, ids=[f"{device}-{p.name}" for device, p in SOURCES]
+)
+def test_provider_view(device, provider):
+    """asdlpack sees each provider's array as it is: shape, dtype, device, memory, flags."""
+    _skip_unless_present(provider.module)
+    if device == "cuda":
+        _skip_unless_cuda()
+    try:
+        sample = provider.make(device)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        obj = asdlpack(sample.obj)
+    assert obj.dtype == sample.dtype
+    size = 1
+    for n in obj.shape:
+        size *= n
+    assert size == 6
+    assert obj.nbytes == 6 * obj.itemsize
+    if sample.ptr is not None:
+        assert obj.data_ptr == sample.ptr, "asdlpack copied (or misread) the source"
+    if sample.readonly:
+        assert obj.readonly is True
+    if device == "cpu":
+        assert obj.device == (DLDeviceType.kDLCPU, 0)
+    else:
+        assert obj.device[0] in (DLDeviceType.kDLCUDA, DLDeviceType.kDLCUDAManaged)
+    assert obj.__dlpack_device__() == obj.device
+
+
+@pytest.mark.parametrize(
+    "device, provider, consumer",
+    EXCHANGES,
+    ids=[f"{device}-{p.name}-{c.name}" for device, p, c in EXCHANGES],
+)
+def test_exchange(device, provider, consumer):
+    """provider -> asdlpack -> consumer.from_dlpack: same values, and the same memory wherever
+    the consumer promises not to copy."""
+    out = exchange(provider, consumer, device)
+    if out.status == "skip":
+        pytest.skip(out.reason)
+    if out.status == "fails" and out.stage == "consumer":
+        if out.sample.readonly and isinstance(out.exc, BufferError):
+            # documented: read-only memory can't go out in a legacy (unversioned) capsule
+            pytest.skip(
+                f"{version(consumer.module)} asks for an unversioned DLPack capsule, which "
+                "can't carry read-only memory"
+            )
+    assert out.status != "fails", out.reason
+    assert _same(out.values, out.sample.values), (out.values, out.sample.values)
+    read_only_copy = consumer.copies_read_only and out.sample.readonly
+    if consumer.zero_copy and out.sample.ptr is not None and not read_only_copy:
+        assert out.dst_ptr == out.src_ptr, f"{consumer.name} got a copy: {out.status}"
+
+
+def test_exchange_table_covers_every_provider_and_consumer():
+    from dlpack._report import CONSUMERS
+
+    names = {p.name for _, p, _ in EXCHANGES}
+    assert names == {p.name for p in PROVIDERS}
+    assert {c.name for _, _, c in EXCHANGES} == {c.name for c in CONSUMERS}
+    for _, p, c in EXCHANGES:
+        assert set(p.devices) & set(c.devices)
+
+
+# ---------------------------------------------------------------------------
+# CUDA streams (skipped without a GPU)
+# ---------------------------------------------------------------------------
+
+
+def _cuda_torch():
+    _skip_unless_present("torch")
+    _skip_unless_cuda()
+    if not torch_cuda():
+        pytest.skip(f"{version('torch')} sees no CUDA device")
+    return library("torch").module
+
+
+def _cuda_cupy():
+    _skip_unless_present("cupy")
+    _skip_unless_cuda()
+    if not cupy_cuda():
+        pytest.skip(f"{version('cupy')} sees no CUDA device")
+    return library("cupy").module
+
+
+N = 1 << 20
+
+
+def test_cuda_torch_to_cupy_on_a_cupy_stream():
+    """cupy passes its stream; asdlpack asks torch again with it, so torch's pending work is
+    ordered before cupy reads."""
+    torch = _cuda_torch()
+    cupy = _cuda_cupy()
+    t = torch.arange(N, device="cuda", dtype=torch.float32) * 2  # queued on torch's stream
+    obj = asdlpack(t)
+    with cupy.cuda.Stream(non_blocking=True) as stream:
+        x = cupy.from_dlpack(obj)
+        last = x[-1:] + 0
+    stream.synchronize()
+    assert float(last.get()[0]) == 2.0 * (N - 1)
+    assert int(x.data.ptr) == t.data_ptr()
+
+
+def test_cuda_cupy_cai_stream_to_torch():
+    """A CUDA array interface producer names its stream; the consumer's capsule waits for it."""
+    torch = _cuda_torch()
+    cupy = _cuda_cupy()
+    from dlpack._report import _CudaArrayInterfaceOnly
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        x = cupy.arange(N, dtype=cupy.float32) * 3
+        only_cai = _CudaArrayInterfaceOnly(x)  # its interface names `stream`
+    obj = asdlpack(only_cai)
+    named = only_cai.__cuda_array_interface__.get("stream")
+    if named not in (None, 1, 2):
+        assert obj.stream == named
+    t = torch.from_dlpack(obj)
+    assert t.data_ptr() == int(x.data.ptr)
+    expected = torch.arange(N, device="cuda", dtype=torch.float32) * 3
+    assert torch.equal(t, expected)
+
+
+def test_cuda_cai_stream_minus_one_skips_the_wait():
+    cupy = _cuda_cupy()
+    from dlpack._report import _CudaArrayInterfaceOnly
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        x = cupy.ones(16, dtype=cupy.float32)
+        only_cai = _CudaArrayInterfaceOnly(x)
+    obj = asdlpack(only_cai)
+    cap = obj.__dlpack__(stream=-1, max_version=(1, 0))
+    assert type(cap).__name__ == "PyCapsule"
+    stream.synchronize()
+
+
+def test_cuda_numba_cai_to_torch_and_jax():
+    """Numba device arrays speak only the CUDA array interface."""
+    _skip_unless_present("numba", "numpy")
+    _skip_unless_cuda()
+    from dlpack._report import CONSUMERS, PROVIDERS
+
+    provider = next(p for p in PROVIDERS if p.name == "numba-cai")
+    tried = 0
+    for consumer in CONSUMERS:
+        if consumer.name not in ("torch", "jax") or not library(consumer.module).ok:
+            continue
+        out = exchange(provider, consumer, "cuda")
+        if out.status == "skip":
+            continue
+        tried += 1
+        assert out.works, f"numba -> {consumer.name}: {out.reason}"
+    if not tried:
+        pytest.skip("needs torch or jax with CUDA")
