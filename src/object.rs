@@ -267,7 +267,8 @@ impl DLPackObject {
                 own.device_type,
                 device_type::CUDA | device_type::CUDA_MANAGED
             );
-        if !in_place && !(movable(target) && from_movable) {
+        let movable_pair = movable(target) && from_movable;
+        if !(in_place || movable_pair) {
             return Err(Error::buffer(format!(
                 "can't provide {} data on {}: only moves between the CPU and CUDA devices are \
                  supported",

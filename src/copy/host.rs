@@ -6,11 +6,10 @@ use std::ffi::c_void;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::cpu::AlignedBuffer;
+use super::cpu::{AlignedBuffer, Strided, copy_strided, may_overlap};
 use crate::error::{Error, Result};
 use crate::import::is_host;
 use crate::tensor::{Device, Layout, Owner, Tensor};
-use engine::{Strided, copy_strided, may_overlap};
 
 /// Below this many bytes, releasing and retaking the GIL costs more than the copy.
 const DETACH_THRESHOLD: usize = 64 * 1024;
@@ -206,56 +205,4 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor) -> Result<()> {
     let swap = (dst.swapped != from_swapped).then(|| dst.dtype.swap_unit());
     run(py, &to, &from, itemsize, swap);
     Ok(())
-}
-
-/// Stand-in for the strided engine while it is being written: element by element.
-mod engine {
-    #[derive(Clone, Debug)]
-    pub struct Strided {
-        pub ptr: *mut u8,
-        pub shape: Vec<usize>,
-        pub strides: Vec<isize>,
-    }
-
-    /// # Safety
-    /// Every addressed byte of `src` is readable and of `dst` writable.
-    pub unsafe fn copy_strided(dst: &Strided, src: &Strided, itemsize: usize, swap: Option<usize>) {
-        if dst.shape.contains(&0) {
-            return;
-        }
-        let numel: usize = dst.shape.iter().product();
-        let mut element = [0u8; 32];
-        for flat in 0..numel {
-            let (mut rest, mut d, mut s) = (flat, 0isize, 0isize);
-            for k in (0..dst.shape.len()).rev() {
-                let i = (rest % dst.shape[k]) as isize;
-                rest /= dst.shape[k];
-                d += i * dst.strides[k];
-                s += i * src.strides[k];
-            }
-            // SAFETY: per the contract; the element goes through a local, so src may equal dst.
-            unsafe {
-                std::ptr::copy_nonoverlapping(src.ptr.offset(s), element.as_mut_ptr(), itemsize);
-                if let Some(unit) = swap {
-                    element[..itemsize]
-                        .chunks_mut(unit)
-                        .for_each(|c| c.reverse());
-                }
-                std::ptr::copy_nonoverlapping(element.as_ptr(), dst.ptr.offset(d), itemsize);
-            }
-        }
-    }
-
-    pub fn may_overlap(a: &Strided, b: &Strided, itemsize: usize) -> bool {
-        let span = |v: &Strided| {
-            let (mut lo, mut hi) = (v.ptr as isize, v.ptr as isize + itemsize as isize);
-            for (&n, &s) in v.shape.iter().zip(&v.strides) {
-                let reach = (n.max(1) - 1) as isize * s;
-                if reach < 0 { lo += reach } else { hi += reach }
-            }
-            (lo, hi)
-        };
-        let ((a0, a1), (b0, b1)) = (span(a), span(b));
-        a0 < b1 && b0 < a1
-    }
 }

@@ -27,7 +27,9 @@ pub struct Plan {
 impl Plan {
     /// Elements the plan copies.
     pub fn numel(&self) -> usize {
-        self.dims.iter().fold(1usize, |acc, d| acc.saturating_mul(d.n))
+        self.dims
+            .iter()
+            .fold(1usize, |acc, d| acc.saturating_mul(d.n))
     }
 }
 
@@ -63,7 +65,8 @@ pub fn plan(shape: &[usize], dst_strides: &[isize], src_strides: &[isize]) -> Op
     // Largest destination stride outermost; ties (only possible with a zero or aliasing
     // destination stride) by source stride. A stable sort keeps the caller's order otherwise.
     dims.sort_by(|a, b| {
-        (b.dst.unsigned_abs(), b.src.unsigned_abs()).cmp(&(a.dst.unsigned_abs(), a.src.unsigned_abs()))
+        (b.dst.unsigned_abs(), b.src.unsigned_abs())
+            .cmp(&(a.dst.unsigned_abs(), a.src.unsigned_abs()))
     });
     let mut merged: Vec<Dim> = Vec::with_capacity(dims.len());
     for d in dims {
@@ -134,7 +137,12 @@ pub fn choose_kernel(plan: &Plan, itemsize: usize) -> Kernel {
 /// Which loop to cut into pieces for `pieces` threads, and in multiples of how many steps.
 /// Prefers the outermost loop the kernel leaves outside with enough steps, then the kernel's
 /// own loops, else the longest loop.
-pub fn split_dim(plan: &Plan, kernel: Kernel, pieces: usize, tile: usize) -> Option<(usize, usize)> {
+pub fn split_dim(
+    plan: &Plan,
+    kernel: Kernel,
+    pieces: usize,
+    tile: usize,
+) -> Option<(usize, usize)> {
     let last = plan.dims.len().checked_sub(1)?;
     let kernel_dims: Vec<usize> = match kernel {
         Kernel::Rows => (last.saturating_sub(1)..=last).collect(),
@@ -176,8 +184,12 @@ pub fn split(plan: &Plan, dim: usize, granule: usize, pieces: usize) -> Vec<Plan
         }
         let mut piece = plan.clone();
         piece.dims[dim].n = end - start;
-        piece.dst_offset = piece.dst_offset.wrapping_add((start as isize).wrapping_mul(d.dst));
-        piece.src_offset = piece.src_offset.wrapping_add((start as isize).wrapping_mul(d.src));
+        piece.dst_offset = piece
+            .dst_offset
+            .wrapping_add((start as isize).wrapping_mul(d.dst));
+        piece.src_offset = piece
+            .src_offset
+            .wrapping_add((start as isize).wrapping_mul(d.src));
         out.push(piece);
     }
     out
@@ -187,10 +199,15 @@ pub fn split(plan: &Plan, dim: usize, granule: usize, pieces: usize) -> Vec<Plan
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::collections::BTreeSet;
 
     /// Every (dst, src) byte-offset pair loops over `dims` from the offsets address.
-    fn pairs(dst0: isize, src0: isize, shape: &[usize], dst: &[isize], src: &[isize]) -> Vec<(isize, isize)> {
+    fn pairs(
+        dst0: isize,
+        src0: isize,
+        shape: &[usize],
+        dst: &[isize],
+        src: &[isize],
+    ) -> Vec<(isize, isize)> {
         let numel: usize = shape.iter().product();
         let mut out = Vec::with_capacity(numel);
         for flat in 0..numel {
@@ -221,14 +238,28 @@ mod tests {
     #[test]
     fn c_contiguous_merges_to_one_loop() {
         let p = plan(&[3, 4, 5], &[80, 20, 4], &[80, 20, 4]).unwrap();
-        assert_eq!(p.dims, vec![Dim { n: 60, dst: 4, src: 4 }]);
+        assert_eq!(
+            p.dims,
+            vec![Dim {
+                n: 60,
+                dst: 4,
+                src: 4
+            }]
+        );
         assert_eq!((p.dst_offset, p.src_offset), (0, 0));
     }
 
     #[test]
     fn extent_one_and_zero() {
         let p = plan(&[1, 5, 1], &[7, 4, 9], &[3, -4, 11]).unwrap();
-        assert_eq!(p.dims, vec![Dim { n: 5, dst: 4, src: -4 }]);
+        assert_eq!(
+            p.dims,
+            vec![Dim {
+                n: 5,
+                dst: 4,
+                src: -4
+            }]
+        );
         assert!(plan(&[3, 0], &[4, 4], &[4, 4]).is_none());
         let p = plan(&[], &[], &[]).unwrap();
         assert!(p.dims.is_empty());
@@ -238,11 +269,25 @@ mod tests {
     #[test]
     fn negative_dst_strides_flip_jointly() {
         let p = plan(&[4], &[-8], &[8]).unwrap();
-        assert_eq!(p.dims, vec![Dim { n: 4, dst: 8, src: -8 }]);
+        assert_eq!(
+            p.dims,
+            vec![Dim {
+                n: 4,
+                dst: 8,
+                src: -8
+            }]
+        );
         assert_eq!((p.dst_offset, p.src_offset), (-24, 24));
         // Reversed on both sides: a plain contiguous run again.
         let p = plan(&[2, 3], &[-12, -4], &[-12, -4]).unwrap();
-        assert_eq!(p.dims, vec![Dim { n: 6, dst: 4, src: 4 }]);
+        assert_eq!(
+            p.dims,
+            vec![Dim {
+                n: 6,
+                dst: 4,
+                src: 4
+            }]
+        );
         assert_eq!((p.dst_offset, p.src_offset), (-20, -20));
     }
 
@@ -250,13 +295,48 @@ mod tests {
     fn orders_by_destination() {
         // src = a.T (a C-ordered 3x5 float32) into C order: a transpose.
         let p = plan(&[5, 3], &[12, 4], &[4, 20]).unwrap();
-        assert_eq!(p.dims, vec![Dim { n: 5, dst: 12, src: 4 }, Dim { n: 3, dst: 4, src: 20 }]);
+        assert_eq!(
+            p.dims,
+            vec![
+                Dim {
+                    n: 5,
+                    dst: 12,
+                    src: 4
+                },
+                Dim {
+                    n: 3,
+                    dst: 4,
+                    src: 20
+                }
+            ]
+        );
         // Into F order from C order: the same loops, sorted by the destination.
         let p = plan(&[3, 5], &[4, 12], &[20, 4]).unwrap();
-        assert_eq!(p.dims, vec![Dim { n: 5, dst: 12, src: 4 }, Dim { n: 3, dst: 4, src: 20 }]);
+        assert_eq!(
+            p.dims,
+            vec![
+                Dim {
+                    n: 5,
+                    dst: 12,
+                    src: 4
+                },
+                Dim {
+                    n: 3,
+                    dst: 4,
+                    src: 20
+                }
+            ]
+        );
         // Broadcast source rows merge.
         let p = plan(&[4, 6], &[24, 4], &[0, 0]).unwrap();
-        assert_eq!(p.dims, vec![Dim { n: 24, dst: 4, src: 0 }]);
+        assert_eq!(
+            p.dims,
+            vec![Dim {
+                n: 24,
+                dst: 4,
+                src: 0
+            }]
+        );
     }
 
     #[test]

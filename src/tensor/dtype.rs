@@ -244,26 +244,32 @@ mod tests {
 
     #[test]
     fn buffer_formats() {
+        let native = |dtype| Element {
+            dtype,
+            swapped: false,
+        };
         let f32 = DType::new(tc::FLOAT, 32);
-        assert_eq!(parse_buffer_format(b"f", 4).unwrap(), f32);
-        assert_eq!(parse_buffer_format(b"<f", 4).unwrap(), f32);
-        assert_eq!(parse_buffer_format(b"=f", 4).unwrap(), f32);
-        assert!(matches!(
-            parse_buffer_format(b">f", 4),
-            Err(Error::Buffer(_))
-        ));
-        assert_eq!(parse_buffer_format(b">B", 1).unwrap(), int(false, 1));
+        assert_eq!(parse_buffer_format(b"f", 4).unwrap(), native(f32));
+        assert_eq!(parse_buffer_format(b"<f", 4).unwrap(), native(f32));
+        assert_eq!(parse_buffer_format(b"=f", 4).unwrap(), native(f32));
+        let swapped = Element {
+            dtype: f32,
+            swapped: true,
+        };
+        assert_eq!(parse_buffer_format(b">f", 4).unwrap(), swapped);
+        assert_eq!(parse_buffer_format(b"!f", 4).unwrap(), swapped);
+        assert_eq!(
+            parse_buffer_format(b">B", 1).unwrap(),
+            native(int(false, 1))
+        );
         assert!(matches!(parse_buffer_format(b"f", 8), Err(Error::Value(_))));
-        assert_eq!(parse_buffer_format(b"<l", 8).unwrap(), int(true, 8));
-        assert_eq!(parse_buffer_format(b"=l", 4).unwrap(), int(true, 4));
-        assert_eq!(
-            parse_buffer_format(b"Zd", 16).unwrap(),
-            DType::new(tc::COMPLEX, 128)
-        );
-        assert_eq!(
-            parse_buffer_format(b"?", 1).unwrap(),
-            DType::new(tc::BOOL, 8)
-        );
+        assert_eq!(parse_buffer_format(b"<l", 8).unwrap(), native(int(true, 8)));
+        assert_eq!(parse_buffer_format(b"=l", 4).unwrap(), native(int(true, 4)));
+        let c128 = DType::new(tc::COMPLEX, 128);
+        assert_eq!(parse_buffer_format(b"Zd", 16).unwrap(), native(c128));
+        assert_eq!(c128.swap_unit(), 8);
+        let boolean = DType::new(tc::BOOL, 8);
+        assert_eq!(parse_buffer_format(b"?", 1).unwrap(), native(boolean));
         for bad in [
             &b"g"[..],
             b"O",
@@ -281,21 +287,24 @@ mod tests {
 
     #[test]
     fn typestrs() {
-        assert_eq!(
-            parse_typestr("<f4").unwrap(),
-            TypeStr::Known(DType::new(tc::FLOAT, 32))
-        );
+        let known = |dtype, swapped| TypeStr::Known(Element { dtype, swapped });
+        let f32 = DType::new(tc::FLOAT, 32);
+        assert_eq!(parse_typestr("<f4").unwrap(), known(f32, false));
         assert_eq!(
             parse_typestr("|b1").unwrap(),
-            TypeStr::Known(DType::new(tc::BOOL, 8))
+            known(DType::new(tc::BOOL, 8), false)
         );
-        assert_eq!(parse_typestr("|u1").unwrap(), TypeStr::Known(int(false, 1)));
-        assert_eq!(parse_typestr(">u1").unwrap(), TypeStr::Known(int(false, 1)));
+        assert_eq!(parse_typestr("|u1").unwrap(), known(int(false, 1), false));
+        assert_eq!(parse_typestr(">u1").unwrap(), known(int(false, 1), false));
+        let opaque = TypeStr::Opaque {
+            itemsize: 2,
+            swapped: false,
+        };
+        assert_eq!(parse_typestr("<V2").unwrap(), opaque);
         assert_eq!(
-            parse_typestr("<V2").unwrap(),
-            TypeStr::Opaque { itemsize: 2 }
+            parse_typestr(">f8").unwrap(),
+            known(DType::new(tc::FLOAT, 64), true)
         );
-        assert!(matches!(parse_typestr(">f8"), Err(Error::Buffer(_))));
         assert!(matches!(parse_typestr("<f16"), Err(Error::Buffer(_))));
         assert!(matches!(parse_typestr("|O8"), Err(Error::Buffer(_))));
         assert!(matches!(parse_typestr("<M8[ns]"), Err(Error::Buffer(_))));

@@ -1,0 +1,219 @@
+#!/usr/bin/env python
+"""Throughput of the CPU copy engine (``dlpack.copyto``) against numpy and torch.
+
+Run from the repository root with the python that has ``dlpack-adapter`` installed::
+
+    python -P bench/bench_copy.py            # full run
+    python -P bench/bench_copy.py --quick    # fewer repeats
+    python -P bench/bench_copy.py --json out.json
+
+Cases (float32): a contiguous 64 MiB copy, a 4096x4096 transpose, a 64**4 permute (3, 1, 2, 0)
+and a stride-2 gather. Each competitor writes into its own preallocated destination; repeats of
+the competitors are interleaved so they see the same machine noise, and the table shows the best
+repeat. GB/s is 2 x the destination's bytes per second (what a copy reads and writes; the
+stride-2 gather really reads twice that). Every result is checked against numpy's.
+
+A row whose library is missing, or whose call raises (``dlpack.copyto`` before the build that has
+it), is skipped with a printed reason.
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _guard_sys_path() -> None:
+    """Keep bench/ (the script's own directory) from shadowing anything."""
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
+
+
+_guard_sys_path()
+
+import numpy as np  # noqa: E402
+
+try:
+    import torch
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    torch = None
+    TORCH_MISSING = f"torch not installed ({exc})"
+else:
+    TORCH_MISSING = ""
+
+try:
+    import dlpack
+except ImportError as exc:  # pragma: no cover
+    dlpack = None
+    DLPACK_MISSING = f"dlpack not importable ({exc})"
+else:
+    DLPACK_MISSING = "" if hasattr(dlpack, "copyto") else "this build has no dlpack.copyto"
+
+
+def best_time(fn, repeats: int, min_time: float) -> list[float]:
+    """Seconds per call of each repeat; a repeat loops until it has run ``min_time``."""
+    fn()  # warm up: page faults, lazy init
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time or number >= 1 << 16:
+            break
+        number *= 2
+    out = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        out.append((time.perf_counter() - start) / number)
+    return out
+
+
+def case_inputs(name: str):
+    """(numpy source view, numpy destination factory, torch source view or None)."""
+    rng = np.random.default_rng(0)
+    if name == "contiguous":
+        base = rng.random(16 * 1024 * 1024, dtype=np.float32)  # 64 MiB
+        view = base
+        t = torch.from_numpy(base) if torch is not None else None
+    elif name == "transpose":
+        base = rng.random((4096, 4096), dtype=np.float32)
+        view = base.T
+        t = torch.from_numpy(base).T if torch is not None else None
+    elif name == "permute":
+        base = rng.random((64, 64, 64, 64), dtype=np.float32)
+        view = base.transpose(3, 1, 2, 0)
+        t = torch.from_numpy(base).permute(3, 1, 2, 0) if torch is not None else None
+    elif name == "gather":
+        base = rng.random(32 * 1024 * 1024, dtype=np.float32)  # 128 MiB, every other item
+        view = base[::2]
+        t = torch.from_numpy(base)[::2] if torch is not None else None
+    else:
+        raise ValueError(name)
+    return view, t
+
+
+CASES = {
+    "contiguous": "contiguous float32, 64 MiB",
+    "transpose": "4096x4096 float32 `src.T`",
+    "permute": "64^4 float32 permute (3,1,2,0)",
+    "gather": "stride-2 gather `src[::2]`, 64 MiB out",
+}
+
+
+def run_case(name: str, repeats: int, min_time: float) -> dict:
+    src, src_t = case_inputs(name)
+    expected = np.ascontiguousarray(src)
+    nbytes = expected.nbytes
+    fns: dict[str, object] = {}
+    skipped: dict[str, str] = {}
+
+    d_np = np.empty_like(expected)
+    fns["numpy"] = lambda: np.copyto(d_np, src)
+    outputs = {"numpy": d_np}
+
+    if DLPACK_MISSING:
+        skipped["dlpack"] = DLPACK_MISSING
+    else:
+        d_ours = np.empty_like(expected)
+        try:
+            dlpack.copyto(d_ours, src)
+        except Exception as exc:  # noqa: BLE001 - report any failure as a skip reason
+            skipped["dlpack"] = f"dlpack.copyto raised {type(exc).__name__}: {exc}"
+        else:
+            fns["dlpack"] = lambda: dlpack.copyto(d_ours, src)
+            outputs["dlpack"] = d_ours
+
+    if name != "contiguous" and name != "gather":
+        if torch is None:
+            skipped["torch"] = TORCH_MISSING
+        else:
+            d_torch = torch.empty(tuple(expected.shape), dtype=torch.float32)
+            fns["torch"] = lambda: d_torch.copy_(src_t)
+            outputs["torch"] = d_torch.numpy()
+
+    for key, fn in fns.items():
+        fn()
+        if not np.array_equal(outputs[key], expected):
+            raise AssertionError(f"{name}: {key} produced a wrong result")
+
+    times: dict[str, list[float]] = {key: [] for key in fns}
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            times[key].extend(best_time(fn, 1, min_time))
+    return {"bytes": nbytes, "times": times, "skipped": skipped}
+
+
+def fmt_time(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def fmt_rate(nbytes: int, seconds: float) -> str:
+    return f"{2 * nbytes / seconds / 1e9:.1f} GB/s"
+
+
+def cell(best: dict, key: str, nbytes: int) -> str:
+    if key in best:
+        return f"{fmt_time(best[key])} ({fmt_rate(nbytes, best[key])})"
+    return "—"
+
+
+def ratio(best: dict, key: str) -> str:
+    if key in best and "dlpack" in best:
+        return f"{best[key] / best['dlpack']:.2f}×"
+    return "—"
+
+
+def table(results: dict) -> str:
+    lines = [
+        "| case | dlpack.copyto | np.copyto | torch copy_ | numpy/ours | torch/ours |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, res in results.items():
+        best = {key: min(ts) for key, ts in res["times"].items()}
+        cells = " | ".join(cell(best, key, res["bytes"]) for key in ("dlpack", "numpy", "torch"))
+        lines.append(
+            f"| {CASES[name]} | {cells} | {ratio(best, 'numpy')} | {ratio(best, 'torch')} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--json", metavar="PATH", help="also write every repeat as JSON")
+    parser.add_argument("cases", nargs="*", choices=[*CASES, []], help="cases (default all)")
+    args = parser.parse_args()
+    repeats = args.repeats or (3 if args.quick else 9)
+    min_time = 0.05 if args.quick else 0.2
+
+    results = {}
+    for name in args.cases or list(CASES):
+        results[name] = run_case(name, repeats, min_time)
+
+    versions = [f"numpy {np.__version__}"]
+    if torch is not None:
+        versions.append(f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, ", end="")
+    print(", ".join(versions) + f", best of {repeats} repeats\n")
+    print(table(results))
+    print(
+        "\nratio = competitor time / ours (higher is better for us); "
+        "GB/s = 2 x destination bytes / time"
+    )
+    for name, res in results.items():
+        for key, reason in res["skipped"].items():
+            print(f"skipped {key} for {name}: {reason}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
