@@ -447,7 +447,7 @@ impl DLPackObject {
     /// Extents, as a tuple of ints.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.tensor.layout.shape.iter())
+        PyTuple::new(py, self.tensor.layout.shape().iter())
     }
 
     /// Strides in elements (as DLPack and torch count them, not bytes as numpy does), or None
@@ -456,16 +456,15 @@ impl DLPackObject {
     fn strides<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         self.tensor
             .layout
-            .strides
-            .as_ref()
-            .map(|s| PyTuple::new(py, s.iter()))
+            .strides()
+            .map(|s| PyTuple::new(py, s))
             .transpose()
     }
 
     /// Strides in bytes, as numpy counts them.
     #[getter]
     fn byte_strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.tensor.layout.byte_strides.iter())
+        PyTuple::new(py, self.tensor.layout.byte_strides().iter())
     }
 
     /// Whether exporting needs a copy (memory DLPack can't express as it is), and why.
@@ -543,9 +542,9 @@ impl DLPackObject {
                 v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
             ),
         };
-        let strides = match &t.layout.strides {
+        let strides = match t.layout.strides() {
             Some(strides) => format!("strides={}", tuple(strides)),
-            None => format!("byte_strides={}", tuple(&t.layout.byte_strides)),
+            None => format!("byte_strides={}", tuple(t.layout.byte_strides())),
         };
         let copy = if t.copy_reason().is_some() {
             ", needs_copy=True"
@@ -554,7 +553,7 @@ impl DLPackObject {
         };
         format!(
             "DLPackObject(shape={}, dtype={}, {strides}, device={device}, readonly={}{copy})",
-            tuple(&t.layout.shape),
+            tuple(t.layout.shape()),
             t.dtype.name(),
             if t.readonly { "True" } else { "False" }
         )

@@ -186,18 +186,16 @@ pub fn to_device(
         })
     })
     .map_err(runtime)?;
-    Ok(Tensor {
-        data: buffer.as_ptr(),
-        device: Device::Known(DLDevice {
-            device_type: device_type::CUDA,
-            device_id,
-        }),
-        dtype: tensor.dtype,
-        layout: Layout::c_order(&tensor.layout.shape, itemsize),
-        readonly: false,
-        swapped: false,
-        indirect: false,
-        stream: None,
-        owner: Owner::DeviceAllocation(buffer),
-    })
+    let device = Device::Known(DLDevice {
+        device_type: device_type::CUDA,
+        device_id,
+    });
+    let layout = Layout::c_order(tensor.layout.shape(), itemsize);
+    Ok(Tensor::owned(
+        buffer.as_ptr(),
+        device,
+        tensor.dtype,
+        layout,
+        Owner::DeviceAllocation(buffer),
+    ))
 }

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use super::cpu::{AlignedBuffer, Strided, copy_strided, may_overlap};
 use crate::error::{Error, Result};
 use crate::import::is_host;
-use crate::tensor::{Device, Layout, Owner, Tensor};
+use crate::tensor::{Layout, Owner, Tensor};
 
 /// Below this many bytes, releasing and retaking the GIL costs more than the copy.
 const DETACH_THRESHOLD: usize = 64 * 1024;
@@ -64,8 +64,12 @@ pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
     let itemsize = tensor.dtype.itemsize();
     let nbytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
     let buffer = AlignedBuffer::new(nbytes)?;
-    let layout = Layout::c_order(&tensor.layout.shape, itemsize);
-    let dst = strided(buffer.as_ptr().cast(), &layout.shape, &layout.byte_strides);
+    let layout = Layout::c_order(tensor.layout.shape(), itemsize);
+    let dst = strided(
+        buffer.as_ptr().cast(),
+        layout.shape(),
+        layout.byte_strides(),
+    );
     if tensor.indirect {
         gather_indirect(py, tensor, &buffer, nbytes)?;
         if tensor.swapped {
@@ -75,23 +79,13 @@ pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
     } else {
         let src = strided(
             tensor.data,
-            &tensor.layout.shape,
-            &tensor.layout.byte_strides,
+            tensor.layout.shape(),
+            tensor.layout.byte_strides(),
         );
         let swap = tensor.swapped.then(|| tensor.dtype.swap_unit());
         run(py, &dst, &src, itemsize, swap);
     }
-    Ok(Tensor {
-        data: buffer.as_ptr().cast(),
-        device: Device::CPU,
-        dtype: tensor.dtype,
-        layout,
-        readonly: false,
-        swapped: false,
-        indirect: false,
-        stream: None,
-        owner: Owner::Allocation(buffer),
-    })
+    Ok(Tensor::host_allocation(buffer, tensor.dtype, layout))
 }
 
 /// Follow a buffer's suboffsets with CPython's own gatherer (it knows the PIL-style rules).
@@ -126,15 +120,15 @@ fn broadcast_strides(src: &Layout, shape: &[i64]) -> Result<Vec<i64>> {
     let mismatch = || {
         Error::value(format!(
             "could not broadcast source of shape {:?} into destination of shape {shape:?}",
-            src.shape
+            src.shape()
         ))
     };
     // Like numpy, leading source dimensions of extent 1 beyond the destination's are dropped.
-    let extra = src.shape.len().saturating_sub(shape.len());
-    if src.shape[..extra].iter().any(|&n| n != 1) {
+    let extra = src.shape().len().saturating_sub(shape.len());
+    if src.shape()[..extra].iter().any(|&n| n != 1) {
         return Err(mismatch());
     }
-    let (src_shape, src_strides) = (&src.shape[extra..], &src.byte_strides[extra..]);
+    let (src_shape, src_strides) = (&src.shape()[extra..], &src.byte_strides()[extra..]);
     let lead = shape.len() - src_shape.len();
     let mut strides = vec![0i64; shape.len()];
     for (k, (&n, &s)) in src_shape.iter().zip(src_strides.iter()).enumerate() {
@@ -169,14 +163,14 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor) -> Result<()> {
             src.dtype.name()
         )));
     }
-    let shape = &dst.layout.shape;
+    let shape = dst.layout.shape();
     if dst.numel() == 0 {
         broadcast_strides(&src.layout, shape)?;
         return Ok(());
     }
     if shape
         .iter()
-        .zip(dst.layout.byte_strides.iter())
+        .zip(dst.layout.byte_strides().iter())
         .any(|(&n, &s)| n > 1 && s == 0)
     {
         return Err(Error::value(
@@ -184,7 +178,7 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor) -> Result<()> {
         ));
     }
     let itemsize = dst.dtype.itemsize();
-    let to = strided(dst.data, shape, &dst.layout.byte_strides);
+    let to = strided(dst.data, shape, dst.layout.byte_strides());
     let from = strided(src.data, shape, &broadcast_strides(&src.layout, shape)?);
     // Sources the engine can't read directly, or that share bytes with the destination, are
     // first copied whole into a buffer of our own.

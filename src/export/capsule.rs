@@ -72,9 +72,9 @@ fn new_export<M>(
     // 2 * ndim i64s at `dims_offset`; we write each field once before anyone reads it.
     unsafe {
         let dims = base.as_ptr().add(dims_offset).cast::<i64>();
-        ptr::copy_nonoverlapping(tensor.layout.shape.as_ptr(), dims, ndim);
+        ptr::copy_nonoverlapping(tensor.layout.shape().as_ptr(), dims, ndim);
         // The exporter only hands out tensors DLPack can express (`copy_reason` is None).
-        if let Some(strides) = &tensor.layout.strides {
+        if let Some(strides) = tensor.layout.strides() {
             ptr::copy_nonoverlapping(strides.as_ptr(), dims.add(ndim), ndim);
         }
         let dl_tensor = DLTensor {

@@ -23,7 +23,7 @@ use crate::ffi::{
 };
 use crate::import::dlpack::import_versioned;
 use crate::object::DLPackObject;
-use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
+use crate::tensor::{DType, Device, Layout, Tensor, layout};
 
 /// The table; a plain static so its address is valid for the life of the process, as the
 /// protocol requires.
@@ -137,11 +137,10 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
                 device,
                 ndim: tensor.layout.ndim() as i32,
                 dtype: tensor.dtype.0,
-                shape: tensor.layout.shape.as_ptr().cast_mut(),
+                shape: tensor.layout.shape().as_ptr().cast_mut(),
                 strides: tensor
                     .layout
-                    .strides
-                    .as_ref()
+                    .strides()
                     .map_or(ptr::null_mut(), |s| s.as_ptr().cast_mut()),
                 byte_offset: 0,
             };
@@ -187,17 +186,7 @@ fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorVersione
     let bytes = usize::try_from(layout.numel() * dtype.itemsize() as i64)
         .map_err(|_| Error::value("allocation too large"))?;
     let buffer = AlignedBuffer::new(bytes)?;
-    let tensor = Arc::new(Tensor {
-        data: buffer.as_ptr().cast(),
-        device: Device::CPU,
-        dtype,
-        layout,
-        readonly: false,
-        swapped: false,
-        indirect: false,
-        stream: None,
-        owner: Owner::Allocation(buffer),
-    });
+    let tensor = Arc::new(Tensor::host_allocation(buffer, dtype, layout));
     Ok(capsule::new_versioned(
         &tensor,
         prototype.device,

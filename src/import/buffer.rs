@@ -70,22 +70,25 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
         unsafe { CStr::from_ptr(raw.format) }.to_bytes()
     };
     let element = dtype::parse_buffer_format(format, itemsize)?;
-    let (shape, strides): (Vec<i64>, Option<Vec<i64>>) = if ndim == 0 {
-        (Vec::new(), None)
-    } else if raw.shape.is_null() {
+    let layout = if ndim > 0 && raw.shape.is_null() {
         // Only possible for exporters ignoring the request; treat the memory as 1-D bytes.
-        (vec![raw.len as i64 / itemsize.max(1) as i64], None)
+        let extent = [raw.len as i64 / itemsize.max(1) as i64];
+        Layout::from_byte_strides(&extent, None, itemsize)?
     } else {
         // SAFETY: shape (and strides, when present) have `ndim` entries while the view lives.
-        let shape = unsafe { std::slice::from_raw_parts(raw.shape, ndim) };
-        let strides = (!raw.strides.is_null())
-            .then(|| unsafe { std::slice::from_raw_parts(raw.strides, ndim) });
-        (
-            shape.iter().map(|&n| n as i64).collect(),
-            strides.map(|s| s.iter().map(|&n| n as i64).collect()),
-        )
+        let (shape, strides) = unsafe {
+            (
+                std::slice::from_raw_parts(raw.shape, ndim),
+                (!raw.strides.is_null()).then(|| std::slice::from_raw_parts(raw.strides, ndim)),
+            )
+        };
+        Layout::build(
+            ndim,
+            itemsize,
+            |k| shape[k] as i64,
+            strides.map(|s| move |k: usize| Ok(s[k] as i64)),
+        )?
     };
-    let layout = Layout::from_byte_strides(&shape, strides.as_deref(), itemsize)?;
     Tensor::check_data(raw.buf, &layout)?;
     Ok(Tensor {
         data: raw.buf,

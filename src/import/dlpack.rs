@@ -204,23 +204,19 @@ fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
         (shape, strides)
     };
     let item = dtype.itemsize() as i64;
-    let byte_strides: Option<Vec<i64>> = strides
-        .map(|s| {
-            s.iter()
-                .map(|&n| {
-                    n.checked_mul(item)
-                        .ok_or_else(|| Error::buffer("DLPack strides overflow"))
-                })
-                .collect()
-        })
-        .transpose()?;
-    let layout = Layout::from_byte_strides(shape, byte_strides.as_deref(), dtype.itemsize())
-        .map_err(|e| match e {
+    let byte_stride = strides.map(|s| {
+        move |k: usize| {
+            s[k].checked_mul(item)
+                .ok_or_else(|| Error::buffer("DLPack strides overflow"))
+        }
+    });
+    let layout =
+        Layout::build(ndim, dtype.itemsize(), |k| shape[k], byte_stride).map_err(|e| match e {
             Error::Value(msg) => Error::Buffer(msg),
             other => other,
         })?;
     debug_assert!(
-        layout.strides.is_some(),
+        layout.strides().is_some(),
         "element strides times the item size divide evenly"
     );
     let data = (t.data as usize)

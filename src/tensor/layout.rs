@@ -4,14 +4,13 @@
 use crate::error::{Error, Result};
 
 /// Shape and strides: always in bytes, and in elements (as DLPack carries them) when the
-/// byte strides allow.
+/// byte strides allow. All three live in one allocation: `[shape | byte strides | strides]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
-    pub shape: Box<[i64]>,
-    pub byte_strides: Box<[i64]>,
-    /// `None` when a dimension of extent > 1 has a byte stride that is not a multiple of the item
-    /// size: DLPack can't express that memory without a copy.
-    pub strides: Option<Box<[i64]>>,
+    dims: Box<[i64]>,
+    /// False when a dimension of extent > 1 has a byte stride that is not a multiple of the
+    /// item size: DLPack can't express that memory without a copy.
+    whole_elements: bool,
 }
 
 /// The most dimensions we accept (numpy's limit is 64; DLPack's `ndim` is an `int32`).
@@ -28,11 +27,41 @@ impl Layout {
         byte_strides: Option<&[i64]>,
         itemsize: usize,
     ) -> Result<Layout> {
-        if shape.len() > MAX_NDIM {
+        if let Some(bs) = byte_strides
+            && bs.len() != shape.len()
+        {
             return Err(Error::value(format!(
-                "{} dimensions is more than the {MAX_NDIM} supported",
+                "strides {bs:?} do not match the {} dimensions of shape {shape:?}",
                 shape.len()
             )));
+        }
+        Layout::build(
+            shape.len(),
+            itemsize,
+            |k| shape[k],
+            byte_strides.map(|bs| |k: usize| Ok(bs[k])),
+        )
+    }
+
+    /// Build a layout from per-dimension accessors, without intermediate vectors (importers read
+    /// their producer's arrays in place). See `from_byte_strides` for the checks.
+    pub fn build<S: Fn(usize) -> Result<i64>>(
+        ndim: usize,
+        itemsize: usize,
+        extent: impl Fn(usize) -> i64,
+        byte_stride: Option<S>,
+    ) -> Result<Layout> {
+        if ndim > MAX_NDIM {
+            return Err(Error::value(format!(
+                "{ndim} dimensions is more than the {MAX_NDIM} supported"
+            )));
+        }
+        let item = i64::try_from(itemsize).map_err(|_| Error::value("item size too large"))?;
+        let mut dims = vec![0i64; 3 * ndim].into_boxed_slice();
+        let (shape, rest) = dims.split_at_mut(ndim);
+        let (bytes, strides) = rest.split_at_mut(ndim);
+        for (k, n) in shape.iter_mut().enumerate() {
+            *n = extent(k);
         }
         if let Some(&bad) = shape.iter().find(|&&n| n < 0) {
             return Err(Error::value(format!(
@@ -40,46 +69,34 @@ impl Layout {
             )));
         }
         let empty = numel(shape)? == 0;
-        let item = i64::try_from(itemsize).map_err(|_| Error::value("item size too large"))?;
-        let c_strides = c_strides(shape);
-        let c_bytes = || -> Result<Vec<i64>> {
-            c_strides
-                .iter()
-                .map(|&s| {
-                    s.checked_mul(item)
-                        .ok_or_else(|| Error::value("shape addresses more than 2**63 bytes"))
-                })
-                .collect()
-        };
-        let byte_strides: Vec<i64> = match byte_strides {
-            Some(bs) if bs.len() != shape.len() => {
-                return Err(Error::value(format!(
-                    "strides {bs:?} do not match the {} dimensions of shape {shape:?}",
-                    shape.len()
-                )));
+        // C order first (in elements, then bytes); dimensions that address memory then take the
+        // producer's strides.
+        let mut acc = 1i64;
+        for k in (0..ndim).rev() {
+            strides[k] = acc;
+            bytes[k] = acc
+                .checked_mul(item)
+                .ok_or_else(|| Error::value("shape addresses more than 2**63 bytes"))?;
+            acc = acc.saturating_mul(shape[k].max(1));
+        }
+        let mut whole_elements = true;
+        if let Some(byte_stride) = byte_stride
+            && !empty
+        {
+            for k in 0..ndim {
+                if shape[k] > 1 {
+                    bytes[k] = byte_stride(k)?;
+                    if item != 0 && bytes[k] % item == 0 {
+                        strides[k] = bytes[k] / item;
+                    } else {
+                        whole_elements = false;
+                    }
+                }
             }
-            Some(bs) if !empty => {
-                let c = c_bytes()?;
-                shape
-                    .iter()
-                    .zip(bs)
-                    .zip(c)
-                    .map(|((&n, &b), c)| if n <= 1 { c } else { b })
-                    .collect()
-            }
-            _ => c_bytes()?,
-        };
-        let strides = if empty || byte_strides.is_empty() {
-            Some(c_strides.into())
-        } else if item != 0 && byte_strides.iter().all(|b| b % item == 0) {
-            Some(byte_strides.iter().map(|b| b / item).collect())
-        } else {
-            None
-        };
+        }
         let layout = Layout {
-            shape: shape.into(),
-            byte_strides: byte_strides.into(),
-            strides,
+            dims,
+            whole_elements,
         };
         layout.byte_extent(itemsize)?;
         Ok(layout)
@@ -87,34 +104,49 @@ impl Layout {
 
     /// A C-ordered layout (the caller has checked the shape).
     pub fn c_order(shape: &[i64], itemsize: usize) -> Layout {
-        let strides = c_strides(shape);
-        let byte_strides = strides.iter().map(|s| s * itemsize as i64).collect();
-        Layout {
-            shape: shape.into(),
-            byte_strides,
-            strides: Some(strides.into()),
-        }
+        Layout::build(
+            shape.len(),
+            itemsize,
+            |k| shape[k],
+            None::<fn(usize) -> Result<i64>>,
+        )
+        .expect("a checked shape has a C-order layout")
     }
 
     pub fn ndim(&self) -> usize {
-        self.shape.len()
+        self.dims.len() / 3
+    }
+
+    pub fn shape(&self) -> &[i64] {
+        &self.dims[..self.ndim()]
+    }
+
+    pub fn byte_strides(&self) -> &[i64] {
+        let n = self.ndim();
+        &self.dims[n..2 * n]
+    }
+
+    /// Strides in elements, or `None` when the byte strides aren't whole elements.
+    pub fn strides(&self) -> Option<&[i64]> {
+        let n = self.ndim();
+        self.whole_elements.then(|| &self.dims[2 * n..])
     }
 
     /// Number of elements (the product was checked not to overflow when the layout was built).
     pub fn numel(&self) -> i64 {
-        self.shape.iter().product()
+        self.shape().iter().product()
     }
 
     /// The byte offsets, relative to the first element, of the lowest and one past the highest
     /// byte addressed; `(0, 0)` for an empty tensor.
     pub fn byte_extent(&self, itemsize: usize) -> Result<(i64, i64)> {
-        if self.shape.contains(&0) {
+        if self.shape().contains(&0) {
             return Ok((0, 0));
         }
         let overflow = || Error::value("shape and strides address more than 2**63 bytes");
         let item = i64::try_from(itemsize).map_err(|_| overflow())?;
         let (mut low, mut high) = (0i64, 0i64);
-        for (&extent, &stride) in self.shape.iter().zip(self.byte_strides.iter()) {
+        for (&extent, &stride) in self.shape().iter().zip(self.byte_strides()) {
             let reach = (extent - 1).checked_mul(stride).ok_or_else(overflow)?;
             if reach < 0 {
                 low = low.checked_add(reach).ok_or_else(overflow)?;
@@ -127,14 +159,14 @@ impl Layout {
 
     /// C-contiguous in the sense consumers use: dimensions of extent 1 may have any stride.
     pub fn is_c_contiguous(&self) -> bool {
-        if self.shape.contains(&0) {
+        if self.shape().contains(&0) {
             return true;
         }
-        let Some(strides) = &self.strides else {
+        let Some(strides) = self.strides() else {
             return false;
         };
         let mut expected = 1i64;
-        for (&extent, &stride) in self.shape.iter().zip(strides.iter()).rev() {
+        for (&extent, &stride) in self.shape().iter().zip(strides).rev() {
             if extent != 1 && stride != expected {
                 return false;
             }
@@ -145,14 +177,14 @@ impl Layout {
 
     /// Fortran-contiguous, with the same allowance for extent-1 dimensions.
     pub fn is_f_contiguous(&self) -> bool {
-        if self.shape.contains(&0) {
+        if self.shape().contains(&0) {
             return true;
         }
-        let Some(strides) = &self.strides else {
+        let Some(strides) = self.strides() else {
             return false;
         };
         let mut expected = 1i64;
-        for (&extent, &stride) in self.shape.iter().zip(strides.iter()) {
+        for (&extent, &stride) in self.shape().iter().zip(strides) {
             if extent != 1 && stride != expected {
                 return false;
             }
@@ -171,6 +203,7 @@ pub fn numel(shape: &[i64]) -> Result<i64> {
 }
 
 /// C-order strides in elements for `shape` (the caller has checked the product fits).
+#[cfg(test)]
 pub fn c_strides(shape: &[i64]) -> Vec<i64> {
     let mut strides = vec![0i64; shape.len()];
     let mut acc = 1i64;
@@ -189,8 +222,8 @@ mod tests {
     #[test]
     fn c_order_default() {
         let l = Layout::from_byte_strides(&[2, 3, 4], None, 4).unwrap();
-        assert_eq!(l.strides.as_deref(), Some(&[12, 4, 1][..]));
-        assert_eq!(&*l.byte_strides, &[48, 16, 4]);
+        assert_eq!(l.strides(), Some(&[12, 4, 1][..]));
+        assert_eq!(l.byte_strides(), &[48, 16, 4]);
         assert_eq!(l, Layout::c_order(&[2, 3, 4], 4));
         assert!(l.is_c_contiguous());
         assert!(!l.is_f_contiguous());
@@ -200,16 +233,16 @@ mod tests {
     #[test]
     fn byte_strides_convert() {
         let l = Layout::from_byte_strides(&[3, 2], Some(&[-16, 4]), 4).unwrap();
-        assert_eq!(l.strides.as_deref(), Some(&[-4, 1][..]));
+        assert_eq!(l.strides(), Some(&[-4, 1][..]));
         assert_eq!(l.byte_extent(4).unwrap(), (-32, 8));
         // Byte strides DLPack can't count: kept in bytes only.
         let l = Layout::from_byte_strides(&[3, 2], Some(&[6, 3]), 4).unwrap();
-        assert_eq!(l.strides, None);
-        assert_eq!(&*l.byte_strides, &[6, 3]);
+        assert_eq!(l.strides(), None);
+        assert_eq!(l.byte_strides(), &[6, 3]);
         assert!(!l.is_c_contiguous() && !l.is_f_contiguous());
         // A dimension of extent 1 may have any stride, even one DLPack can't count.
         let l = Layout::from_byte_strides(&[1, 2], Some(&[3, 4]), 4).unwrap();
-        assert_eq!(l.strides.as_deref(), Some(&[2, 1][..]));
+        assert_eq!(l.strides(), Some(&[2, 1][..]));
     }
 
     #[test]
@@ -218,7 +251,7 @@ mod tests {
         assert_eq!(l.numel(), 0);
         assert_eq!(l.byte_extent(4).unwrap(), (0, 0));
         let l = Layout::from_byte_strides(&[4, 3], Some(&[0, 8]), 8).unwrap();
-        assert_eq!(l.strides.as_deref(), Some(&[0, 1][..]));
+        assert_eq!(l.strides(), Some(&[0, 1][..]));
         let l = Layout::from_byte_strides(&[], None, 8).unwrap();
         assert_eq!(l.numel(), 1);
         assert_eq!(l.byte_extent(8).unwrap(), (0, 8));
@@ -268,9 +301,9 @@ mod tests {
             let shape: Vec<i64> = dims.iter().map(|d| d.0).collect();
             let bytes: Vec<i64> = dims.iter().map(|d| d.1 * item as i64).collect();
             let l = Layout::from_byte_strides(&shape, Some(&bytes), item).unwrap();
-            let strides = l.strides.clone().unwrap();
-            prop_assert_eq!(l.byte_strides.iter().zip(&*strides).all(|(b, s)| *b == s * item as i64), true);
-            let offs = offsets(&l.shape, &strides, item as i64);
+            let strides = l.strides().unwrap().to_vec();
+            prop_assert_eq!(l.byte_strides().iter().zip(&strides).all(|(b, s)| *b == s * item as i64), true);
+            let offs = offsets(l.shape(), &strides, item as i64);
             let (low, high) = l.byte_extent(item).unwrap();
             if l.numel() == 0 {
                 prop_assert_eq!((low, high), (0, 0));
@@ -295,7 +328,7 @@ mod tests {
                 rev.clear();
             }
             let l = Layout::from_byte_strides(&shape, Some(&strides), 1).unwrap();
-            let offs = offsets(&l.shape, l.strides.as_deref().unwrap(), 1);
+            let offs = offsets(l.shape(), l.strides().unwrap(), 1);
             // Reference: C-contiguous iff C-order visiting yields 0, 1, 2, ...
             let dense = offs.iter().enumerate().all(|(i, &o)| o == i as i64);
             if !fortran {

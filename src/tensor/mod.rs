@@ -177,6 +177,38 @@ unsafe impl Send for Tensor {}
 unsafe impl Sync for Tensor {}
 
 impl Tensor {
+    /// A C-ordered, writable, native-order CPU tensor in a buffer we allocated.
+    pub fn host_allocation(buffer: AlignedBuffer, dtype: DType, layout: Layout) -> Tensor {
+        Tensor::owned(
+            buffer.as_ptr().cast(),
+            Device::CPU,
+            dtype,
+            layout,
+            Owner::Allocation(buffer),
+        )
+    }
+
+    /// A writable, native-order tensor in memory we own (a copy or an allocation).
+    pub fn owned(
+        data: *mut c_void,
+        device: Device,
+        dtype: DType,
+        layout: Layout,
+        owner: Owner,
+    ) -> Tensor {
+        Tensor {
+            data,
+            device,
+            dtype,
+            layout,
+            readonly: false,
+            swapped: false,
+            indirect: false,
+            stream: None,
+            owner,
+        }
+    }
+
     pub fn numel(&self) -> i64 {
         self.layout.numel()
     }
@@ -191,7 +223,7 @@ impl Tensor {
             Some("buffers with suboffsets (indirect, PIL-style memory) can't be DLPack")
         } else if self.swapped {
             Some("non-native byte order can't be DLPack (DLPack data is in native byte order)")
-        } else if self.layout.strides.is_none() {
+        } else if self.layout.strides().is_none() {
             Some("byte strides that are not a multiple of the item size can't be DLPack")
         } else {
             None
