@@ -22,9 +22,15 @@ def copyto(dst: Any, src: Any, /) -> None:
     shapes that don't broadcast.
     """
 
+def _footprint(ndim: int, /) -> list[tuple[str, int]]:
+    """Bytes behind our objects for a tensor of ``ndim`` dimensions (for memory reports)."""
+
 @final
 class DLPackObject:
     """A DLPack view of another object's memory; pass it to any ``from_dlpack``."""
+
+    __dlpack_c_exchange_api__: CapsuleType
+    """The DLPack 1.3 C exchange API table (a capsule named "dlpack_exchange_api")."""
 
     def __dlpack__(
         self,
