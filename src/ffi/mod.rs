@@ -231,3 +231,20 @@ const _: () = {
     assert!(offset_of!(DLPackExchangeAPI, current_work_stream) == 48);
     assert!(size_of::<DLPackExchangeAPI>() == 56);
 };
+
+/// The leading fields of numpy's `PyArrayObject_fields` (stable since numpy 1.7, through 2.x),
+/// which follow the `PyObject` header. Only read after a per-process self-check against the
+/// array interface (see `import::numpy`).
+#[repr(C)]
+pub struct NumpyArrayFields {
+    pub data: *mut c_void,
+    pub nd: c_int,
+    pub dimensions: *const isize,
+    pub strides: *const isize,
+    pub base: *mut pyo3::ffi::PyObject,
+    pub descr: *mut pyo3::ffi::PyObject,
+    pub flags: c_int,
+}
+
+/// `NPY_ARRAY_WRITEABLE`.
+pub const NPY_ARRAY_WRITEABLE: c_int = 0x0400;

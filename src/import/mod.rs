@@ -10,6 +10,7 @@ pub mod array_interface;
 pub mod buffer;
 pub mod cuda_array_interface;
 pub mod dlpack;
+mod numpy;
 mod protocols;
 
 use pyo3::intern;
@@ -35,6 +36,14 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
         });
     }
     let protocols = protocols::of_type(&obj.get_type());
+    if protocols.ndarray
+        && let Some(tensor) = numpy::import(obj)?
+    {
+        return Ok(Imported {
+            tensor,
+            producer: None,
+        });
+    }
     let attr = |name: &Bound<'py, PyString>, on_type: bool| -> Result<Option<Bound<'py, PyAny>>> {
         if on_type || protocols.dynamic {
             Ok(obj.getattr_opt(name)?)

@@ -23,6 +23,8 @@ pub struct Protocols {
     /// A torch tensor type: its C exchange API exports tensors its `__dlpack__` refuses
     /// (conjugate or negative bit, requires grad), so those are checked first.
     pub torch: bool,
+    /// Exactly `numpy.ndarray`: read from its struct (see `import::numpy`).
+    pub ndarray: bool,
     /// Absent protocols must still be looked up on each instance: its type is a heap type
     /// (whose attributes can change after we probed it), or its instances may carry attributes
     /// of their own (an instance `__dict__`, or `__getattr__`).
@@ -69,6 +71,7 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         array_struct: has(intern!(py, "__array_struct__")),
         array_interface: has(intern!(py, "__array_interface__")),
         exchange_api: exchange_api(ty),
+        ndarray: super::numpy::is_ndarray_type(ty),
         torch: ty.module().is_ok_and(|m| {
             m.to_str()
                 .is_ok_and(|m| m == "torch" || m.starts_with("torch."))

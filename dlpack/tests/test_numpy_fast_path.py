@@ -1,0 +1,67 @@
+"""Exact numpy arrays are read from their C struct instead of their ``__dlpack__``: the result
+must describe exactly what numpy's own DLPack export does."""
+
+import gc
+import sys
+
+import pytest
+
+from dlpack import asdlpack
+
+np = pytest.importorskip("numpy")
+
+
+def _arrays():
+    base = np.arange(2 * 3 * 4, dtype=np.float64).reshape(2, 3, 4)
+    ro = np.arange(6, dtype=np.int16)
+    ro.flags.writeable = False
+    yield "c", base
+    yield "f", np.asfortranarray(base)
+    yield "reversed", base[::-1, :, ::-2]
+    yield "strided", base[:, ::2, 1:]
+    yield "0-d", np.array(3.5)
+    yield "zero-size", np.zeros((4, 0, 2), dtype=np.uint8)
+    yield "broadcast", np.broadcast_to(np.arange(3.0), (5, 3))
+    yield "read-only", ro
+    for dtype in ["?", "i1", "u2", "i4", "u8", "f2", "f4", "c8", "c16"]:
+        yield dtype, np.ones((2, 2), dtype=dtype)
+
+
+@pytest.mark.parametrize("name,array", list(_arrays()), ids=[n for n, _ in _arrays()])
+def test_struct_read_matches_numpys_dlpack_export(name, array):
+    ours = asdlpack(array)
+    theirs = asdlpack(array.__dlpack__(max_version=(1, 0)))  # numpy's own description
+    assert ours.shape == theirs.shape
+    assert ours.dtype == theirs.dtype
+    assert ours.readonly == theirs.readonly
+    assert ours.data_ptr == theirs.data_ptr
+    if array.size:
+        assert ours.strides == theirs.strides
+    assert np.array_equal(np.from_dlpack(ours), array)
+
+
+def test_fast_path_keeps_the_array_alive_and_releases_it():
+    a = np.arange(5.0)
+    baseline = sys.getrefcount(a)
+    obj = asdlpack(a)
+    assert sys.getrefcount(a) == baseline + 1
+    view = np.from_dlpack(obj)
+    del obj
+    gc.collect()
+    view[0] = 9
+    assert a[0] == 9
+    del view
+    gc.collect()
+    assert sys.getrefcount(a) == baseline
+
+
+def test_subclasses_take_the_general_path():
+    m = np.arange(4.0).view(np.recarray)
+    assert np.array_equal(np.from_dlpack(asdlpack(m)), np.arange(4.0))
+
+
+def test_unsupported_dtypes_still_raise_numpys_error():
+    with pytest.raises(BufferError):
+        asdlpack(np.array(["x"]))
+    with pytest.raises(BufferError):
+        asdlpack(np.array([object()]))

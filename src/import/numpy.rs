@@ -1,0 +1,147 @@
+//! A fast importer for exact `numpy.ndarray`s: reads the array's C struct directly instead of
+//! calling its `__dlpack__` (a method call, a keyword dict, a capsule, and a deleter that takes
+//! the GIL again). It describes exactly what the DLPack path would, holding a reference to the
+//! array as numpy's own export does.
+//!
+//! The struct layout is numpy's stable ABI, but it is only trusted after a self-check on the
+//! first array seen: every field must agree with that array's `__array_interface__`. Element
+//! types are parsed once per dtype object (numpy's builtin dtypes are singletons). Anything
+//! unusual (a dtype we can't express) goes back to the general path, which gives the errors.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::{PyTypeInfo, intern};
+
+use super::array_interface::resolve_dtype;
+use crate::error::Result;
+use crate::ffi::{NPY_ARRAY_WRITEABLE, NumpyArrayFields};
+use crate::tensor::dtype::Element;
+use crate::tensor::{Device, Layout, Owner, Tensor};
+
+/// Whether `ty` is numpy's ndarray itself (not a subclass, which may export differently).
+pub fn is_ndarray_type(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
+    let py = ty.py();
+    let named = |attr, want: &str| {
+        ty.getattr(attr)
+            .is_ok_and(|v| v.cast::<PyString>().is_ok_and(|s| s == want))
+    };
+    named(intern!(py, "__module__"), "numpy") && named(intern!(py, "__name__"), "ndarray")
+}
+
+/// Byte offset of the fields after the object header, once the self-check passed.
+static FIELDS_OFFSET: OnceLock<Option<usize>> = OnceLock::new();
+
+fn fields<'a>(array: &'a Bound<'_, PyAny>, offset: usize) -> &'a NumpyArrayFields {
+    // SAFETY: `array` is an exact ndarray (checked by the caller) whose struct starts with the
+    // object header of `offset` bytes followed by these fields (checked once per process).
+    unsafe {
+        &*(array
+            .as_ptr()
+            .cast::<u8>()
+            .add(offset)
+            .cast::<NumpyArrayFields>())
+    }
+}
+
+/// Compare the struct with what the array interface says, on one array.
+fn self_check(array: &Bound<'_, PyAny>) -> Option<usize> {
+    let py = array.py();
+    let offset = PyAny::type_object(py)
+        .getattr(intern!(py, "__basicsize__"))
+        .ok()?
+        .extract()
+        .ok()?;
+    let f = fields(array, offset);
+    let interface = array.getattr(intern!(py, "__array_interface__")).ok()?;
+    let interface = interface.cast::<PyDict>().ok()?;
+    let data = interface.get_item("data").ok()??;
+    let data = data.cast::<PyTuple>().ok()?;
+    let address: usize = data.get_item(0).ok()?.extract().ok()?;
+    let readonly: bool = data.get_item(1).ok()?.extract().ok()?;
+    let shape: Vec<isize> = interface.get_item("shape").ok()??.extract().ok()?;
+    let strides: Vec<isize> = array.getattr(intern!(py, "strides")).ok()?.extract().ok()?;
+    let descr = array.getattr(intern!(py, "dtype")).ok()?;
+    let nd = usize::try_from(f.nd).ok()?;
+    // SAFETY: when the header matches, dimensions and strides have `nd` entries.
+    let agrees = nd == shape.len()
+        && f.data as usize == address
+        && (f.flags & NPY_ARRAY_WRITEABLE == 0) == readonly
+        && f.descr == descr.as_ptr()
+        && (nd == 0
+            || unsafe {
+                std::slice::from_raw_parts(f.dimensions, nd) == shape.as_slice()
+                    && std::slice::from_raw_parts(f.strides, nd) == strides.as_slice()
+            });
+    agrees.then_some(offset)
+}
+
+/// Element types by dtype object, each dtype held alive so its address stays its own.
+type DescrCache = HashMap<usize, (Py<PyAny>, Option<Element>)>;
+static DESCRS: Mutex<Option<DescrCache>> = Mutex::new(None);
+const MAX_CACHED_DESCRS: usize = 256;
+
+fn element(array: &Bound<'_, PyAny>, descr: *mut pyo3::ffi::PyObject) -> Option<Element> {
+    let key = descr as usize;
+    if let Ok(cache) = DESCRS.lock()
+        && let Some((_, element)) = cache.as_ref().and_then(|c| c.get(&key))
+    {
+        return *element;
+    }
+    let py = array.py();
+    // SAFETY: `descr` is the live array's dtype, borrowed while the array is.
+    let descr = unsafe { Bound::from_borrowed_ptr(py, descr) };
+    let element = descr
+        .getattr(intern!(py, "str"))
+        .ok()
+        .and_then(|s| s.extract::<String>().ok())
+        .and_then(|typestr| resolve_dtype(array, &typestr).ok());
+    if let Ok(mut cache) = DESCRS.lock() {
+        let cache = cache.get_or_insert_with(HashMap::new);
+        if cache.len() < MAX_CACHED_DESCRS {
+            cache.insert(key, (descr.unbind(), element));
+        }
+    }
+    element
+}
+
+/// Describe an exact ndarray from its struct; `None` sends it down the general path.
+pub fn import(array: &Bound<'_, PyAny>) -> Result<Option<Tensor>> {
+    let Some(offset) = *FIELDS_OFFSET.get_or_init(|| self_check(array)) else {
+        return Ok(None);
+    };
+    let f = fields(array, offset);
+    let Some(Element { dtype, swapped }) = element(array, f.descr) else {
+        return Ok(None);
+    };
+    let Ok(ndim) = usize::try_from(f.nd) else {
+        return Ok(None);
+    };
+    // SAFETY: an ndarray's dimensions and strides have `nd` entries while it lives.
+    let (shape, strides) = unsafe {
+        if ndim == 0 {
+            (&[][..], &[][..])
+        } else {
+            (
+                std::slice::from_raw_parts(f.dimensions, ndim),
+                std::slice::from_raw_parts(f.strides, ndim),
+            )
+        }
+    };
+    let strides = Some(|k: usize| Ok(strides[k] as i64));
+    let layout = Layout::build(ndim, dtype.itemsize(), |k| shape[k] as i64, strides)?;
+    Tensor::check_data(f.data, &layout)?;
+    Ok(Some(Tensor {
+        data: f.data,
+        device: Device::CPU,
+        dtype,
+        layout,
+        readonly: f.flags & NPY_ARRAY_WRITEABLE == 0,
+        swapped,
+        indirect: false,
+        stream: None,
+        owner: Owner::object(array.clone().unbind()),
+    }))
+}
