@@ -740,6 +740,7 @@ def _hello(lines: list[str]) -> bool:
     if not (ok and capsule_ok):
         lines.append(f"asdlpack(bytearray(b'Hello!')) gives a wrong view: {view!r}")
         return False
+    shown = False
     for module, call in (("numpy", "numpy.from_dlpack"), ("torch", "torch.from_dlpack")):
         lib = library(module)
         if not lib.ok:
@@ -751,8 +752,9 @@ def _hello(lines: list[str]) -> bool:
             lines.append(f"{call}(asdlpack(bytearray(b'Hello!'))) FAILED: {short_error(exc)}")
             continue
         lines.append(f"{call}(asdlpack(bytearray(b'Hello!'))) -> {text!r}")
-        return True
-    lines.append(f"asdlpack(bytearray(b'Hello!')) -> {view!r}")
+        shown = True
+    if not shown:
+        lines.append(f"asdlpack(bytearray(b'Hello!')) -> {view!r}")
     return True
 
 
