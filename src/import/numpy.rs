@@ -9,9 +9,10 @@
 //! unusual (a dtype we can't express) goes back to the general path, which gives the errors.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3::{PyTypeInfo, intern};
 
@@ -31,8 +32,9 @@ pub fn is_ndarray_type(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
     named(intern!(py, "__module__"), "numpy") && named(intern!(py, "__name__"), "ndarray")
 }
 
-/// Byte offset of the fields after the object header, once the self-check passed.
-static FIELDS_OFFSET: OnceLock<Option<usize>> = OnceLock::new();
+/// Byte offset of the fields after the object header, once the self-check passed. (A
+/// `PyOnceLock`: the check runs Python code, so a plain lock could deadlock against the GIL.)
+static FIELDS_OFFSET: PyOnceLock<Option<usize>> = PyOnceLock::new();
 
 fn fields<'a>(array: &'a Bound<'_, PyAny>, offset: usize) -> &'a NumpyArrayFields {
     // SAFETY: `array` is an exact ndarray (checked by the caller) whose struct starts with the
@@ -109,7 +111,7 @@ fn element(array: &Bound<'_, PyAny>, descr: *mut pyo3::ffi::PyObject) -> Option<
 
 /// Describe an exact ndarray from its struct; `None` sends it down the general path.
 pub fn import(array: &Bound<'_, PyAny>) -> Result<Option<Tensor>> {
-    let Some(offset) = *FIELDS_OFFSET.get_or_init(|| self_check(array)) else {
+    let Some(offset) = *FIELDS_OFFSET.get_or_init(array.py(), || self_check(array)) else {
         return Ok(None);
     };
     let f = fields(array, offset);
