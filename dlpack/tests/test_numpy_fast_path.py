@@ -65,3 +65,27 @@ def test_unsupported_dtypes_still_raise_numpys_error():
         asdlpack(np.array(["x"]))
     with pytest.raises(BufferError):
         asdlpack(np.array([object()]))
+
+
+def test_copy_of_a_view_larger_than_memory_raises():
+    """A broadcast view can describe more bytes than exist: its copy is an error, not a crash."""
+    huge = np.broadcast_to(np.zeros(1, dtype=np.uint8), (2**62,))
+    obj = asdlpack(huge)
+    assert obj.nbytes == 2**62
+    with pytest.raises((ValueError, MemoryError, RuntimeError)):
+        obj.__dlpack__(max_version=(1, 3), copy=True)
+    cell = np.zeros(1)
+
+    class Wider:  # numpy refuses to make this view itself
+        __array_interface__ = {
+            "version": 3,
+            "shape": (2**60, 4),
+            "strides": (0, 0),
+            "typestr": "<f8",
+            "data": (cell.ctypes.data, False),
+        }
+
+    obj = asdlpack(Wider())
+    assert obj.nbytes == 2**63 - 1  # saturated: 2**65 bytes don't fit in the count
+    with pytest.raises((ValueError, MemoryError, RuntimeError)):
+        obj.__dlpack__(max_version=(1, 3), copy=True)

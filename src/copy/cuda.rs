@@ -190,7 +190,7 @@ pub fn to_device(
         device_type: device_type::CUDA,
         device_id,
     });
-    let layout = Layout::c_order(tensor.layout.shape(), itemsize);
+    let layout = Layout::c_order(tensor.layout.shape(), itemsize)?;
     Ok(Tensor::owned(
         buffer.as_ptr(),
         device,

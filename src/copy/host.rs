@@ -64,7 +64,7 @@ pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
     let itemsize = tensor.dtype.itemsize();
     let nbytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
     let buffer = AlignedBuffer::new(nbytes)?;
-    let layout = Layout::c_order(tensor.layout.shape(), itemsize);
+    let layout = Layout::c_order(tensor.layout.shape(), itemsize)?;
     let dst = strided(
         buffer.as_ptr().cast(),
         layout.shape(),

@@ -102,15 +102,11 @@ impl Layout {
         Ok(layout)
     }
 
-    /// A C-ordered layout (the caller has checked the shape).
-    pub fn c_order(shape: &[i64], itemsize: usize) -> Layout {
-        Layout::build(
-            shape.len(),
-            itemsize,
-            |k| shape[k],
-            None::<fn(usize) -> Result<i64>>,
-        )
-        .expect("a checked shape has a C-order layout")
+    /// A C-ordered layout; fails only when the dense tensor would span more than 2**63 bytes
+    /// (a broadcast view can describe more elements than fit in memory).
+    pub fn c_order(shape: &[i64], itemsize: usize) -> Result<Layout> {
+        let c_order = None::<fn(usize) -> Result<i64>>;
+        Layout::build(shape.len(), itemsize, |k| shape[k], c_order)
     }
 
     pub fn ndim(&self) -> usize {
@@ -224,7 +220,10 @@ mod tests {
         let l = Layout::from_byte_strides(&[2, 3, 4], None, 4).unwrap();
         assert_eq!(l.strides(), Some(&[12, 4, 1][..]));
         assert_eq!(l.byte_strides(), &[48, 16, 4]);
-        assert_eq!(l, Layout::c_order(&[2, 3, 4], 4));
+        assert_eq!(l, Layout::c_order(&[2, 3, 4], 4).unwrap());
+        // a broadcast view of more bytes than an i64 can count has no dense copy
+        let huge = Layout::from_byte_strides(&[1 << 61], Some(&[0]), 8).unwrap();
+        assert!(Layout::c_order(huge.shape(), 8).is_err());
         assert!(l.is_c_contiguous());
         assert!(!l.is_f_contiguous());
         assert_eq!(l.byte_extent(4).unwrap(), (0, 96));

@@ -213,8 +213,10 @@ impl Tensor {
         self.layout.numel()
     }
 
+    /// Bytes of the elements if stored densely (saturating: a broadcast view may describe more
+    /// than memory holds).
     pub fn nbytes(&self) -> i64 {
-        self.numel() * self.dtype.itemsize() as i64
+        self.numel().saturating_mul(self.dtype.itemsize() as i64)
     }
 
     /// Why DLPack can't describe this memory as it is, if it can't: then only a copy serves it.
