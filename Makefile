@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint bench build rust-test py-test venv clean
+.PHONY: demo test lint bench build rust-test py-test stubtest venv clean
 
 venv: $(PY)
 $(PY):
@@ -34,10 +34,15 @@ rust-test:
 py-test:
 	$(PY) -P -m pytest --pyargs dlpack.tests -q -ra -p no:cacheprovider $(PYTEST_ARGS)
 
+# The type stubs must match the built extension.
+stubtest:
+	cd $(VENV) && $(abspath $(PY)) -P -m mypy.stubtest dlpack._dlpack
+
 test: venv
 	$(PIP) install -r requirements/test.txt
 	$(MAKE) build
 	$(MAKE) rust-test
+	$(MAKE) stubtest
 	$(MAKE) py-test
 
 lint: venv

@@ -4,17 +4,19 @@ from typing import Any, final
 
 from typing_extensions import CapsuleType
 
+__all__ = ["DLPACK_VERSION", "DLPackObject", "__version__", "_footprint", "asdlpack", "copyto"]
+
 DLPACK_VERSION: tuple[int, int]
 __version__: str
 
-def asdlpack(obj: Any, /) -> DLPackObject:
+def asdlpack(obj: Any) -> DLPackObject:
     """Wrap ``obj`` (DLPack, CUDA array interface, array interface or buffer) without copying.
 
     Raises TypeError when ``obj`` speaks none of these protocols, BufferError when its memory
     can't be expressed in DLPack, ValueError when its interface holds invalid values.
     """
 
-def copyto(dst: Any, src: Any, /) -> None:
+def copyto(dst: Any, src: Any) -> None:
     """Copy ``src`` into the existing, writable array ``dst`` (argument order as numpy.copyto).
 
     Any supported source and destination, any layout; ``src`` broadcasts like numpy. Raises
@@ -22,7 +24,7 @@ def copyto(dst: Any, src: Any, /) -> None:
     shapes that don't broadcast.
     """
 
-def _footprint(ndim: int, /) -> list[tuple[str, int]]:
+def _footprint(ndim: int) -> list[tuple[str, int]]:
     """Bytes behind our objects for a tensor of ``ndim`` dimensions (for memory reports)."""
 
 @final
