@@ -1,5 +1,6 @@
 //! `dlpack._dlpack`: module registration only. The data path is `import` (one importer per
-//! protocol) -> `tensor` (the one description) -> `export` (DLPack capsules) and `copy`.
+//! protocol) -> `tensor` (the one description) -> `export` (DLPack capsules, the C exchange
+//! API) and `copy`; `object` is the Python face, `cuda` the driver loaded at run time.
 
 mod copy;
 mod cuda;
