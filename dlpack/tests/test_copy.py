@@ -21,6 +21,7 @@ from dlpack import asdlpack, copyto
 from ._helpers import (
     FLAG_IS_COPIED,
     FLAG_READ_ONLY,
+    NUMPY_NATIVE_DTYPES,
     ArrayInterface,
     ArrayStruct,
     CapsuleInfo,
@@ -898,25 +899,7 @@ def test_copyto_matrix(dst_name, src_name):
     _check_copyto(dst, whole, view, src, ref)
 
 
-@pytest.mark.parametrize(
-    "dtype",
-    [
-        "bool",
-        "int8",
-        "uint8",
-        "int16",
-        "uint16",
-        "int32",
-        "uint32",
-        "int64",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-        "complex64",
-        "complex128",
-    ],
-)
+@pytest.mark.parametrize("dtype", NUMPY_NATIVE_DTYPES)
 @pytest.mark.parametrize("src_order, dst_order", [("=", "="), (">", "="), ("=", ">"), (">", ">")])
 def test_copyto_dtypes_and_byte_order(dtype, src_order, dst_order):
     dt = np.dtype(dtype)
@@ -1466,22 +1449,6 @@ except ImportError:  # pragma: no cover - hypothesis is a test dependency
         pytest.skip("needs hypothesis")
 
 else:
-    _PROP_DTYPES = [
-        "bool",
-        "int8",
-        "uint8",
-        "int16",
-        "uint16",
-        "int32",
-        "uint32",
-        "int64",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-        "complex64",
-        "complex128",
-    ]
 
     @st.composite
     def _layouts(draw, shape, itemsize, *, zero_strides=False):
@@ -1512,7 +1479,7 @@ else:
     def _copy_problems(draw):
         ndim = draw(st.integers(0, 4))
         shape = tuple(draw(st.lists(st.integers(0, 5), min_size=ndim, max_size=ndim)))
-        dtype = np.dtype(draw(st.sampled_from(_PROP_DTYPES)))
+        dtype = np.dtype(draw(st.sampled_from(NUMPY_NATIVE_DTYPES)))
         dst_dtype = dtype.newbyteorder(draw(st.sampled_from("<>")))
         src_dtype = dtype.newbyteorder(draw(st.sampled_from("<>")))
         drop = draw(st.integers(0, ndim))

@@ -11,22 +11,7 @@ hypothesis = pytest.importorskip("hypothesis")
 st = pytest.importorskip("hypothesis.strategies")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
-DTYPES = [
-    "bool",
-    "int8",
-    "uint8",
-    "int16",
-    "uint16",
-    "int32",
-    "uint32",
-    "int64",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
+from ._helpers import NUMPY_NATIVE_DTYPES  # noqa: E402
 
 WRAPPERS = {
     "self": lambda a: a,
@@ -40,7 +25,7 @@ WRAPPERS = {
 def strided_views(draw):
     ndim = draw(st.integers(0, 4))
     shape = tuple(draw(st.lists(st.integers(0, 6), min_size=ndim, max_size=ndim)))
-    dtype = np.dtype(draw(st.sampled_from(DTYPES)))
+    dtype = np.dtype(draw(st.sampled_from(NUMPY_NATIVE_DTYPES)))
     base = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).astype(dtype)
     base = base.reshape(shape)
     if draw(st.booleans()):
