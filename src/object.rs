@@ -9,7 +9,6 @@ use pyo3::types::{PyBool, PyCapsule, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::copy;
-use crate::cuda;
 use crate::error::{Error, Result};
 use crate::export::capsule::{self, Kind};
 use crate::export::exchange_api;
@@ -249,6 +248,22 @@ impl DLPackObject {
         }
     }
 
+    /// Device data from a DLPack producer, when the consumer named a stream: ask the producer
+    /// again with that stream, so it orders its pending work before the consumer's.
+    fn fresh_from_producer(
+        &self,
+        py: Python<'_>,
+        request: &Request,
+    ) -> Result<Option<Arc<Tensor>>> {
+        let (Some(producer), Some(stream)) = (&self.producer, request.stream) else {
+            return Ok(None);
+        };
+        let stream = pyo3::types::PyInt::new(py, stream).into_any();
+        let method = producer.bind(py).getattr(pyo3::intern!(py, "__dlpack__"))?;
+        let tensor = import::dlpack::import_producer(&method, Some(&stream))?;
+        Ok(Some(Arc::new(tensor)))
+    }
+
     /// The tensor on the device to export and the capsule kind for `request`: the shared tensor
     /// itself, a fresh one from the producer, or a copy.
     fn prepare(&self, py: Python<'_>, request: &Request) -> Result<(Arc<Tensor>, DLDevice, Kind)> {
@@ -320,15 +335,14 @@ impl DLPackObject {
             let tensor = self.fresh_from_producer(py, request)?;
             let tensor = tensor.unwrap_or_else(|| Arc::clone(&self.tensor));
             if !is_host(own.device_type) {
-                self.wait_for_producer_stream(own, request.stream)?;
+                copy::cuda::after_producer(&self.tensor, own.device_id, request.stream)
+                    .map_err(as_buffer_error)?;
             }
             let kind = kind(request, &tensor, false);
             return Ok((tensor, target, kind));
         }
-        // In `__dlpack__`, "CUDA can't do this here" is a BufferError, like any other memory
-        // the producer can't serve, so consumers may fall back.
-        let unavailable = |err: Error| match err {
-            Error::Runtime(msg) => {
+        let unavailable = |err: Error| match as_buffer_error(err) {
+            Error::Buffer(msg) => {
                 Error::Buffer(format!("can't copy to {}: {msg}", device_name(target)))
             }
             other => other,
@@ -344,17 +358,20 @@ impl DLPackObject {
             let id = target.device_id;
             let tensor =
                 copy::cuda::to_device(py, &self.tensor, id, request.stream).map_err(unavailable)?;
-            (
-                tensor,
-                DLDevice {
-                    device_type: device_type::CUDA,
-                    device_id: id,
-                },
-            )
+            (tensor, target) // a CUDA device: `movable` admits no other non-host target
         };
         let tensor = Arc::new(tensor);
         let kind = kind(request, &tensor, true);
         Ok((tensor, device, kind))
+    }
+}
+
+/// In `__dlpack__`, "CUDA can't do this here" is a BufferError, like any other memory the
+/// producer can't serve, so consumers may fall back.
+fn as_buffer_error(err: Error) -> Error {
+    match err {
+        Error::Runtime(msg) => Error::Buffer(msg),
+        other => other,
     }
 }
 
@@ -371,35 +388,6 @@ fn kind(request: &Request, tensor: &Tensor, copied: bool) -> Kind {
                 flags |= FLAG_IS_COPIED;
             }
             Kind::Versioned { minor, flags }
-        }
-    }
-}
-
-impl DLPackObject {
-    /// Device data from a DLPack producer, when the consumer named a stream: ask the producer
-    /// again with that stream, so it orders its pending work before the consumer's.
-    fn fresh_from_producer(
-        &self,
-        py: Python<'_>,
-        request: &Request,
-    ) -> Result<Option<Arc<Tensor>>> {
-        let (Some(producer), Some(stream)) = (&self.producer, request.stream) else {
-            return Ok(None);
-        };
-        let stream = pyo3::types::PyInt::new(py, stream).into_any();
-        let method = producer.bind(py).getattr(pyo3::intern!(py, "__dlpack__"))?;
-        let tensor = import::dlpack::import_producer(&method, Some(&stream))?;
-        Ok(Some(Arc::new(tensor)))
-    }
-
-    /// CUDA array interface data declared ready on a producer stream: wait for that stream
-    /// before the consumer may read, unless the consumer said `stream=-1` (no synchronisation).
-    fn wait_for_producer_stream(&self, own: DLDevice, consumer_stream: Option<i64>) -> Result<()> {
-        match (self.tensor.stream, consumer_stream) {
-            (Some(producer), consumer) if consumer != Some(-1) => {
-                cuda::stream_wait(own.device_id, producer, consumer).map_err(Error::buffer)
-            }
-            _ => Ok(()),
         }
     }
 }

@@ -73,8 +73,9 @@ fn dense(tensor: &Tensor) -> bool {
     !tensor.swapped && !tensor.indirect && tensor.layout.is_c_contiguous()
 }
 
-/// Order the consumer's stream after a CUDA array interface producer's, if it named one.
-fn after_producer(tensor: &Tensor, device_id: i32, stream: Option<i64>) -> Result<()> {
+/// Order the consumer's stream after a CUDA array interface producer's, if it named one (an
+/// event, no host wait), unless the consumer said `stream=-1` (no synchronisation).
+pub fn after_producer(tensor: &Tensor, device_id: i32, stream: Option<i64>) -> Result<()> {
     match tensor.stream {
         Some(producer) if stream != Some(-1) => {
             cuda::stream_wait(device_id, producer, stream).map_err(runtime)
