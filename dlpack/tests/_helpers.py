@@ -292,3 +292,12 @@ def cuda_iface(shape=(2, 3), typestr="<f4", ptr=0x7F0000000000, readonly=False, 
     iface = {"shape": shape, "typestr": typestr, "data": (ptr, readonly), "version": 3}
     iface.update(extra)
     return iface
+
+
+def torch_cuda_available():
+    """Whether an already imported torch sees a CUDA device (never imports torch itself)."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_available())
+    except Exception:
+        return False

@@ -29,6 +29,7 @@ from ._helpers import (
     capsule_name,
     contiguous_strides,
     np_data_ptr,
+    torch_cuda_available,
 )
 
 np = pytest.importorskip("numpy")
@@ -354,19 +355,11 @@ def test_cuda_array_interface_odd_layouts_are_metadata_only():
         assert obj.data_ptr == 0x7F0000000000
         if "strides" in extra:
             assert obj.byte_strides == extra["strides"]
-        if not _cuda_available():
+        if not torch_cuda_available():
             # no driver: exporting still says why, as for any CUDA array interface object
             for kwargs in [{}, {"copy": True}, {"max_version": (1, 3)}]:
                 with pytest.raises((BufferError, RuntimeError), match="(?i)cuda"):
                     obj.__dlpack__(**kwargs)
-
-
-def _cuda_available():
-    torch = sys.modules.get("torch")
-    try:
-        return bool(torch is not None and torch.cuda.is_available())
-    except Exception:
-        return False
 
 
 def test_normal_memory_has_no_copy_reason():

@@ -4,19 +4,12 @@ import pytest
 
 from dlpack import asdlpack
 
-from ._helpers import CapsuleInfo, CudaArrayInterface
+from ._helpers import CapsuleInfo, CudaArrayInterface, torch_cuda_available
 
 torch = pytest.importorskip("torch")
 
 
-def _has_cuda():
-    try:
-        return torch.cuda.is_available() and torch.cuda.device_count() > 0
-    except Exception:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA device")
+pytestmark = pytest.mark.skipif(not torch_cuda_available(), reason="needs a CUDA device")
 
 
 def test_torch_cuda_tensor_roundtrip():

@@ -23,6 +23,7 @@ from ._helpers import (
     cuda_iface,
     element_strides,
     np_data_ptr,
+    torch_cuda_available,
 )
 
 np = pytest.importorskip("numpy")
@@ -643,14 +644,6 @@ def test_capsule_from_dlpackobject_roundtrip():
 # ---------------------------------------------------------------------------
 
 
-def _cuda_available():
-    torch = sys.modules.get("torch")
-    try:
-        return bool(torch is not None and torch.cuda.is_available())
-    except Exception:
-        return False
-
-
 @pytest.mark.parametrize("version", [2, 3])
 def test_cuda_array_interface_metadata(version):
     obj = asdlpack(CudaArrayInterface(cuda_iface(shape=(2, 3), typestr="<f4", version=version)))
@@ -684,7 +677,7 @@ def test_cuda_array_interface_stream_none():
 
 
 def test_cuda_array_interface_no_device_access_without_gpu():
-    if _cuda_available():
+    if torch_cuda_available():
         pytest.skip("a CUDA device is available")
     obj = asdlpack(CudaArrayInterface(cuda_iface()))
     for call in (obj.__dlpack_device__, lambda: obj.device, obj.__dlpack__):
