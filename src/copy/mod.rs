@@ -5,6 +5,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod device;
 pub mod host;
 pub mod plan;
 
