@@ -16,12 +16,14 @@ def asdlpack(obj: Any) -> DLPackObject:
     can't be expressed in DLPack, ValueError when its interface holds invalid values.
     """
 
-def copyto(dst: Any, src: Any) -> None:
+def copyto(dst: Any, src: Any, *, stream: int | None = None) -> None:
     """Copy ``src`` into the existing, writable array ``dst`` (argument order as numpy.copyto).
 
-    Any supported source and destination, any layout; ``src`` broadcasts like numpy. Raises
-    TypeError for different dtypes, ValueError for read-only or immutable destinations and
-    shapes that don't broadcast.
+    Any supported source and destination, any layout, host or CUDA memory; ``src`` broadcasts
+    like numpy. Without ``stream`` the copy is complete on return; with a CUDA stream handle it
+    is queued on that stream (after the arrays' producers' streams). Raises TypeError for
+    different dtypes, ValueError for read-only or immutable destinations, shapes that don't
+    broadcast and bad streams.
     """
 
 def _footprint(ndim: int) -> list[tuple[str, int]]:

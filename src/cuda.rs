@@ -115,7 +115,7 @@ pub fn check(status: sys::CUresult, what: &str) -> Result<(), String> {
 /// The primary context of a device: retained once per process and never released, so any
 /// thread (a deleter's, too) can make it current.
 #[derive(Clone, Copy)]
-pub struct Context(sys::CUcontext);
+pub struct Context(pub(crate) sys::CUcontext);
 // SAFETY: a CUDA context handle may be used from any thread.
 unsafe impl Send for Context {}
 // SAFETY: as above.

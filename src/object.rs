@@ -46,11 +46,27 @@ pub fn asdlpack(obj: &Bound<'_, PyAny>) -> PyResult<Py<DLPackObject>> {
 }
 
 /// Copy `src` into the existing array `dst`, as `numpy.copyto(dst, src)` does: any supported
-/// source into any writable destination (broadcasting `src` like numpy; dtypes must match).
-/// Overlapping memory is handled; the GIL is released while large copies run.
+/// source into any writable destination, host or CUDA (broadcasting `src` like numpy; dtypes
+/// must match). Overlapping memory is handled; the GIL is released while large copies run.
+/// With CUDA memory, `stream` (a CUDA stream handle) queues the copy on that stream instead of
+/// completing it before returning.
 #[pyfunction]
-pub fn copyto(dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
+#[pyo3(signature = (dst, src, *, stream=None))]
+pub fn copyto(
+    dst: &Bound<'_, PyAny>,
+    src: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
     let py = dst.py();
+    let stream = stream.map(|s| to_i64(s, "stream")).transpose()?;
+    if let Some(s) = stream
+        && s < 1
+    {
+        return Err(Error::value(format!(
+            "stream must be None or a CUDA stream handle (a positive integer), not {s}"
+        ))
+        .into());
+    }
     if is_immutable_array(dst) {
         return Err(Error::value(format!(
             "{} arrays are immutable; copyto can't write into them",
@@ -60,7 +76,7 @@ pub fn copyto(dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
     }
     let target = tensor_of(dst)?;
     let source = tensor_of(src)?;
-    copy::copy_into(py, &target, &source)?;
+    copy::copy_into(py, &target, &source, stream)?;
     Ok(())
 }
 

@@ -1536,3 +1536,50 @@ else:
             out = np.from_dlpack(asdlpack(src))
             assert out.dtype == p["src_dtype"].newbyteorder("=")
             assert out.tobytes() == src_values.astype(out.dtype).tobytes()
+
+
+# copyto's stream argument, and CUDA arrays on a machine without a usable driver
+
+
+@pytest.mark.parametrize("stream", [0, -1, -7])
+def test_copyto_stream_must_be_a_positive_handle(stream):
+    dst = np.zeros(3)
+    with pytest.raises(ValueError, match="stream"):
+        copyto(dst, np.ones(3), stream=stream)
+    assert not dst.any()
+
+
+@pytest.mark.parametrize("stream", ["1", 1.0, (1,)])
+def test_copyto_stream_must_be_an_int(stream):
+    with pytest.raises(TypeError, match="stream"):
+        copyto(np.zeros(3), np.ones(3), stream=stream)
+
+
+def test_copyto_stream_is_for_cuda_memory():
+    dst = np.zeros(3)
+    with pytest.raises(ValueError, match="host memory"):
+        copyto(dst, np.ones(3), stream=1)
+    assert not dst.any()
+    copyto(dst, np.ones(3), stream=None)
+    assert dst.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_copyto_stream_is_keyword_only():
+    with pytest.raises(TypeError):
+        copyto(np.zeros(3), np.ones(3), 1)
+
+
+@pytest.mark.parametrize("side", ["destination", "source"])
+def test_copyto_cuda_without_a_driver_says_why(side):
+    from ._helpers import CudaArrayInterface, cuda_iface
+
+    if torch_cuda_available():
+        pytest.skip("a CUDA device is available")
+    cuda = CudaArrayInterface(cuda_iface(shape=(2, 3), typestr="<f4"))
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    before = host.copy()
+    dst, src = (cuda, host) if side == "destination" else (host, cuda)
+    for stream in (None, 1):
+        with pytest.raises((BufferError, RuntimeError), match="(?i)cuda"):
+            copyto(dst, src, stream=stream)
+    np.testing.assert_array_equal(host, before)

@@ -1,23 +1,25 @@
-//! Copies that involve CUDA memory: device to host, host to device, device to device.
+//! Copies that involve CUDA memory: device to host, host to device, device to device, and
+//! `copyto` with a CUDA array on either side.
 //!
-//! Contiguous data moves with the driver's async memcpy on the consumer's stream. Layouts a
-//! plain memcpy can't serve (strided, odd byte strides, swapped bytes) are staged through the
-//! host: the bytes the source spans come over whole, and the CPU engine gathers them. Device
-//! buffers we allocate come from `cuMemAlloc` (256-byte aligned) and are freed by their owner,
-//! on whatever thread drops it.
+//! [`super::device`] plans each copy as linear and pitched (2-D/3-D) transfers, or stages it
+//! through the host when it would take many small ones; here [`Driver`] carries those transfers
+//! out with the driver's async memcpys on the consumer's stream. Device buffers we allocate
+//! come from `cuMemAlloc` (256-byte aligned) and are freed by their owner, on whatever thread
+//! drops it.
 
 use std::ffi::c_void;
 
 use cudarc::driver::sys;
 use pyo3::prelude::*;
 
-use super::cpu::AlignedBuffer;
+use super::cpu::{AlignedBuffer, Strided, may_overlap};
+use super::device::{self, Addr, Mover, Pitched, Place, View};
 use super::host;
 use crate::cuda::{self, Context, check, stream_handle, with_context};
 use crate::error::{Error, Result};
 use crate::ffi::{DLDevice, device_type};
+use crate::import::is_host;
 use crate::tensor::{Device, Layout, Owner, Tensor};
-
 /// Device memory we allocated; freed (in its device's context) on drop.
 pub struct DeviceBuffer {
     ptr: sys::CUdeviceptr,
@@ -59,18 +61,37 @@ fn runtime(err: String) -> Error {
 }
 
 fn cuda_id(tensor: &Tensor) -> Result<i32> {
+    match place(tensor)? {
+        Place::Device(id) => Ok(id),
+        Place::Host => Err(Error::buffer(
+            "the tensor is in host memory, not CUDA memory",
+        )),
+    }
+}
+
+/// Where a tensor's memory lives, for the planner: host memory (pinned included) or a CUDA
+/// device (managed memory is handled as its device's).
+fn place(tensor: &Tensor) -> Result<Place> {
     let device = tensor.device.get()?;
     match device.device_type {
-        device_type::CUDA | device_type::CUDA_MANAGED => Ok(device.device_id),
+        t if is_host(t) => Ok(Place::Host),
+        device_type::CUDA | device_type::CUDA_MANAGED => Ok(Place::Device(device.device_id)),
         other => Err(Error::buffer(format!(
-            "device type {other} is not CUDA memory"
+            "device type {other} is not CUDA memory; only CUDA devices can be copied to and from"
         ))),
     }
 }
 
-/// Whether a plain memcpy of `numel * itemsize` bytes from `data` reproduces the tensor.
-fn dense(tensor: &Tensor) -> bool {
-    !tensor.swapped && !tensor.indirect && tensor.layout.is_c_contiguous()
+/// `tensor`'s elements viewed with `shape` and `byte_strides`.
+fn view(tensor: &Tensor, shape: &[i64], byte_strides: &[i64]) -> Result<View> {
+    Ok(View {
+        base: Addr {
+            at: tensor.data as usize,
+            place: place(tensor)?,
+        },
+        shape: shape.iter().map(|&n| n as usize).collect(),
+        strides: byte_strides.iter().map(|&s| s as isize).collect(),
+    })
 }
 
 /// Order the consumer's stream after a CUDA array interface producer's, if it named one (an
@@ -84,49 +105,265 @@ pub fn after_producer(tensor: &Tensor, device_id: i32, stream: Option<i64>) -> R
     }
 }
 
+/// Memory the planner asked for, held only to be freed when dropped.
+pub struct Scratch {
+    _host: Option<AlignedBuffer>,
+    _device: Option<DeviceBuffer>,
+}
+
+/// The planner's transfers, run by the CUDA driver: on the consumer's stream on its device
+/// (`home`), on the legacy default stream on any other.
+pub struct Driver {
+    home: Option<i32>,
+    stream: Option<i64>,
+    /// The streams used so far, for `sync`.
+    used: Vec<(i32, sys::CUstream)>,
+}
+
+// SAFETY: stream handles may be used from any thread; the driver is only used by the thread
+// that runs the copy.
+unsafe impl Send for Driver {}
+
+impl Driver {
+    fn new(home: Option<i32>, stream: Option<i64>) -> Self {
+        Driver {
+            home,
+            stream: stream.filter(|&s| s != -1),
+            used: Vec::new(),
+        }
+    }
+
+    /// The context and stream that run a transfer on `device`.
+    fn queue(&mut self, device: i32) -> Result<(Context, sys::CUstream)> {
+        let ctx = cuda::primary_context(device).map_err(runtime)?;
+        let handle = stream_handle(if self.home == Some(device) {
+            self.stream
+        } else {
+            None
+        });
+        if !self.used.contains(&(device, handle)) {
+            self.used.push((device, handle));
+        }
+        Ok((ctx, handle))
+    }
+}
+
+/// The device whose stream runs a transfer: the destination's, else the source's.
+fn runs_on(dst: Addr, src: Addr) -> Result<i32> {
+    match (dst.place, src.place) {
+        (Place::Device(d), _) | (Place::Host, Place::Device(d)) => Ok(d),
+        (Place::Host, Place::Host) => Err(Error::Runtime(
+            "internal error: a host-to-host transfer was sent to the CUDA driver".into(),
+        )),
+    }
+}
+
+/// How the driver's 2-D and 3-D copies name one side.
+fn side(addr: Addr) -> (sys::CUmemorytype, usize, sys::CUdeviceptr) {
+    match addr.place {
+        Place::Host => (sys::CUmemorytype::CU_MEMORYTYPE_HOST, addr.at, 0),
+        Place::Device(_) => (sys::CUmemorytype::CU_MEMORYTYPE_DEVICE, 0, addr.at as u64),
+    }
+}
+
+impl Mover for Driver {
+    type Scratch = Scratch;
+
+    fn linear(&mut self, dst: Addr, src: Addr, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let device = runs_on(dst, src)?;
+        let (ctx, handle) = self.queue(device)?;
+        let (d, s) = (dst.at, src.at);
+        let peer = match (dst.place, src.place) {
+            (Place::Device(a), Place::Device(b)) if a != b => Some((
+                cuda::primary_context(a).map_err(runtime)?,
+                cuda::primary_context(b).map_err(runtime)?,
+            )),
+            _ => None,
+        };
+        with_context(ctx, || {
+            // SAFETY: the planner only sends ranges of `bytes` bytes inside memory that its
+            // caller keeps alive until the transfer is synchronised; each call matches the
+            // places of its two sides.
+            unsafe {
+                match (dst.place, src.place, peer) {
+                    (_, _, Some((dst_ctx, src_ctx))) => check(
+                        sys::cuMemcpyPeerAsync(
+                            d as u64, dst_ctx.0, s as u64, src_ctx.0, bytes, handle,
+                        ),
+                        "cuMemcpyPeerAsync",
+                    ),
+                    (Place::Device(_), Place::Device(_), None) => check(
+                        sys::cuMemcpyDtoDAsync_v2(d as u64, s as u64, bytes, handle),
+                        "cuMemcpyDtoDAsync",
+                    ),
+                    (Place::Device(_), Place::Host, _) => check(
+                        sys::cuMemcpyHtoDAsync_v2(d as u64, s as *const c_void, bytes, handle),
+                        "cuMemcpyHtoDAsync",
+                    ),
+                    (Place::Host, _, _) => check(
+                        sys::cuMemcpyDtoHAsync_v2(d as *mut c_void, s as u64, bytes, handle),
+                        "cuMemcpyDtoHAsync",
+                    ),
+                }
+            }
+        })
+        .map_err(runtime)
+    }
+
+    fn pitched(&mut self, b: &Pitched) -> Result<bool> {
+        let device = runs_on(b.dst, b.src)?;
+        let (ctx, handle) = self.queue(device)?;
+        let (src_type, src_host, src_device) = side(b.src);
+        let (dst_type, dst_host, dst_device) = side(b.dst);
+        let status = with_context(ctx, || {
+            // SAFETY: the descriptors name `depth` slices of `height` rows of `width` bytes
+            // inside memory the caller keeps alive until the transfer is synchronised; the
+            // structs are plain data, zeroed fields mean "none" (no arrays, no offsets).
+            let status = unsafe {
+                if b.depth == 1 {
+                    let mut copy: sys::CUDA_MEMCPY2D = std::mem::zeroed();
+                    copy.srcMemoryType = src_type;
+                    copy.srcHost = src_host as *const c_void;
+                    copy.srcDevice = src_device;
+                    copy.srcPitch = b.src_pitch;
+                    copy.dstMemoryType = dst_type;
+                    copy.dstHost = dst_host as *mut c_void;
+                    copy.dstDevice = dst_device;
+                    copy.dstPitch = b.dst_pitch;
+                    copy.WidthInBytes = b.width;
+                    copy.Height = b.height;
+                    sys::cuMemcpy2DAsync_v2(&copy, handle)
+                } else {
+                    let mut copy: sys::CUDA_MEMCPY3D = std::mem::zeroed();
+                    copy.srcMemoryType = src_type;
+                    copy.srcHost = src_host as *const c_void;
+                    copy.srcDevice = src_device;
+                    copy.srcPitch = b.src_pitch;
+                    copy.srcHeight = b.src_rows;
+                    copy.dstMemoryType = dst_type;
+                    copy.dstHost = dst_host as *mut c_void;
+                    copy.dstDevice = dst_device;
+                    copy.dstPitch = b.dst_pitch;
+                    copy.dstHeight = b.dst_rows;
+                    copy.WidthInBytes = b.width;
+                    copy.Height = b.height;
+                    copy.Depth = b.depth;
+                    sys::cuMemcpy3DAsync_v2(&copy, handle)
+                }
+            };
+            Ok(status)
+        })
+        .map_err(runtime)?;
+        use sys::cudaError_enum as E;
+        match status {
+            E::CUDA_SUCCESS => Ok(true),
+            // Pitches the driver won't take (it may insist on its own between device buffers):
+            // the planner sends the rows one by one.
+            E::CUDA_ERROR_INVALID_VALUE | E::CUDA_ERROR_NOT_SUPPORTED => Ok(false),
+            other => Err(runtime(format!("cuMemcpy2D/3DAsync failed ({other:?})"))),
+        }
+    }
+
+    fn scratch(&mut self, place: Place, bytes: usize) -> Result<(Addr, Scratch)> {
+        Ok(match place {
+            Place::Host => {
+                let buffer = AlignedBuffer::new(bytes)?;
+                let at = buffer.as_ptr() as usize;
+                (
+                    Addr { at, place },
+                    Scratch {
+                        _host: Some(buffer),
+                        _device: None,
+                    },
+                )
+            }
+            Place::Device(id) => {
+                let buffer = DeviceBuffer::new(id, bytes)?;
+                let at = buffer.ptr as usize;
+                (
+                    Addr { at, place },
+                    Scratch {
+                        _host: None,
+                        _device: Some(buffer),
+                    },
+                )
+            }
+        })
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        for (device, handle) in std::mem::take(&mut self.used) {
+            let ctx = cuda::primary_context(device).map_err(runtime)?;
+            // SAFETY: `handle` is a stream of this context (the consumer's, or the legacy one).
+            with_context(ctx, || {
+                check(
+                    unsafe { sys::cuStreamSynchronize(handle) },
+                    "cuStreamSynchronize",
+                )
+            })
+            .map_err(runtime)?;
+        }
+        Ok(())
+    }
+}
+
+/// Run `body`'s transfers without the GIL; wait for them when `wait` (host memory or scratch
+/// takes part, or the caller wants the copy complete on return).
+fn drive(
+    py: Python<'_>,
+    home: Option<i32>,
+    stream: Option<i64>,
+    wait: bool,
+    body: impl FnOnce(&mut Driver) -> Result<()> + Send,
+) -> Result<()> {
+    py.detach(|| {
+        let mut driver = Driver::new(home, stream);
+        let done = body(&mut driver);
+        // Even after an error, nothing may still be reading or writing memory we return.
+        let synced = if wait || done.is_err() {
+            driver.sync()
+        } else {
+            Ok(())
+        };
+        done.and(synced)
+    })
+}
+
 /// A C-ordered, native-order host copy of CUDA memory (the copy is complete on return).
 pub fn to_host(py: Python<'_>, tensor: &Tensor, stream: Option<i64>) -> Result<Tensor> {
     let device_id = cuda_id(tensor)?;
     after_producer(tensor, device_id, stream)?;
     let itemsize = tensor.dtype.itemsize();
-    let (low, high) = tensor.layout.byte_extent(itemsize)?;
-    let span = (high - low) as usize;
-    let staging = AlignedBuffer::new(span)?;
-    let ctx = cuda::primary_context(device_id).map_err(runtime)?;
-    let source = (tensor.data as i64 + low) as u64;
-    py.detach(|| {
-        with_context(ctx, || {
-            let handle = stream_handle(stream.filter(|&s| s != -1));
-            // SAFETY: the staging buffer holds `span` bytes; the source range is the bytes the
-            // tensor addresses, alive while we borrow the tensor; we wait for the copy below.
-            unsafe {
-                if span > 0 {
-                    check(
-                        sys::cuMemcpyDtoHAsync_v2(staging.as_ptr().cast(), source, span, handle),
-                        "cuMemcpyDtoHAsync",
-                    )?;
-                }
-                check(sys::cuStreamSynchronize(handle), "cuStreamSynchronize")
-            }
-        })
-    })
-    .map_err(runtime)?;
-    let staged = Tensor {
-        // SAFETY: `-low` is the first element's offset inside the staged span.
-        data: unsafe { staging.as_ptr().offset(-low as isize) }.cast(),
-        device: Device::CPU,
-        dtype: tensor.dtype,
-        layout: tensor.layout.clone(),
-        readonly: false,
-        swapped: tensor.swapped,
-        indirect: false,
-        stream: None,
-        owner: Owner::Allocation(staging),
-    };
-    if dense(&staged) && low == 0 {
-        Ok(staged)
-    } else {
-        host::to_c_order(py, &staged)
+    let bytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
+    let buffer = AlignedBuffer::new(bytes)?;
+    let layout = Layout::c_order(tensor.layout.shape(), itemsize)?;
+    let dst = view_at(
+        Addr {
+            at: buffer.as_ptr() as usize,
+            place: Place::Host,
+        },
+        &layout,
+    );
+    let src = view(tensor, tensor.layout.shape(), tensor.layout.byte_strides())?;
+    drive(py, Some(device_id), stream, true, |driver| {
+        device::copy_views(driver, &dst, &src, itemsize)
+    })?;
+    let copy = Tensor::host_allocation(buffer, tensor.dtype, layout);
+    if tensor.swapped {
+        host::swap_in_place(py, &copy);
+    }
+    Ok(copy)
+}
+
+/// A view of memory at `base` laid out as `layout`.
+fn view_at(base: Addr, layout: &Layout) -> View {
+    View {
+        base,
+        shape: layout.shape().iter().map(|&n| n as usize).collect(),
+        strides: layout.byte_strides().iter().map(|&s| s as isize).collect(),
     }
 }
 
@@ -140,58 +377,42 @@ pub fn to_device(
 ) -> Result<Tensor> {
     let itemsize = tensor.dtype.itemsize();
     let bytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
-    let source_on_device = !crate::import::is_host(tensor.device.get()?.device_type);
-    if source_on_device {
+    let on_device = place(tensor)? != Place::Host;
+    if on_device {
         after_producer(tensor, cuda_id(tensor)?, stream)?;
     }
-    // What to upload: the tensor itself when dense, else a dense host copy of it.
+    // Swapped bytes and suboffsets need the CPU: such sources go over as native host copies.
     let staged;
-    let (source, from_device) = if dense(tensor) {
-        (tensor, source_on_device)
-    } else {
-        staged = if source_on_device {
+    let source = if tensor.swapped || tensor.indirect {
+        staged = if on_device {
             to_host(py, tensor, stream)?
         } else {
             host::to_c_order(py, tensor)?
         };
-        (&staged, false)
+        &staged
+    } else {
+        tensor
     };
     let buffer = DeviceBuffer::new(device_id, bytes)?;
-    let (dst, src) = (buffer.ptr, source.data as usize);
-    py.detach(|| {
-        with_context(buffer.ctx, || {
-            let handle = stream_handle(stream.filter(|&s| s != -1));
-            // SAFETY: both ranges hold `bytes` bytes (dense layouts of the same shape); with
-            // unified addressing cuMemcpyAsync also copies between devices. The host source
-            // must outlive the copy, so we wait for the stream before returning.
-            unsafe {
-                if bytes > 0 {
-                    if from_device {
-                        check(
-                            sys::cuMemcpyAsync(dst, src as u64, bytes, handle),
-                            "cuMemcpyAsync",
-                        )?;
-                    } else {
-                        check(
-                            sys::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, bytes, handle),
-                            "cuMemcpyHtoDAsync",
-                        )?;
-                    }
-                }
-                if from_device {
-                    Ok(())
-                } else {
-                    check(sys::cuStreamSynchronize(handle), "cuStreamSynchronize")
-                }
-            }
-        })
-    })
-    .map_err(runtime)?;
+    let layout = Layout::c_order(tensor.layout.shape(), itemsize)?;
+    let place = Place::Device(device_id);
+    let dst = view_at(
+        Addr {
+            at: buffer.ptr as usize,
+            place,
+        },
+        &layout,
+    );
+    let src = view(source, source.layout.shape(), source.layout.byte_strides())?;
+    // A host source must have been read before we return (the caller may free it).
+    let wait = src.base.place == Place::Host;
+    drive(py, Some(device_id), stream, wait, |driver| {
+        device::copy_views(driver, &dst, &src, itemsize)
+    })?;
     let device = Device::Known(DLDevice {
         device_type: device_type::CUDA,
         device_id,
     });
-    let layout = Layout::c_order(tensor.layout.shape(), itemsize)?;
     Ok(Tensor::owned(
         buffer.as_ptr(),
         device,
@@ -199,4 +420,74 @@ pub fn to_device(
         layout,
         Owner::DeviceAllocation(buffer),
     ))
+}
+
+fn strided(view: &View) -> Strided {
+    Strided {
+        ptr: view.base.at as *mut u8,
+        shape: view.shape.clone(),
+        strides: view.strides.clone(),
+    }
+}
+
+/// `copyto` with CUDA memory on either side (checks of dtypes, shapes and writability done).
+/// `src_strides` broadcast `src` to `dst`'s shape. With `stream`, the copy is enqueued on it
+/// (and complete when it is, unless host memory takes part); without, it is complete on return.
+pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>) -> Result<()> {
+    let (dst_place, src_place) = (place(dst)?, place(src)?);
+    let home = match (dst_place, src_place) {
+        (Place::Device(d), _) | (Place::Host, Place::Device(d)) => d,
+        (Place::Host, Place::Host) => {
+            return Err(Error::Runtime(
+                "internal error: a host-to-host copy was sent to the CUDA engine".into(),
+            ));
+        }
+    };
+    // Neither array may still be in use by its producer's pending work.
+    for (tensor, place) in [(src, src_place), (dst, dst_place)] {
+        if let Place::Device(id) = place {
+            after_producer(tensor, id, stream)?;
+        }
+    }
+    // Byte order and suboffsets need the CPU: such sources become host copies in the
+    // destination's byte order.
+    let staged;
+    let source = if src.indirect || src.swapped != dst.swapped {
+        let mut copy = if src_place == Place::Host {
+            host::to_c_order(py, src)?
+        } else {
+            to_host(py, src, stream)?
+        };
+        if dst.swapped {
+            host::swap_in_place(py, &copy);
+            copy.swapped = true;
+        }
+        staged = copy;
+        &staged
+    } else {
+        src
+    };
+    let shape = dst.layout.shape();
+    let itemsize = dst.dtype.itemsize();
+    let to = view(dst, shape, dst.layout.byte_strides())?;
+    let from = view(
+        source,
+        shape,
+        &host::broadcast_strides(&source.layout, shape)?,
+    )?;
+    let overlap =
+        to.base.place == from.base.place && may_overlap(&strided(&to), &strided(&from), itemsize);
+    let wait = stream.is_none() || to.base.place == Place::Host || from.base.place == Place::Host;
+    drive(py, Some(home), stream, wait || overlap, |driver| {
+        if !overlap {
+            return device::copy_views(driver, &to, &from, itemsize);
+        }
+        // Shared bytes: the source goes whole into a buffer of its own first.
+        let bytes = to.shape.iter().product::<usize>() * itemsize;
+        let (at, _scratch) = driver.scratch(from.base.place, bytes)?;
+        let dense = View::c_order(at, &to.shape, itemsize);
+        device::copy_views(driver, &dense, &from, itemsize)?;
+        device::copy_views(driver, &to, &dense, itemsize)?;
+        driver.sync()
+    })
 }

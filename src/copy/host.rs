@@ -14,16 +14,19 @@ use crate::tensor::{Layout, Owner, Tensor};
 /// Below this many bytes, releasing and retaking the GIL costs more than the copy.
 const DETACH_THRESHOLD: usize = 64 * 1024;
 
-fn check_host(tensor: &Tensor, role: &str) -> Result<()> {
+fn check_host(tensor: &Tensor) -> Result<()> {
     let device = tensor.device.get()?;
     if !is_host(device.device_type) {
-        return Err(Error::buffer(format!(
-            "the {role} is in device memory (DLPack device type {}); copies of device memory \
-             need the CUDA copy engine, which this build does not have yet",
+        return Err(Error::Runtime(format!(
+            "internal error: device memory (DLPack device type {}) was sent to the CPU engine",
             device.device_type
         )));
     }
     Ok(())
+}
+
+fn on_host(tensor: &Tensor) -> Result<bool> {
+    Ok(is_host(tensor.device.get()?.device_type))
 }
 
 fn strided(ptr: *mut c_void, shape: &[i64], byte_strides: &[i64]) -> Strided {
@@ -60,7 +63,7 @@ unsafe impl Send for SendJob<'_> {}
 
 /// A fresh, writable, C-ordered, native-byte-order copy of a host tensor in memory we own.
 pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
-    check_host(tensor, "source")?;
+    check_host(tensor)?;
     let itemsize = tensor.dtype.itemsize();
     let nbytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
     let buffer = AlignedBuffer::new(nbytes)?;
@@ -115,8 +118,25 @@ fn gather_indirect(
     Ok(())
 }
 
+/// Swap the bytes of a host tensor's elements where they are (native <-> non-native order).
+pub fn swap_in_place(py: Python<'_>, tensor: &Tensor) {
+    let view = strided(
+        tensor.data,
+        tensor.layout.shape(),
+        tensor.layout.byte_strides(),
+    );
+    // The engine reads each element before writing it back.
+    run(
+        py,
+        &view,
+        &view,
+        tensor.dtype.itemsize(),
+        Some(tensor.dtype.swap_unit()),
+    );
+}
+
 /// Numpy's broadcasting of `src` to `shape`: byte strides for `src` viewed with `shape`.
-fn broadcast_strides(src: &Layout, shape: &[i64]) -> Result<Vec<i64>> {
+pub fn broadcast_strides(src: &Layout, shape: &[i64]) -> Result<Vec<i64>> {
     let mismatch = || {
         Error::value(format!(
             "could not broadcast source of shape {:?} into destination of shape {shape:?}",
@@ -145,9 +165,8 @@ fn broadcast_strides(src: &Layout, shape: &[i64]) -> Result<Vec<i64>> {
 }
 
 /// `copyto`: copy `src` into the existing, writable `dst` (numpy's broadcasting; same dtype).
-pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor) -> Result<()> {
-    check_host(dst, "destination")?;
-    check_host(src, "source")?;
+/// Copies with CUDA memory on either side go to the CUDA engine, on `stream` if given.
+pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>) -> Result<()> {
     if dst.readonly {
         return Err(Error::value("the destination is read-only"));
     }
@@ -176,6 +195,14 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor) -> Result<()> {
         return Err(Error::value(
             "the destination has zero strides (a broadcast view): its elements share memory",
         ));
+    }
+    if !on_host(dst)? || !on_host(src)? {
+        return super::cuda::copy_into(py, dst, src, stream);
+    }
+    if let Some(stream) = stream {
+        return Err(Error::value(format!(
+            "stream must be None when both arrays are in host memory, not {stream}"
+        )));
     }
     let itemsize = dst.dtype.itemsize();
     let to = strided(dst.data, shape, dst.layout.byte_strides());
