@@ -6,6 +6,9 @@
 Rows: device-to-device ``__dlpack__(copy=True)`` of a CUDA tensor vs ``dst.copy_(src)`` (a
 cudaMemcpy of the same bytes); host-to-device ``__dlpack__(dl_device=(2, 0))`` of a pinned CPU
 tensor vs ``dst.copy_(pinned)``; device-to-host ``dl_device=(1, 0)`` vs ``pinned.copy_(src)``.
+Then ``dlpack.copyto`` into preallocated arrays against ``dst.copy_(src)``: device to device,
+pinned host to device, a column slice (one 2-D pitched copy), a 3-D slice (one 3-D pitched copy)
+and a transpose (staged through the host: there is no device kernel yet).
 Goals (issue #3): D2D and pinned H2D at >= 0.9x of the plain copy. Exits 0 with a message when no
 GPU is present.
 """
@@ -44,7 +47,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure")
         return 0
-    from dlpack import asdlpack
+    from dlpack import asdlpack, copyto
 
     n = args.mib * 2**20 // 4
     sync = torch.cuda.synchronize
@@ -73,10 +76,36 @@ def main() -> int:
         ("host (pinned) to device", ours_h2d, lambda: dst.copy_(pinned, non_blocking=True)),
         ("device to host", ours_d2h, lambda: host_dst.copy_(src, non_blocking=True)),
     ]
+    side = int((n // 2) ** 0.5)
+    square = torch.rand(side, side * 2, device="cuda")
+    column_dst = torch.empty(side, side, device="cuda")
+    cube = torch.rand(64, side // 4, side // 2, device="cuda")
+    cube_dst = torch.empty(64, side // 8, side // 4, device="cuda")
+    transposed_dst = torch.empty(side * 2, side, device="cuda")
+    rows += [
+        ("copyto device to device", lambda: copyto(dst, src), lambda: dst.copy_(src)),
+        ("copyto pinned host to device", lambda: copyto(dst, pinned), lambda: dst.copy_(pinned)),
+        (
+            "copyto column slice x[:, :k] (2-D pitched)",
+            lambda: copyto(column_dst, square[:, :side]),
+            lambda: column_dst.copy_(square[:, :side]),
+        ),
+        (
+            "copyto 3-D slice (3-D pitched)",
+            lambda: copyto(cube_dst, cube[:, : side // 8, : side // 4]),
+            lambda: cube_dst.copy_(cube[:, : side // 8, : side // 4]),
+        ),
+        (
+            "copyto transpose (staged via host)",
+            lambda: copyto(transposed_dst, square.T),
+            lambda: transposed_dst.copy_(square.T),
+        ),
+    ]
     gb = n * 4 / 1e9
     print(f"{torch.cuda.get_device_name()}, {args.mib} MiB float32, best of {args.repeats}\n")
     print("| copy | dlpack | plain copy_ | plain / ours |\n|---|---:|---:|---:|")
     for name, ours, plain in rows:
+        gb = plain().numel() * 4 / 1e9 if name.startswith("copyto") else n * 4 / 1e9
         t_ours = best_time(ours, sync, args.repeats)
         t_plain = best_time(plain, sync, args.repeats)
         print(
