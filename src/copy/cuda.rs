@@ -430,9 +430,10 @@ fn strided(view: &View) -> Strided {
     }
 }
 
-/// `copyto` with CUDA memory on either side (checks of dtypes, shapes and writability done).
-/// `src_strides` broadcast `src` to `dst`'s shape. With `stream`, the copy is enqueued on it
-/// (and complete when it is, unless host memory takes part); without, it is complete on return.
+/// `copyto` with CUDA memory on either side (checks of dtypes, shapes and writability done;
+/// `src` broadcasts to `dst`'s shape). With `stream` (a stream of the destination's device, or
+/// of the source's when the destination is host memory), the copy is enqueued on it and
+/// complete when it is, unless host memory takes part; without, it is complete on return.
 pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>) -> Result<()> {
     let (dst_place, src_place) = (place(dst)?, place(src)?);
     let home = match (dst_place, src_place) {
@@ -443,20 +444,21 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
             ));
         }
     };
-    // Neither array may still be in use by its producer's pending work.
+    // Work on `home` runs on `stream`; on another device, on its legacy default stream (see
+    // `Driver`). Those streams must wait for the arrays' producers.
+    let stream_on = |id: i32| if id == home { stream } else { None };
     for (tensor, place) in [(src, src_place), (dst, dst_place)] {
         if let Place::Device(id) = place {
-            after_producer(tensor, id, stream)?;
+            after_producer(tensor, id, stream_on(id))?;
         }
     }
     // Byte order and suboffsets need the CPU: such sources become host copies in the
     // destination's byte order.
     let staged;
     let source = if src.indirect || src.swapped != dst.swapped {
-        let mut copy = if src_place == Place::Host {
-            host::to_c_order(py, src)?
-        } else {
-            to_host(py, src, stream)?
+        let mut copy = match src_place {
+            Place::Host => host::to_c_order(py, src)?,
+            Place::Device(id) => to_host(py, src, stream_on(id))?,
         };
         if dst.swapped {
             host::swap_in_place(py, &copy);
