@@ -377,17 +377,22 @@ pub fn to_device(
 ) -> Result<Tensor> {
     let itemsize = tensor.dtype.itemsize();
     let bytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
-    let on_device = place(tensor)? != Place::Host;
-    if on_device {
-        after_producer(tensor, cuda_id(tensor)?, stream)?;
-    }
+    // The consumer's stream is on `device_id`; a source on another device is read on that
+    // device's legacy default stream (see `Driver`), which is what must wait for its producer.
+    let source_stream = match place(tensor)? {
+        Place::Device(id) => {
+            let on = if id == device_id { stream } else { None };
+            after_producer(tensor, id, on)?;
+            Some(on)
+        }
+        Place::Host => None,
+    };
     // Swapped bytes and suboffsets need the CPU: such sources go over as native host copies.
     let staged;
     let source = if tensor.swapped || tensor.indirect {
-        staged = if on_device {
-            to_host(py, tensor, stream)?
-        } else {
-            host::to_c_order(py, tensor)?
+        staged = match source_stream {
+            Some(on) => to_host(py, tensor, on)?,
+            None => host::to_c_order(py, tensor)?,
         };
         &staged
     } else {
