@@ -367,8 +367,8 @@ fn view_at(base: Addr, layout: &Layout) -> View {
     }
 }
 
-/// A C-ordered copy on CUDA device `device_id` of host or CUDA memory, enqueued on `stream`
-/// (the consumer's) and complete with respect to it.
+/// A C-ordered copy on CUDA device `device_id` of host or CUDA memory, made on `stream` (the
+/// consumer's) and complete on return.
 pub fn to_device(
     py: Python<'_>,
     tensor: &Tensor,
@@ -409,9 +409,10 @@ pub fn to_device(
         &layout,
     );
     let src = view(source, source.layout.shape(), source.layout.byte_strides())?;
-    // A host source must have been read before we return (the caller may free it).
-    let wait = src.base.place == Place::Host;
-    drive(py, Some(device_id), stream, wait, |driver| {
+    // The source must have been read before we return: the caller may free it then, and a
+    // device source's memory may be reused at once on a stream ours is not ordered with (torch's
+    // caching allocator reuses blocks on the stream that allocated them).
+    drive(py, Some(device_id), stream, true, |driver| {
         device::copy_views(driver, &dst, &src, itemsize)
     })?;
     let device = Device::Known(DLDevice {
