@@ -8,14 +8,15 @@
 //! types are parsed once per dtype object (numpy's builtin dtypes are singletons). Anything
 //! unusual (a dtype we can't express) goes back to the general path, which gives the errors.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3::{PyTypeInfo, intern};
 
+use super::AddressMap;
 use super::array_interface::resolve_dtype;
 use crate::error::Result;
 use crate::ffi::{NPY_ARRAY_WRITEABLE, NumpyArrayFields};
@@ -29,7 +30,27 @@ pub fn is_ndarray_type(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
         ty.getattr(attr)
             .is_ok_and(|v| v.cast::<PyString>().is_ok_and(|s| s == want))
     };
-    named(intern!(py, "__module__"), "numpy") && named(intern!(py, "__name__"), "ndarray")
+    let is_ndarray =
+        named(intern!(py, "__module__"), "numpy") && named(intern!(py, "__name__"), "ndarray");
+    // SAFETY: `ty` is a live type object.
+    let static_type = unsafe { pyo3::ffi::PyType_GetFlags(ty.as_type_ptr()) }
+        & pyo3::ffi::Py_TPFLAGS_HEAPTYPE
+        == 0;
+    if is_ndarray && static_type {
+        NDARRAY.store(ty.as_type_ptr(), Ordering::Relaxed);
+    }
+    is_ndarray
+}
+
+/// numpy's ndarray type once a probe found it: a static type, which lives as long as the
+/// process, so its address identifies it (`import` checks it before any per-type lookup).
+static NDARRAY: AtomicPtr<pyo3::ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Whether `obj` is exactly numpy's ndarray, as a previous probe found it (false before).
+pub fn is_exact_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    let ndarray = NDARRAY.load(Ordering::Relaxed);
+    // SAFETY: `obj` is a live object; reading its type pointer touches nothing else.
+    !ndarray.is_null() && unsafe { pyo3::ffi::Py_TYPE(obj.as_ptr()) } == ndarray
 }
 
 /// Byte offset of the fields after the object header, once the self-check passed. (A
@@ -81,7 +102,7 @@ fn self_check(array: &Bound<'_, PyAny>) -> Option<usize> {
 }
 
 /// Element types by dtype object, each dtype held alive so its address stays its own.
-type DescrCache = HashMap<usize, (Py<PyAny>, Option<Element>)>;
+type DescrCache = AddressMap<(Py<PyAny>, Option<Element>)>;
 static DESCRS: Mutex<Option<DescrCache>> = Mutex::new(None);
 const MAX_CACHED_DESCRS: usize = 256;
 
@@ -101,7 +122,7 @@ fn element(array: &Bound<'_, PyAny>, descr: *mut pyo3::ffi::PyObject) -> Option<
         .and_then(|s| s.extract::<String>().ok())
         .and_then(|typestr| resolve_dtype(array, &typestr).ok());
     if let Ok(mut cache) = DESCRS.lock() {
-        let cache = cache.get_or_insert_with(HashMap::new);
+        let cache = cache.get_or_insert_with(AddressMap::default);
         if cache.len() < MAX_CACHED_DESCRS {
             cache.insert(key, (descr.unbind(), element));
         }
