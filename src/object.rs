@@ -392,6 +392,118 @@ fn kind(request: &Request, tensor: &Tensor, copied: bool) -> Kind {
     }
 }
 
+/// `__dlpack__`'s parameters, all keyword-only, in signature order.
+const KEYWORDS: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];
+
+/// `DLPackObject.__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`, with
+/// its keywords matched by hand: PyO3's general argument parser cost as much as the export
+/// itself. Consumers name keywords with interned strings (Python code) or with their own
+/// strings (numpy's C code), so names are matched by identity first, then by length (the four
+/// differ) and contents.
+///
+/// # Safety
+/// Called by CPython as a `METH_FASTCALL | METH_KEYWORDS` method of `DLPackObject` (through
+/// PyO3's trampoline, which holds the GIL count and catches panics): `slf` is the instance,
+/// `args` holds `nargs` positional arguments followed by one value per name in `kwnames` (a
+/// tuple of strings, or null).
+unsafe fn dlpack_method(
+    py: Python<'_>,
+    slf: *mut pyo3::ffi::PyObject,
+    args: *const *mut pyo3::ffi::PyObject,
+    nargs: pyo3::ffi::Py_ssize_t,
+    kwnames: *mut pyo3::ffi::PyObject,
+) -> PyResult<*mut pyo3::ffi::PyObject> {
+    use pyo3::ffi;
+    // SAFETY: CPython passes the instance the method was looked up on.
+    let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
+    let object = slf.cast::<DLPackObject>()?;
+    if nargs != 0 {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "DLPackObject.__dlpack__() takes 0 positional arguments but {nargs} {} given",
+            if nargs == 1 { "was" } else { "were" }
+        )));
+    }
+    let mut values: [Option<Bound<'_, PyAny>>; 4] = [None, None, None, None];
+    if !kwnames.is_null() {
+        let interned = [
+            pyo3::intern!(py, "stream"),
+            pyo3::intern!(py, "max_version"),
+            pyo3::intern!(py, "dl_device"),
+            pyo3::intern!(py, "copy"),
+        ];
+        // SAFETY: `kwnames` is a tuple (of strings, for any call CPython makes).
+        let names = unsafe { Bound::from_borrowed_ptr(py, kwnames) };
+        let names = names.cast::<PyTuple>()?;
+        for (k, name) in names.iter().enumerate() {
+            let slot = match interned.iter().position(|i| i.as_ptr() == name.as_ptr()) {
+                Some(slot) => Some(slot),
+                None => keyword_slot(&name),
+            };
+            let Some(slot) = slot else {
+                let name = name.str().map(|n| n.to_string()).unwrap_or_default();
+                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    "DLPackObject.__dlpack__() got an unexpected keyword argument '{name}'"
+                )));
+            };
+            // SAFETY: one value per keyword name follows the (zero) positional arguments.
+            let value = unsafe { *args.add(k) };
+            if values[slot].is_some() {
+                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    "DLPackObject.__dlpack__() got multiple values for argument '{}'",
+                    KEYWORDS[slot]
+                )));
+            }
+            // SAFETY: the value is a live object the caller holds for the call; None means the
+            // argument's default.
+            if value != unsafe { ffi::Py_None() } {
+                values[slot] = Some(unsafe { Bound::from_borrowed_ptr(py, value) });
+            }
+        }
+    }
+    let [stream, max_version, dl_device, copy] = &values;
+    let request = Request::parse(
+        stream.as_ref(),
+        max_version.as_ref(),
+        dl_device.as_ref(),
+        copy.as_ref(),
+    )?;
+    Ok(object.get().export(py, request)?.into_ptr())
+}
+
+/// The parameter a keyword names, for names that are not our interned strings.
+fn keyword_slot(name: &Bound<'_, PyAny>) -> Option<usize> {
+    let name = name.cast::<pyo3::types::PyString>().ok()?;
+    // SAFETY: `name` is a live str.
+    let length = unsafe { pyo3::ffi::PyUnicode_GetLength(name.as_ptr()) };
+    let slot = KEYWORDS.iter().position(|k| k.len() as isize == length)?;
+    (name.to_str().ok()? == KEYWORDS[slot]).then_some(slot)
+}
+
+/// Install `__dlpack__` on the `DLPackObject` type as a plain fast-call method descriptor (PyO3's
+/// own methods parse arguments generically; see `dlpack_method`).
+pub fn install_dlpack_method(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<()> {
+    use pyo3::ffi;
+    let meth = pyo3::impl_::trampoline::get_trampoline_function!(
+        fastcall_cfunction_with_keywords,
+        dlpack_method
+    );
+    // The definition must outlive the type: one leaked per module initialisation.
+    let def = Box::leak(Box::new(ffi::PyMethodDef {
+        ml_name: c"__dlpack__".as_ptr(),
+        ml_meth: ffi::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: meth,
+        },
+        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        ml_doc: c"__dlpack__($self, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\nA DLPack capsule of this object's memory (array API standard arguments)."
+            .as_ptr(),
+    }));
+    // SAFETY: `ty` is a live type and `def` a 'static method definition for its instances.
+    let descriptor = unsafe {
+        Bound::from_owned_ptr_or_err(ty.py(), ffi::PyDescr_NewMethod(ty.as_type_ptr(), def))?
+    };
+    ty.setattr(pyo3::intern!(ty.py(), "__dlpack__"), descriptor)
+}
+
 #[pymethods]
 impl DLPackObject {
     /// The DLPack 1.3 C exchange API table (a capsule named "dlpack_exchange_api"), for C
@@ -412,19 +524,6 @@ impl DLPackObject {
             self.tensor.owner.traverse(&visit)?;
         }
         Ok(())
-    }
-
-    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        &self,
-        py: Python<'py>,
-        stream: Option<&Bound<'py, PyAny>>,
-        max_version: Option<&Bound<'py, PyAny>>,
-        dl_device: Option<&Bound<'py, PyAny>>,
-        copy: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let request = Request::parse(stream, max_version, dl_device, copy)?;
-        Ok(self.export(py, request)?)
     }
 
     fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
