@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyCapsule, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
@@ -118,7 +119,35 @@ struct Request {
     honours_read_only: bool,
 }
 
+/// A pair of ints, as consumers pass `max_version` and `dl_device`: an exact tuple of two exact
+/// ints read in place, without the checks and conversions `int_pair` needs for anything else.
+fn exact_int_pair(value: &Bound<'_, PyAny>) -> Option<(i64, i64)> {
+    use pyo3::ffi;
+    let tuple = value.as_ptr();
+    // SAFETY: `value` is a live object; the tuple calls run only on an exact tuple of size 2,
+    // and give borrowed items that the tuple keeps alive. PyLong_AsLongAndOverflow on an exact
+    // int reports overflow in its flag and raises nothing.
+    unsafe {
+        if ffi::PyTuple_CheckExact(tuple) == 0 || ffi::PyTuple_Size(tuple) != 2 {
+            return None;
+        }
+        let item = |k| {
+            let item = ffi::PyTuple_GetItem(tuple, k);
+            if item.is_null() || ffi::PyLong_CheckExact(item) == 0 {
+                return None;
+            }
+            let mut overflow = 0;
+            let v = ffi::PyLong_AsLongAndOverflow(item, &mut overflow);
+            (overflow == 0 && (v != -1 || ffi::PyErr_Occurred().is_null())).then_some(v as i64)
+        };
+        Some((item(0)?, item(1)?))
+    }
+}
+
 fn int_pair(value: &Bound<'_, PyAny>, what: &str) -> Result<(i64, i64)> {
+    if let Some(pair) = exact_int_pair(value) {
+        return Ok(pair);
+    }
     let bad_type = || {
         Error::type_(format!(
             "{what} must be a tuple of two ints, not {}",
@@ -526,9 +555,17 @@ impl DLPackObject {
         Ok(())
     }
 
-    fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
+    fn __dlpack_device__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let device = self.tensor.device.get()?;
-        Ok((device.device_type, device.device_id))
+        if device.device_type == device_type::CPU && device.device_id == 0 {
+            // Asked on every torch exchange: the common answer is built once.
+            static CPU: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+            let cpu = CPU.get_or_try_init(py, || {
+                PyTuple::new(py, [device_type::CPU, 0]).map(Bound::unbind)
+            })?;
+            return Ok(cpu.bind(py).clone());
+        }
+        PyTuple::new(py, [device.device_type, device.device_id])
     }
 
     /// Extents, as a tuple of ints.
@@ -600,8 +637,8 @@ impl DLPackObject {
 
     /// `(device_type, device_id)`, as `__dlpack_device__()` returns it.
     #[getter]
-    fn device(&self) -> PyResult<(i32, i32)> {
-        self.__dlpack_device__()
+    fn device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        self.__dlpack_device__(py)
     }
 
     /// Address of the first element.

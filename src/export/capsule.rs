@@ -137,26 +137,35 @@ pub unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned
     }));
 }
 
-/// Capsule destructor: free the export unless a consumer renamed the capsule (took it).
-unsafe extern "C" fn destroy_legacy_capsule(capsule: *mut ffi::PyObject) {
-    // SAFETY: Python calls this with the GIL held on a live capsule; IsValid/GetPointer with
-    // the unused name touch no error state when the name matches.
+/// The pointer of a capsule that still has the unused `name`, or null if a consumer renamed it.
+/// Our capsules keep the very `name` pointer they were made with until a consumer renames them,
+/// so comparing addresses settles the common case; other addresses are compared by contents.
+///
+/// # Safety
+/// Called with the GIL held on a live capsule.
+unsafe fn unused_pointer(capsule: *mut ffi::PyObject, name: &CStr) -> *mut c_void {
+    // SAFETY: per the contract; IsValid/GetName/GetPointer with the capsule's own name touch no
+    // error state.
     unsafe {
-        if ffi::PyCapsule_IsValid(capsule, CAPSULE_LEGACY.as_ptr()) == 1 {
-            let managed = ffi::PyCapsule_GetPointer(capsule, CAPSULE_LEGACY.as_ptr());
-            delete_legacy(managed.cast());
+        if ffi::PyCapsule_GetName(capsule) == name.as_ptr()
+            || ffi::PyCapsule_IsValid(capsule, name.as_ptr()) == 1
+        {
+            ffi::PyCapsule_GetPointer(capsule, name.as_ptr())
+        } else {
+            ptr::null_mut()
         }
     }
 }
 
+/// Capsule destructor: free the export unless a consumer renamed the capsule (took it).
+unsafe extern "C" fn destroy_legacy_capsule(capsule: *mut ffi::PyObject) {
+    // SAFETY: Python calls this with the GIL held on a live capsule; the deleter ignores null.
+    unsafe { delete_legacy(unused_pointer(capsule, CAPSULE_LEGACY).cast()) }
+}
+
 unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut ffi::PyObject) {
     // SAFETY: as in `destroy_legacy_capsule`.
-    unsafe {
-        if ffi::PyCapsule_IsValid(capsule, CAPSULE_VERSIONED.as_ptr()) == 1 {
-            let managed = ffi::PyCapsule_GetPointer(capsule, CAPSULE_VERSIONED.as_ptr());
-            delete_versioned(managed.cast());
-        }
-    }
+    unsafe { delete_versioned(unused_pointer(capsule, CAPSULE_VERSIONED).cast()) }
 }
 
 /// A new versioned managed tensor for `tensor` on `device`, outside any capsule (the C exchange

@@ -57,12 +57,14 @@ impl Layout {
             )));
         }
         let item = i64::try_from(itemsize).map_err(|_| Error::value("item size too large"))?;
-        let mut dims = vec![0i64; 3 * ndim].into_boxed_slice();
+        // Extents first, then room for both strides: filled from the extents rather than
+        // zeroed (a zeroed allocation is a `calloc`, which skips the allocator's fast path).
+        let mut dims = Vec::with_capacity(3 * ndim);
+        dims.extend((0..ndim).map(extent));
+        dims.resize(3 * ndim, 0);
+        let mut dims = dims.into_boxed_slice();
         let (shape, rest) = dims.split_at_mut(ndim);
         let (bytes, strides) = rest.split_at_mut(ndim);
-        for (k, n) in shape.iter_mut().enumerate() {
-            *n = extent(k);
-        }
         if let Some(&bad) = shape.iter().find(|&&n| n < 0) {
             return Err(Error::value(format!(
                 "negative extent {bad} in shape {shape:?}"
