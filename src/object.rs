@@ -23,7 +23,8 @@ use crate::tensor::{Device, Tensor};
 /// A DLPack view of another object's memory: pass it to any `from_dlpack`.
 #[pyclass(frozen, module = "dlpack", name = "DLPackObject")]
 pub struct DLPackObject {
-    tensor: Arc<Tensor>,
+    /// Shared with every capsule exported from it: each holds a reference to this object.
+    tensor: Tensor,
     /// For device data from a DLPack producer: asked again when a consumer names its stream,
     /// so the producer can order its work before the consumer's.
     producer: Option<Py<PyAny>>,
@@ -37,13 +38,7 @@ pub fn asdlpack(obj: &Bound<'_, PyAny>) -> PyResult<Py<DLPackObject>> {
         return Ok(existing.clone().unbind());
     }
     let import::Imported { tensor, producer } = import::import(obj)?;
-    Py::new(
-        obj.py(),
-        DLPackObject {
-            tensor: Arc::new(tensor),
-            producer,
-        },
-    )
+    Py::new(obj.py(), DLPackObject { tensor, producer })
 }
 
 /// Copy `src` into the existing array `dst`, as `numpy.copyto(dst, src)` does: any supported
@@ -65,12 +60,27 @@ pub fn copyto(dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
-/// The tensor behind an object: shared with a `DLPackObject`, or freshly imported.
-fn tensor_of(obj: &Bound<'_, PyAny>) -> Result<Arc<Tensor>> {
-    if let Ok(existing) = obj.cast::<DLPackObject>() {
-        return Ok(Arc::clone(&existing.get().tensor));
+/// The tensor behind an object: a `DLPackObject`'s own, or freshly imported.
+enum TensorOf<'py> {
+    Object(Bound<'py, DLPackObject>),
+    Imported(Tensor),
+}
+
+impl std::ops::Deref for TensorOf<'_> {
+    type Target = Tensor;
+    fn deref(&self) -> &Tensor {
+        match self {
+            TensorOf::Object(object) => &object.get().tensor,
+            TensorOf::Imported(tensor) => tensor,
+        }
     }
-    Ok(Arc::new(import::import(obj)?.tensor))
+}
+
+fn tensor_of<'py>(obj: &Bound<'py, PyAny>) -> Result<TensorOf<'py>> {
+    if let Ok(existing) = obj.cast::<DLPackObject>() {
+        return Ok(TensorOf::Object(existing.clone()));
+    }
+    Ok(TensorOf::Imported(import::import(obj)?.tensor))
 }
 
 /// JAX arrays export their buffers without a read-only flag, but writing into them would
@@ -90,11 +100,9 @@ fn is_immutable_array(obj: &Bound<'_, PyAny>) -> bool {
 pub fn _footprint(ndim: usize) -> Vec<(&'static str, usize)> {
     vec![
         ("DLPackObject struct", std::mem::size_of::<DLPackObject>()),
-        // Arc's two counters, then the description; the layout's dims are one more allocation.
-        (
-            "tensor description",
-            2 * std::mem::size_of::<usize>() + std::mem::size_of::<Tensor>(),
-        ),
+        // The description lives in the Python object (`sys.getsizeof` counts it); the layout's
+        // dims are one more allocation.
+        ("tensor description", 0),
         ("tensor dims", 3 * ndim * std::mem::size_of::<i64>()),
         (
             "versioned capsule allocation",
@@ -244,7 +252,7 @@ fn device_name(device: DLDevice) -> String {
 impl DLPackObject {
     pub fn new(tensor: Tensor) -> Self {
         DLPackObject {
-            tensor: Arc::new(tensor),
+            tensor,
             producer: None,
         }
     }
@@ -253,15 +261,16 @@ impl DLPackObject {
         &self.tensor
     }
 
-    fn export<'py>(&self, py: Python<'py>, request: Request) -> Result<Bound<'py, PyAny>> {
-        let (tensor, device, kind) = self.prepare(py, &request)?;
-        capsule::to_capsule(py, &tensor, device, kind)
+    fn export<'py>(slf: &Bound<'py, Self>, request: Request) -> Result<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let (own, device, kind) = slf.get().prepare(py, &request)?;
+        capsule::to_capsule(py, holder(slf, own), device, kind)
     }
 
     /// A versioned managed tensor for the C exchange API: as `__dlpack__(max_version=(1, 3))`
     /// would put in its capsule, except that read-only memory is copied (its consumers, tvm-ffi
     /// among them, write through tensors regardless of the READ_ONLY flag).
-    pub fn export_managed(&self, py: Python<'_>) -> Result<NonNull<DLManagedTensorVersioned>> {
+    pub fn export_managed(slf: &Bound<'_, Self>) -> Result<NonNull<DLManagedTensorVersioned>> {
         let request = Request {
             stream: None,
             versioned_minor: Some(DLPACK_MINOR_VERSION),
@@ -269,10 +278,13 @@ impl DLPackObject {
             copy: None,
             honours_read_only: false,
         };
-        match self.prepare(py, &request)? {
-            (tensor, device, Kind::Versioned { minor, flags }) => {
-                Ok(capsule::new_versioned(&tensor, device, minor, flags))
-            }
+        match slf.get().prepare(slf.py(), &request)? {
+            (own, device, Kind::Versioned { minor, flags }) => Ok(capsule::new_versioned(
+                holder(slf, own),
+                device,
+                minor,
+                flags,
+            )),
             (_, _, Kind::Legacy) => unreachable!("a versioned request gives a versioned export"),
         }
     }
@@ -294,8 +306,12 @@ impl DLPackObject {
     }
 
     /// The tensor on the device to export and the capsule kind for `request`: the shared tensor
-    /// itself, a fresh one from the producer, or a copy.
-    fn prepare(&self, py: Python<'_>, request: &Request) -> Result<(Arc<Tensor>, DLDevice, Kind)> {
+    /// itself (`None`), or a tensor of the export's own: a fresh one from the producer, or a copy.
+    fn prepare(
+        &self,
+        py: Python<'_>,
+        request: &Request,
+    ) -> Result<(Option<Arc<Tensor>>, DLDevice, Kind)> {
         let own = self.tensor.device.get()?;
         let cpu = DLDevice {
             device_type: device_type::CPU,
@@ -361,14 +377,13 @@ impl DLPackObject {
             _ => false,
         };
         if !copy {
-            let tensor = self.fresh_from_producer(py, request)?;
-            let tensor = tensor.unwrap_or_else(|| Arc::clone(&self.tensor));
+            let fresh = self.fresh_from_producer(py, request)?;
             if !is_host(own.device_type) {
                 copy::cuda::after_producer(&self.tensor, own.device_id, request.stream)
                     .map_err(as_buffer_error)?;
             }
-            let kind = kind(request, &tensor, false);
-            return Ok((tensor, target, kind));
+            let kind = kind(request, fresh.as_deref().unwrap_or(&self.tensor), false);
+            return Ok((fresh, target, kind));
         }
         let unavailable = |err: Error| match as_buffer_error(err) {
             Error::Buffer(msg) => {
@@ -389,9 +404,17 @@ impl DLPackObject {
                 copy::cuda::to_device(py, &self.tensor, id, request.stream).map_err(unavailable)?;
             (tensor, target) // a CUDA device: `movable` admits no other non-host target
         };
-        let tensor = Arc::new(tensor);
         let kind = kind(request, &tensor, true);
-        Ok((tensor, device, kind))
+        Ok((Some(Arc::new(tensor)), device, kind))
+    }
+}
+
+/// What keeps an export alive: the object itself when it shares the object's tensor, otherwise
+/// the export's own tensor.
+fn holder(slf: &Bound<'_, DLPackObject>, own: Option<Arc<Tensor>>) -> capsule::Holder {
+    match own {
+        None => capsule::Holder::Object(slf.clone().unbind()),
+        Some(tensor) => capsule::Holder::Tensor(tensor),
     }
 }
 
@@ -496,7 +519,7 @@ unsafe fn dlpack_method(
         dl_device.as_ref(),
         copy.as_ref(),
     )?;
-    Ok(object.get().export(py, request)?.into_ptr())
+    Ok(DLPackObject::export(object, request)?.into_ptr())
 }
 
 /// The parameter a keyword names, for names that are not our interned strings.
@@ -543,16 +566,13 @@ impl DLPackObject {
     }
 
     /// Lets the garbage collector break cycles through the source (`src.view = asdlpack(src)`).
-    /// Only references this object holds alone are reported: while a capsule or a consumer
-    /// shares the tensor, the source is reachable from outside Python's view and must stay.
+    /// While a capsule or a consumer shares the tensor, it holds a reference to this object,
+    /// which the collector can't see: the object, and so the source, stays reachable.
     fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
         if let Some(producer) = &self.producer {
             visit.call(producer)?;
         }
-        if Arc::strong_count(&self.tensor) == 1 {
-            self.tensor.owner.traverse(&visit)?;
-        }
-        Ok(())
+        self.tensor.owner.traverse(&visit)
     }
 
     fn __dlpack_device__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
