@@ -56,22 +56,27 @@ impl Holder {
 
     /// Release a holder made by `into_raw`. An object is released while attached to Python:
     /// directly when the caller holds the GIL (`attached`: a capsule destructor), otherwise
-    /// taking the GIL if this thread can; where it can't (the interpreter is gone), the object
-    /// is left to the process' exit, as `Owner` does.
+    /// under `PyGILState_Ensure` (a consumer's deleter, on any thread, as numpy's own deleter
+    /// does: PyO3's attach costs several times more). Once the interpreter is gone the object is
+    /// left to the process' exit, as `Owner` does.
     ///
     /// # Safety
     /// `raw` and `object` came from one `into_raw` call, and are released once; `attached` only
     /// when this thread holds the GIL.
     unsafe fn release(raw: *const c_void, object: bool, attached: bool) {
-        let decref = || {
-            // SAFETY: per the contract, `raw` is our strong reference to a live object, and
-            // this runs while attached.
-            unsafe { ffi::Py_DecRef(raw.cast_mut().cast()) }
-        };
+        // SAFETY (both blocks): per the contract, `raw` is our strong reference to a live
+        // object; it is released while this thread holds the GIL, taken here unless the caller
+        // holds it. The decref may run the object's deallocator, PyO3's own trampoline.
         if object && attached {
-            decref();
+            unsafe { ffi::Py_DecRef(raw.cast_mut().cast()) };
         } else if object {
-            let _ = Python::try_attach(|_py| decref());
+            unsafe {
+                if ffi::Py_IsInitialized() != 0 {
+                    let state = ffi::PyGILState_Ensure();
+                    ffi::Py_DecRef(raw.cast_mut().cast());
+                    ffi::PyGILState_Release(state);
+                }
+            }
         } else {
             // SAFETY: per the contract, `raw` came from `Arc::into_raw`.
             drop(unsafe { Arc::from_raw(raw.cast::<Tensor>()) });
