@@ -312,6 +312,18 @@ impl DLPackObject {
         py: Python<'_>,
         request: &Request,
     ) -> Result<(Option<Arc<Tensor>>, DLDevice, Kind)> {
+        // The common request first: host memory DLPack can express as it is, exported in place
+        // (what the general path below concludes for it, without its checks).
+        if let Device::Known(own) = self.tensor.device
+            && is_host(own.device_type)
+            && request.dl_device.is_none()
+            && request.stream.is_none()
+            && request.copy != Some(true)
+            && (request.honours_read_only || !self.tensor.readonly)
+            && self.tensor.copy_reason().is_none()
+        {
+            return Ok((None, own, kind(request, &self.tensor, false)));
+        }
         let own = self.tensor.device.get()?;
         let cpu = DLDevice {
             device_type: device_type::CPU,
@@ -468,14 +480,15 @@ unsafe fn dlpack_method(
     use pyo3::ffi;
     // SAFETY: CPython passes the instance the method was looked up on.
     let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
-    let object = slf.cast::<DLPackObject>()?;
+    // SAFETY: CPython's method descriptor checked that `slf` is a DLPackObject (a final class).
+    let object = unsafe { slf.cast_unchecked::<DLPackObject>() };
     if nargs != 0 {
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
             "DLPackObject.__dlpack__() takes 0 positional arguments but {nargs} {} given",
             if nargs == 1 { "was" } else { "were" }
         )));
     }
-    let mut values: [Option<Bound<'_, PyAny>>; 4] = [None, None, None, None];
+    let mut values: [Option<pyo3::Borrowed<'_, '_, PyAny>>; 4] = [None, None, None, None];
     if !kwnames.is_null() {
         let interned = [
             pyo3::intern!(py, "stream"),
@@ -508,16 +521,16 @@ unsafe fn dlpack_method(
             // SAFETY: the value is a live object the caller holds for the call; None means the
             // argument's default.
             if value != unsafe { ffi::Py_None() } {
-                values[slot] = Some(unsafe { Bound::from_borrowed_ptr(py, value) });
+                values[slot] = Some(unsafe { pyo3::Borrowed::from_ptr(py, value) });
             }
         }
     }
     let [stream, max_version, dl_device, copy] = &values;
     let request = Request::parse(
-        stream.as_ref(),
-        max_version.as_ref(),
-        dl_device.as_ref(),
-        copy.as_ref(),
+        stream.as_deref(),
+        max_version.as_deref(),
+        dl_device.as_deref(),
+        copy.as_deref(),
     )?;
     Ok(DLPackObject::export(object, request)?.into_ptr())
 }
