@@ -18,7 +18,7 @@ use crate::ffi::{
     device_type,
 };
 use crate::import::{self, array_interface::to_i64, array_interface::type_name, is_host};
-use crate::tensor::{Device, Tensor};
+use crate::tensor::{Device, Tensor, layout};
 
 /// A DLPack view of another object's memory: pass it to any `from_dlpack`.
 #[pyclass(frozen, module = "dlpack", name = "DLPackObject")]
@@ -100,10 +100,17 @@ fn is_immutable_array(obj: &Bound<'_, PyAny>) -> bool {
 pub fn _footprint(ndim: usize) -> Vec<(&'static str, usize)> {
     vec![
         ("DLPackObject struct", std::mem::size_of::<DLPackObject>()),
-        // The description lives in the Python object (`sys.getsizeof` counts it); the layout's
-        // dims are one more allocation.
+        // The description lives in the Python object (`sys.getsizeof` counts it), and so do
+        // the layout's dims up to `INLINE_NDIM` dimensions; more take one allocation.
         ("tensor description", 0),
-        ("tensor dims", 3 * ndim * std::mem::size_of::<i64>()),
+        (
+            "tensor dims",
+            if ndim <= layout::INLINE_NDIM {
+                0
+            } else {
+                3 * ndim * std::mem::size_of::<i64>()
+            },
+        ),
         (
             "versioned capsule allocation",
             capsule::export_bytes(ndim, true),
