@@ -34,7 +34,8 @@ pub struct DLPackObject {
 /// buffer protocol) in a `DLPackObject`, without copying.
 #[pyfunction]
 pub fn asdlpack(obj: &Bound<'_, PyAny>) -> PyResult<Py<DLPackObject>> {
-    if let Ok(existing) = obj.cast::<DLPackObject>() {
+    // DLPackObject is final: an exact type check suffices (and skips a subtype walk).
+    if let Ok(existing) = obj.cast_exact::<DLPackObject>() {
         return Ok(existing.clone().unbind());
     }
     let import::Imported { tensor, producer } = import::import(obj)?;
