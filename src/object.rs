@@ -553,7 +553,9 @@ fn keyword_slot(name: &Bound<'_, PyAny>) -> Option<usize> {
 }
 
 /// Install `__dlpack__` on the `DLPackObject` type as a plain fast-call method descriptor (PyO3's
-/// own methods parse arguments generically; see `dlpack_method`).
+/// own methods parse arguments generically; see `dlpack_method`). The C entry point is PyO3's
+/// own fast-call trampoline, as `#[pymethods]` generate it (GIL count, panics, errors): that is
+/// PyO3's doc-hidden `impl_` API, so a PyO3 upgrade may need this adjusted.
 pub fn install_dlpack_method(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<()> {
     use pyo3::ffi;
     let meth = pyo3::impl_::trampoline::get_trampoline_function!(
