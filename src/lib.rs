@@ -16,6 +16,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<object::DLPackObject>()?;
+    object::install_dlpack_method(&m.py().get_type::<object::DLPackObject>())?;
     m.add_function(wrap_pyfunction!(object::asdlpack, m)?)?;
     m.add_function(wrap_pyfunction!(object::copyto, m)?)?;
     m.add_function(wrap_pyfunction!(object::_footprint, m)?)?;

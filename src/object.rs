@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyCapsule, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
@@ -17,12 +18,13 @@ use crate::ffi::{
     device_type,
 };
 use crate::import::{self, array_interface::to_i64, array_interface::type_name, is_host};
-use crate::tensor::{Device, Tensor};
+use crate::tensor::{Device, Tensor, layout};
 
 /// A DLPack view of another object's memory: pass it to any `from_dlpack`.
 #[pyclass(frozen, module = "dlpack", name = "DLPackObject")]
 pub struct DLPackObject {
-    tensor: Arc<Tensor>,
+    /// Shared with every capsule exported from it: each holds a reference to this object.
+    tensor: Tensor,
     /// For device data from a DLPack producer: asked again when a consumer names its stream,
     /// so the producer can order its work before the consumer's.
     producer: Option<Py<PyAny>>,
@@ -32,17 +34,12 @@ pub struct DLPackObject {
 /// buffer protocol) in a `DLPackObject`, without copying.
 #[pyfunction]
 pub fn asdlpack(obj: &Bound<'_, PyAny>) -> PyResult<Py<DLPackObject>> {
-    if let Ok(existing) = obj.cast::<DLPackObject>() {
+    // DLPackObject is final: an exact type check suffices (and skips a subtype walk).
+    if let Ok(existing) = obj.cast_exact::<DLPackObject>() {
         return Ok(existing.clone().unbind());
     }
     let import::Imported { tensor, producer } = import::import(obj)?;
-    Py::new(
-        obj.py(),
-        DLPackObject {
-            tensor: Arc::new(tensor),
-            producer,
-        },
-    )
+    Py::new(obj.py(), DLPackObject { tensor, producer })
 }
 
 /// Copy `src` into the existing array `dst`, as `numpy.copyto(dst, src)` does: any supported
@@ -80,12 +77,27 @@ pub fn copyto(
     Ok(())
 }
 
-/// The tensor behind an object: shared with a `DLPackObject`, or freshly imported.
-fn tensor_of(obj: &Bound<'_, PyAny>) -> Result<Arc<Tensor>> {
-    if let Ok(existing) = obj.cast::<DLPackObject>() {
-        return Ok(Arc::clone(&existing.get().tensor));
+/// The tensor behind an object: a `DLPackObject`'s own, or freshly imported.
+enum TensorOf<'py> {
+    Object(Bound<'py, DLPackObject>),
+    Imported(Tensor),
+}
+
+impl std::ops::Deref for TensorOf<'_> {
+    type Target = Tensor;
+    fn deref(&self) -> &Tensor {
+        match self {
+            TensorOf::Object(object) => &object.get().tensor,
+            TensorOf::Imported(tensor) => tensor,
+        }
     }
-    Ok(Arc::new(import::import(obj)?.tensor))
+}
+
+fn tensor_of<'py>(obj: &Bound<'py, PyAny>) -> Result<TensorOf<'py>> {
+    if let Ok(existing) = obj.cast::<DLPackObject>() {
+        return Ok(TensorOf::Object(existing.clone()));
+    }
+    Ok(TensorOf::Imported(import::import(obj)?.tensor))
 }
 
 /// JAX arrays export their buffers without a read-only flag, but writing into them would
@@ -105,12 +117,17 @@ fn is_immutable_array(obj: &Bound<'_, PyAny>) -> bool {
 pub fn _footprint(ndim: usize) -> Vec<(&'static str, usize)> {
     vec![
         ("DLPackObject struct", std::mem::size_of::<DLPackObject>()),
-        // Arc's two counters, then the description; the layout's dims are one more allocation.
+        // The description lives in the Python object (`sys.getsizeof` counts it), and so do
+        // the layout's dims up to `INLINE_NDIM` dimensions; more take one allocation.
+        ("tensor description", 0),
         (
-            "tensor description",
-            2 * std::mem::size_of::<usize>() + std::mem::size_of::<Tensor>(),
+            "tensor dims",
+            if ndim <= layout::INLINE_NDIM {
+                0
+            } else {
+                3 * ndim * std::mem::size_of::<i64>()
+            },
         ),
-        ("tensor dims", 3 * ndim * std::mem::size_of::<i64>()),
         (
             "versioned capsule allocation",
             capsule::export_bytes(ndim, true),
@@ -134,7 +151,35 @@ struct Request {
     honours_read_only: bool,
 }
 
+/// A pair of ints, as consumers pass `max_version` and `dl_device`: an exact tuple of two exact
+/// ints read in place, without the checks and conversions `int_pair` needs for anything else.
+fn exact_int_pair(value: &Bound<'_, PyAny>) -> Option<(i64, i64)> {
+    use pyo3::ffi;
+    let tuple = value.as_ptr();
+    // SAFETY: `value` is a live object; the tuple calls run only on an exact tuple of size 2,
+    // and give borrowed items that the tuple keeps alive. PyLong_AsLongAndOverflow on an exact
+    // int reports overflow in its flag and raises nothing.
+    unsafe {
+        if ffi::PyTuple_CheckExact(tuple) == 0 || ffi::PyTuple_Size(tuple) != 2 {
+            return None;
+        }
+        let item = |k| {
+            let item = ffi::PyTuple_GetItem(tuple, k);
+            if item.is_null() || ffi::PyLong_CheckExact(item) == 0 {
+                return None;
+            }
+            let mut overflow = 0;
+            let v = ffi::PyLong_AsLongAndOverflow(item, &mut overflow);
+            (overflow == 0 && (v != -1 || ffi::PyErr_Occurred().is_null())).then_some(v as i64)
+        };
+        Some((item(0)?, item(1)?))
+    }
+}
+
 fn int_pair(value: &Bound<'_, PyAny>, what: &str) -> Result<(i64, i64)> {
+    if let Some(pair) = exact_int_pair(value) {
+        return Ok(pair);
+    }
     let bad_type = || {
         Error::type_(format!(
             "{what} must be a tuple of two ints, not {}",
@@ -231,7 +276,7 @@ fn device_name(device: DLDevice) -> String {
 impl DLPackObject {
     pub fn new(tensor: Tensor) -> Self {
         DLPackObject {
-            tensor: Arc::new(tensor),
+            tensor,
             producer: None,
         }
     }
@@ -240,15 +285,16 @@ impl DLPackObject {
         &self.tensor
     }
 
-    fn export<'py>(&self, py: Python<'py>, request: Request) -> Result<Bound<'py, PyAny>> {
-        let (tensor, device, kind) = self.prepare(py, &request)?;
-        capsule::to_capsule(py, &tensor, device, kind)
+    fn export<'py>(slf: &Bound<'py, Self>, request: Request) -> Result<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let (own, device, kind) = slf.get().prepare(py, &request)?;
+        capsule::to_capsule(py, holder(slf, own), device, kind)
     }
 
     /// A versioned managed tensor for the C exchange API: as `__dlpack__(max_version=(1, 3))`
     /// would put in its capsule, except that read-only memory is copied (its consumers, tvm-ffi
     /// among them, write through tensors regardless of the READ_ONLY flag).
-    pub fn export_managed(&self, py: Python<'_>) -> Result<NonNull<DLManagedTensorVersioned>> {
+    pub fn export_managed(slf: &Bound<'_, Self>) -> Result<NonNull<DLManagedTensorVersioned>> {
         let request = Request {
             stream: None,
             versioned_minor: Some(DLPACK_MINOR_VERSION),
@@ -256,10 +302,13 @@ impl DLPackObject {
             copy: None,
             honours_read_only: false,
         };
-        match self.prepare(py, &request)? {
-            (tensor, device, Kind::Versioned { minor, flags }) => {
-                Ok(capsule::new_versioned(&tensor, device, minor, flags))
-            }
+        match slf.get().prepare(slf.py(), &request)? {
+            (own, device, Kind::Versioned { minor, flags }) => Ok(capsule::new_versioned(
+                holder(slf, own),
+                device,
+                minor,
+                flags,
+            )),
             (_, _, Kind::Legacy) => unreachable!("a versioned request gives a versioned export"),
         }
     }
@@ -281,8 +330,24 @@ impl DLPackObject {
     }
 
     /// The tensor on the device to export and the capsule kind for `request`: the shared tensor
-    /// itself, a fresh one from the producer, or a copy.
-    fn prepare(&self, py: Python<'_>, request: &Request) -> Result<(Arc<Tensor>, DLDevice, Kind)> {
+    /// itself (`None`), or a tensor of the export's own: a fresh one from the producer, or a copy.
+    fn prepare(
+        &self,
+        py: Python<'_>,
+        request: &Request,
+    ) -> Result<(Option<Arc<Tensor>>, DLDevice, Kind)> {
+        // The common request first: host memory DLPack can express as it is, exported in place
+        // (what the general path below concludes for it, without its checks).
+        if let Device::Known(own) = self.tensor.device
+            && is_host(own.device_type)
+            && request.dl_device.is_none()
+            && request.stream.is_none()
+            && request.copy != Some(true)
+            && (request.honours_read_only || !self.tensor.readonly)
+            && self.tensor.copy_reason().is_none()
+        {
+            return Ok((None, own, kind(request, &self.tensor, false)));
+        }
         let own = self.tensor.device.get()?;
         let cpu = DLDevice {
             device_type: device_type::CPU,
@@ -348,14 +413,13 @@ impl DLPackObject {
             _ => false,
         };
         if !copy {
-            let tensor = self.fresh_from_producer(py, request)?;
-            let tensor = tensor.unwrap_or_else(|| Arc::clone(&self.tensor));
+            let fresh = self.fresh_from_producer(py, request)?;
             if !is_host(own.device_type) {
                 copy::cuda::after_producer(&self.tensor, own.device_id, request.stream)
                     .map_err(as_buffer_error)?;
             }
-            let kind = kind(request, &tensor, false);
-            return Ok((tensor, target, kind));
+            let kind = kind(request, fresh.as_deref().unwrap_or(&self.tensor), false);
+            return Ok((fresh, target, kind));
         }
         let unavailable = |err: Error| match as_buffer_error(err) {
             Error::Buffer(msg) => {
@@ -376,9 +440,17 @@ impl DLPackObject {
                 copy::cuda::to_device(py, &self.tensor, id, request.stream).map_err(unavailable)?;
             (tensor, target) // a CUDA device: `movable` admits no other non-host target
         };
-        let tensor = Arc::new(tensor);
         let kind = kind(request, &tensor, true);
-        Ok((tensor, device, kind))
+        Ok((Some(Arc::new(tensor)), device, kind))
+    }
+}
+
+/// What keeps an export alive: the object itself when it shares the object's tensor, otherwise
+/// the export's own tensor.
+fn holder(slf: &Bound<'_, DLPackObject>, own: Option<Arc<Tensor>>) -> capsule::Holder {
+    match own {
+        None => capsule::Holder::Object(slf.clone().unbind()),
+        Some(tensor) => capsule::Holder::Tensor(tensor),
     }
 }
 
@@ -408,6 +480,121 @@ fn kind(request: &Request, tensor: &Tensor, copied: bool) -> Kind {
     }
 }
 
+/// `__dlpack__`'s parameters, all keyword-only, in signature order.
+const KEYWORDS: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];
+
+/// `DLPackObject.__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`, with
+/// its keywords matched by hand: PyO3's general argument parser cost as much as the export
+/// itself. Consumers name keywords with interned strings (Python code) or with their own
+/// strings (numpy's C code), so names are matched by identity first, then by length (the four
+/// differ) and contents.
+///
+/// # Safety
+/// Called by CPython as a `METH_FASTCALL | METH_KEYWORDS` method of `DLPackObject` (through
+/// PyO3's trampoline, which holds the GIL count and catches panics): `slf` is the instance,
+/// `args` holds `nargs` positional arguments followed by one value per name in `kwnames` (a
+/// tuple of strings, or null).
+unsafe fn dlpack_method(
+    py: Python<'_>,
+    slf: *mut pyo3::ffi::PyObject,
+    args: *const *mut pyo3::ffi::PyObject,
+    nargs: pyo3::ffi::Py_ssize_t,
+    kwnames: *mut pyo3::ffi::PyObject,
+) -> PyResult<*mut pyo3::ffi::PyObject> {
+    use pyo3::ffi;
+    // SAFETY: CPython passes the instance the method was looked up on.
+    let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
+    // SAFETY: CPython's method descriptor checked that `slf` is a DLPackObject (a final class).
+    let object = unsafe { slf.cast_unchecked::<DLPackObject>() };
+    if nargs != 0 {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "DLPackObject.__dlpack__() takes 0 positional arguments but {nargs} {} given",
+            if nargs == 1 { "was" } else { "were" }
+        )));
+    }
+    let mut values: [Option<pyo3::Borrowed<'_, '_, PyAny>>; 4] = [None, None, None, None];
+    if !kwnames.is_null() {
+        let interned = [
+            pyo3::intern!(py, "stream"),
+            pyo3::intern!(py, "max_version"),
+            pyo3::intern!(py, "dl_device"),
+            pyo3::intern!(py, "copy"),
+        ];
+        // SAFETY: `kwnames` is a tuple (of strings, for any call CPython makes).
+        let names = unsafe { Bound::from_borrowed_ptr(py, kwnames) };
+        let names = names.cast::<PyTuple>()?;
+        for (k, name) in names.iter().enumerate() {
+            let slot = match interned.iter().position(|i| i.as_ptr() == name.as_ptr()) {
+                Some(slot) => Some(slot),
+                None => keyword_slot(&name),
+            };
+            let Some(slot) = slot else {
+                let name = name.str().map(|n| n.to_string()).unwrap_or_default();
+                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    "DLPackObject.__dlpack__() got an unexpected keyword argument '{name}'"
+                )));
+            };
+            // SAFETY: one value per keyword name follows the (zero) positional arguments.
+            let value = unsafe { *args.add(k) };
+            if values[slot].is_some() {
+                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    "DLPackObject.__dlpack__() got multiple values for argument '{}'",
+                    KEYWORDS[slot]
+                )));
+            }
+            // SAFETY: the value is a live object the caller holds for the call; None means the
+            // argument's default.
+            if value != unsafe { ffi::Py_None() } {
+                values[slot] = Some(unsafe { pyo3::Borrowed::from_ptr(py, value) });
+            }
+        }
+    }
+    let [stream, max_version, dl_device, copy] = &values;
+    let request = Request::parse(
+        stream.as_deref(),
+        max_version.as_deref(),
+        dl_device.as_deref(),
+        copy.as_deref(),
+    )?;
+    Ok(DLPackObject::export(object, request)?.into_ptr())
+}
+
+/// The parameter a keyword names, for names that are not our interned strings.
+fn keyword_slot(name: &Bound<'_, PyAny>) -> Option<usize> {
+    let name = name.cast::<pyo3::types::PyString>().ok()?;
+    // SAFETY: `name` is a live str.
+    let length = unsafe { pyo3::ffi::PyUnicode_GetLength(name.as_ptr()) };
+    let slot = KEYWORDS.iter().position(|k| k.len() as isize == length)?;
+    (name.to_str().ok()? == KEYWORDS[slot]).then_some(slot)
+}
+
+/// Install `__dlpack__` on the `DLPackObject` type as a plain fast-call method descriptor (PyO3's
+/// own methods parse arguments generically; see `dlpack_method`). The C entry point is PyO3's
+/// own fast-call trampoline, as `#[pymethods]` generate it (GIL count, panics, errors): that is
+/// PyO3's doc-hidden `impl_` API, so a PyO3 upgrade may need this adjusted.
+pub fn install_dlpack_method(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<()> {
+    use pyo3::ffi;
+    let meth = pyo3::impl_::trampoline::get_trampoline_function!(
+        fastcall_cfunction_with_keywords,
+        dlpack_method
+    );
+    // The definition must outlive the type: one leaked per module initialisation.
+    let def = Box::leak(Box::new(ffi::PyMethodDef {
+        ml_name: c"__dlpack__".as_ptr(),
+        ml_meth: ffi::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: meth,
+        },
+        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        ml_doc: c"__dlpack__($self, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\nA DLPack capsule of this object's memory (array API standard arguments)."
+            .as_ptr(),
+    }));
+    // SAFETY: `ty` is a live type and `def` a 'static method definition for its instances.
+    let descriptor = unsafe {
+        Bound::from_owned_ptr_or_err(ty.py(), ffi::PyDescr_NewMethod(ty.as_type_ptr(), def))?
+    };
+    ty.setattr(pyo3::intern!(ty.py(), "__dlpack__"), descriptor)
+}
+
 #[pymethods]
 impl DLPackObject {
     /// The DLPack 1.3 C exchange API table (a capsule named "dlpack_exchange_api"), for C
@@ -418,34 +605,26 @@ impl DLPackObject {
     }
 
     /// Lets the garbage collector break cycles through the source (`src.view = asdlpack(src)`).
-    /// Only references this object holds alone are reported: while a capsule or a consumer
-    /// shares the tensor, the source is reachable from outside Python's view and must stay.
+    /// While a capsule or a consumer shares the tensor, it holds a reference to this object,
+    /// which the collector can't see: the object, and so the source, stays reachable.
     fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
         if let Some(producer) = &self.producer {
             visit.call(producer)?;
         }
-        if Arc::strong_count(&self.tensor) == 1 {
-            self.tensor.owner.traverse(&visit)?;
-        }
-        Ok(())
+        self.tensor.owner.traverse(&visit)
     }
 
-    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        &self,
-        py: Python<'py>,
-        stream: Option<&Bound<'py, PyAny>>,
-        max_version: Option<&Bound<'py, PyAny>>,
-        dl_device: Option<&Bound<'py, PyAny>>,
-        copy: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let request = Request::parse(stream, max_version, dl_device, copy)?;
-        Ok(self.export(py, request)?)
-    }
-
-    fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
+    fn __dlpack_device__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let device = self.tensor.device.get()?;
-        Ok((device.device_type, device.device_id))
+        if device.device_type == device_type::CPU && device.device_id == 0 {
+            // Asked on every torch exchange: the common answer is built once.
+            static CPU: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+            let cpu = CPU.get_or_try_init(py, || {
+                PyTuple::new(py, [device_type::CPU, 0]).map(Bound::unbind)
+            })?;
+            return Ok(cpu.bind(py).clone());
+        }
+        PyTuple::new(py, [device.device_type, device.device_id])
     }
 
     /// Extents, as a tuple of ints.
@@ -517,8 +696,8 @@ impl DLPackObject {
 
     /// `(device_type, device_id)`, as `__dlpack_device__()` returns it.
     #[getter]
-    fn device(&self) -> PyResult<(i32, i32)> {
-        self.__dlpack_device__()
+    fn device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        self.__dlpack_device__(py)
     }
 
     /// Address of the first element.

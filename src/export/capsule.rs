@@ -1,14 +1,13 @@
 //! Exporter to DLPack capsules, legacy (`"dltensor"`) and versioned (`"dltensor_versioned"`).
 //!
-//! Each capsule is one allocation: the managed tensor, a reference to the shared `Tensor`, and
-//! the shape and strides arrays right behind them. The managed tensor's deleter frees that
-//! allocation and drops the reference; the capsule's destructor calls the deleter only if no
-//! consumer took the tensor (a consumer renames the capsule `"used_..."` and calls the deleter
-//! itself when done).
+//! Each capsule is one allocation: the managed tensor, a reference to what keeps its memory alive
+//! (the `DLPackObject` it came from, or a tensor of its own), and the shape and strides arrays
+//! right behind them. The managed tensor's deleter frees that allocation and drops the
+//! reference; the capsule's destructor calls the deleter only if no consumer took the tensor (a
+//! consumer renames the capsule `"used_..."` and calls the deleter itself when done).
 
 use std::alloc::{self, Layout};
 use std::ffi::{CStr, c_void};
-use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
@@ -21,6 +20,7 @@ use crate::ffi::{
     CAPSULE_LEGACY, CAPSULE_VERSIONED, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
     DLPACK_MAJOR_VERSION, DLPackVersion, DLTensor,
 };
+use crate::object::DLPackObject;
 use crate::tensor::Tensor;
 
 /// Which capsule to make.
@@ -30,12 +30,68 @@ pub enum Kind {
     Versioned { minor: u32, flags: u64 },
 }
 
+/// What keeps an export's memory alive.
+pub enum Holder {
+    /// The `DLPackObject` it was exported from, whose tensor it shares (a strong reference).
+    Object(Py<DLPackObject>),
+    /// A tensor of its own: a copy, or a fresh export from the producer.
+    Tensor(Arc<Tensor>),
+}
+
+impl Holder {
+    fn tensor(&self) -> &Tensor {
+        match self {
+            Holder::Object(object) => object.get().tensor(),
+            Holder::Tensor(tensor) => tensor,
+        }
+    }
+
+    /// The holder as an address and whether it is an object (for the export's head).
+    fn into_raw(self) -> (*const c_void, bool) {
+        match self {
+            Holder::Object(object) => (object.into_ptr().cast_const().cast(), true),
+            Holder::Tensor(tensor) => (Arc::into_raw(tensor).cast(), false),
+        }
+    }
+
+    /// Release a holder made by `into_raw`. An object is released while attached to Python:
+    /// directly when the caller holds the GIL (`attached`: a capsule destructor), otherwise
+    /// under `PyGILState_Ensure` (a consumer's deleter, on any thread, as numpy's own deleter
+    /// does: PyO3's attach costs several times more). Once the interpreter is gone the object is
+    /// left to the process' exit, as `Owner` does.
+    ///
+    /// # Safety
+    /// `raw` and `object` came from one `into_raw` call, and are released once; `attached` only
+    /// when this thread holds the GIL.
+    unsafe fn release(raw: *const c_void, object: bool, attached: bool) {
+        // SAFETY (both blocks): per the contract, `raw` is our strong reference to a live
+        // object; it is released while this thread holds the GIL, taken here unless the caller
+        // holds it. The decref may run the object's deallocator, PyO3's own trampoline.
+        if object && attached {
+            unsafe { ffi::Py_DecRef(raw.cast_mut().cast()) };
+        } else if object {
+            unsafe {
+                if ffi::Py_IsInitialized() != 0 {
+                    let state = ffi::PyGILState_Ensure();
+                    ffi::Py_DecRef(raw.cast_mut().cast());
+                    ffi::PyGILState_Release(state);
+                }
+            }
+        } else {
+            // SAFETY: per the contract, `raw` came from `Arc::into_raw`.
+            drop(unsafe { Arc::from_raw(raw.cast::<Tensor>()) });
+        }
+    }
+}
+
 /// The head of a capsule's single allocation; `ndim` shape entries then `ndim` strides follow.
 #[repr(C)]
 struct Export<M> {
     managed: M,
-    tensor: ManuallyDrop<Arc<Tensor>>,
-    ndim: usize,
+    /// The holder, as `Holder::into_raw` gave it.
+    holder: *const c_void,
+    ndim: u32,
+    holder_is_object: bool,
 }
 
 fn export_layout<M>(ndim: usize) -> (Layout, usize) {
@@ -55,12 +111,14 @@ pub fn export_bytes(ndim: usize, versioned: bool) -> usize {
     }
 }
 
-/// Allocate and fill one export; `make` wraps the finished `DLTensor` in the managed struct.
+/// Allocate and fill one export of the holder's tensor; `make` wraps the finished `DLTensor` in
+/// the managed struct.
 fn new_export<M>(
-    tensor: &Arc<Tensor>,
+    holder: Holder,
     device: DLDevice,
     make: impl FnOnce(DLTensor) -> M,
 ) -> NonNull<Export<M>> {
+    let tensor = holder.tensor();
     let ndim = tensor.layout.ndim();
     let (layout, dims_offset) = export_layout::<M>(ndim);
     // SAFETY: the layout has non-zero size (it holds at least the managed struct).
@@ -90,84 +148,108 @@ fn new_export<M>(
             },
             byte_offset: 0,
         };
+        let (holder, holder_is_object) = holder.into_raw();
         let head = base.cast::<Export<M>>();
         head.as_ptr().write(Export {
             managed: make(dl_tensor),
-            tensor: ManuallyDrop::new(Arc::clone(tensor)),
-            ndim,
+            holder,
+            ndim: ndim as u32, // at most MAX_NDIM
+            holder_is_object,
         });
         head
     }
 }
 
-/// Free an export made by `new_export`, dropping its reference to the tensor.
+/// Free an export made by `new_export`, releasing its holder.
 ///
 /// # Safety
-/// `head` came from `new_export::<M>` and is freed only once.
-unsafe fn free_export<M>(head: *mut Export<M>) {
+/// `head` came from `new_export::<M>` and is freed only once; `attached` only when this thread
+/// holds the GIL.
+unsafe fn free_export<M>(head: *mut Export<M>, attached: bool) {
     // SAFETY: per the contract, `head` is a live export; we read its fields before freeing.
     unsafe {
-        let ndim = (*head).ndim;
-        let tensor = ManuallyDrop::take(&mut (*head).tensor);
-        alloc::dealloc(head.cast(), export_layout::<M>(ndim).0);
-        // Dropping the last reference releases the source (taking the GIL if it must).
-        drop(tensor);
+        let Export {
+            holder,
+            ndim,
+            holder_is_object,
+            ..
+        } = *head;
+        alloc::dealloc(head.cast(), export_layout::<M>(ndim as usize).0);
+        // Releasing the last reference releases the source (taking the GIL if it must).
+        Holder::release(holder, holder_is_object, attached);
     }
 }
 
-unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
+/// Free the export behind a managed tensor (null: nothing to do).
+///
+/// # Safety
+/// A non-null `managed` is the first field of an `Export<M>` made by `new_export`, freed once;
+/// `attached` only when this thread holds the GIL.
+unsafe fn delete<M>(managed: *mut M, attached: bool) {
     if managed.is_null() {
         return;
     }
     // A panic must not unwind into C; there is none expected here, and leaking beats aborting.
-    // SAFETY: the managed tensor is the first field of an `Export` made by `new_export`, and
-    // DLPack calls the deleter once.
+    // SAFETY: per the contract.
     let _ = catch_unwind(AssertUnwindSafe(|| unsafe {
-        free_export(managed.cast::<Export<DLManagedTensor>>())
+        free_export(managed.cast::<Export<M>>(), attached)
     }));
 }
 
+/// The legacy managed tensor's deleter: consumers call it on any thread, with or without the GIL.
+unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
+    // SAFETY: DLPack calls the deleter once, on the managed tensor we made.
+    unsafe { delete(managed, false) }
+}
+
 pub unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
-    if managed.is_null() {
-        return;
-    }
     // SAFETY: as in `delete_legacy`.
-    let _ = catch_unwind(AssertUnwindSafe(|| unsafe {
-        free_export(managed.cast::<Export<DLManagedTensorVersioned>>())
-    }));
+    unsafe { delete(managed, false) }
+}
+
+/// The pointer of a capsule that still has the unused `name`, or null if a consumer renamed it.
+/// Our capsules keep the very `name` pointer they were made with until a consumer renames them,
+/// so comparing addresses settles the common case; other addresses are compared by contents.
+///
+/// # Safety
+/// Called with the GIL held on a live capsule.
+unsafe fn unused_pointer(capsule: *mut ffi::PyObject, name: &CStr) -> *mut c_void {
+    // SAFETY: per the contract; IsValid/GetName/GetPointer with the capsule's own name touch no
+    // error state.
+    unsafe {
+        if ffi::PyCapsule_GetName(capsule) == name.as_ptr()
+            || ffi::PyCapsule_IsValid(capsule, name.as_ptr()) == 1
+        {
+            ffi::PyCapsule_GetPointer(capsule, name.as_ptr())
+        } else {
+            ptr::null_mut()
+        }
+    }
 }
 
 /// Capsule destructor: free the export unless a consumer renamed the capsule (took it).
 unsafe extern "C" fn destroy_legacy_capsule(capsule: *mut ffi::PyObject) {
-    // SAFETY: Python calls this with the GIL held on a live capsule; IsValid/GetPointer with
-    // the unused name touch no error state when the name matches.
-    unsafe {
-        if ffi::PyCapsule_IsValid(capsule, CAPSULE_LEGACY.as_ptr()) == 1 {
-            let managed = ffi::PyCapsule_GetPointer(capsule, CAPSULE_LEGACY.as_ptr());
-            delete_legacy(managed.cast());
-        }
-    }
+    // SAFETY: Python calls this with the GIL held on a live capsule; an unused capsule still owns
+    // its export.
+    unsafe { delete::<DLManagedTensor>(unused_pointer(capsule, CAPSULE_LEGACY).cast(), true) }
 }
 
 unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut ffi::PyObject) {
     // SAFETY: as in `destroy_legacy_capsule`.
     unsafe {
-        if ffi::PyCapsule_IsValid(capsule, CAPSULE_VERSIONED.as_ptr()) == 1 {
-            let managed = ffi::PyCapsule_GetPointer(capsule, CAPSULE_VERSIONED.as_ptr());
-            delete_versioned(managed.cast());
-        }
+        delete::<DLManagedTensorVersioned>(unused_pointer(capsule, CAPSULE_VERSIONED).cast(), true)
     }
 }
 
 /// A new versioned managed tensor for `tensor` on `device`, outside any capsule (the C exchange
 /// API hands these out directly). Its deleter frees it.
 pub fn new_versioned(
-    tensor: &Arc<Tensor>,
+    holder: Holder,
     device: DLDevice,
     minor: u32,
     flags: u64,
 ) -> NonNull<DLManagedTensorVersioned> {
-    let head = new_export(tensor, device, |dl_tensor| DLManagedTensorVersioned {
+    let head = new_export(holder, device, |dl_tensor| DLManagedTensorVersioned {
         version: DLPackVersion {
             major: DLPACK_MAJOR_VERSION,
             minor,
@@ -182,8 +264,8 @@ pub fn new_versioned(
     head.cast()
 }
 
-fn new_legacy(tensor: &Arc<Tensor>, device: DLDevice) -> NonNull<DLManagedTensor> {
-    let head = new_export(tensor, device, |dl_tensor| DLManagedTensor {
+fn new_legacy(holder: Holder, device: DLDevice) -> NonNull<DLManagedTensor> {
+    let head = new_export(holder, device, |dl_tensor| DLManagedTensor {
         dl_tensor,
         manager_ctx: ptr::null_mut(),
         deleter: Some(delete_legacy),
@@ -193,10 +275,10 @@ fn new_legacy(tensor: &Arc<Tensor>, device: DLDevice) -> NonNull<DLManagedTensor
     head.cast()
 }
 
-/// Export `tensor` on `device` as a new capsule.
+/// Export the holder's tensor on `device` as a new capsule.
 pub fn to_capsule<'py>(
     py: Python<'py>,
-    tensor: &Arc<Tensor>,
+    holder: Holder,
     device: DLDevice,
     kind: Kind,
 ) -> Result<Bound<'py, PyAny>> {
@@ -208,13 +290,13 @@ pub fn to_capsule<'py>(
         unsafe fn(*mut c_void),
     ) = match kind {
         Kind::Legacy => (
-            new_legacy(tensor, device).as_ptr().cast(),
+            new_legacy(holder, device).as_ptr().cast(),
             CAPSULE_LEGACY,
             destroy_legacy_capsule,
             |p| unsafe { delete_legacy(p.cast()) },
         ),
         Kind::Versioned { minor, flags } => (
-            new_versioned(tensor, device, minor, flags).as_ptr().cast(),
+            new_versioned(holder, device, minor, flags).as_ptr().cast(),
             CAPSULE_VERSIONED,
             destroy_versioned_capsule,
             |p| unsafe { delete_versioned(p.cast()) },

@@ -91,7 +91,7 @@ unsafe extern "C" fn managed_tensor_from_py_object(
     out: *mut *mut DLManagedTensorVersioned,
 ) -> c_int {
     guarded(|py| {
-        let managed = object(py, py_object)?.get().export_managed(py)?;
+        let managed = DLPackObject::export_managed(&object(py, py_object)?)?;
         // SAFETY: the consumer gives a writable slot for the result.
         unsafe { *out = managed.as_ptr() };
         Ok(())
@@ -188,7 +188,7 @@ fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorVersione
     let buffer = AlignedBuffer::new(bytes)?;
     let tensor = Arc::new(Tensor::host_allocation(buffer, dtype, layout));
     Ok(capsule::new_versioned(
-        &tensor,
+        capsule::Holder::Tensor(tensor),
         prototype.device,
         DLPACK_MINOR_VERSION,
         0,

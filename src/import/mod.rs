@@ -14,6 +14,9 @@ pub mod dlpack;
 mod numpy;
 mod protocols;
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -28,8 +31,38 @@ pub struct Imported {
     pub producer: Option<Py<PyAny>>,
 }
 
+/// Caches keyed by an object's address (types, dtypes): the address is the hash, mixed once.
+/// SipHash, the standard default, cost as much as the rest of an import.
+pub(crate) type AddressMap<V> = HashMap<usize, V, BuildHasherDefault<AddressHasher>>;
+
+#[derive(Default)]
+pub(crate) struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, address: usize) {
+        // Fibonacci hashing; objects are 16-byte aligned, so the low bits carry nothing.
+        self.0 = ((address as u64) >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
     let py = obj.py();
+    // The common case first, without the per-type lookup: an exact numpy array.
+    let exact_ndarray = numpy::is_exact_ndarray(obj);
+    if exact_ndarray && let Some(tensor) = numpy::import(obj)? {
+        return Ok(Imported {
+            tensor,
+            producer: None,
+        });
+    }
     if dlpack::is_capsule(obj) {
         return Ok(Imported {
             tensor: dlpack::import_capsule(obj)?,
@@ -38,6 +71,7 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
     }
     let protocols = protocols::of_type(&obj.get_type());
     if protocols.ndarray
+        && !exact_ndarray
         && let Some(tensor) = numpy::import(obj)?
     {
         return Ok(Imported {

@@ -8,19 +8,20 @@
 //! types are parsed once per dtype object (numpy's builtin dtypes are singletons). Anything
 //! unusual (a dtype we can't express) goes back to the general path, which gives the errors.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3::{PyTypeInfo, intern};
 
+use super::AddressMap;
 use super::array_interface::resolve_dtype;
 use crate::error::Result;
-use crate::ffi::{NPY_ARRAY_WRITEABLE, NumpyArrayFields};
+use crate::ffi::{DLDataType, NPY_ARRAY_WRITEABLE, NumpyArrayFields};
 use crate::tensor::dtype::Element;
-use crate::tensor::{Device, Layout, Owner, Tensor};
+use crate::tensor::{DType, Device, Layout, Owner, Tensor};
 
 /// Whether `ty` is numpy's ndarray itself (not a subclass, which may export differently).
 pub fn is_ndarray_type(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
@@ -29,7 +30,27 @@ pub fn is_ndarray_type(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
         ty.getattr(attr)
             .is_ok_and(|v| v.cast::<PyString>().is_ok_and(|s| s == want))
     };
-    named(intern!(py, "__module__"), "numpy") && named(intern!(py, "__name__"), "ndarray")
+    let is_ndarray =
+        named(intern!(py, "__module__"), "numpy") && named(intern!(py, "__name__"), "ndarray");
+    // SAFETY: `ty` is a live type object.
+    let static_type = unsafe { pyo3::ffi::PyType_GetFlags(ty.as_type_ptr()) }
+        & pyo3::ffi::Py_TPFLAGS_HEAPTYPE
+        == 0;
+    if is_ndarray && static_type {
+        NDARRAY.store(ty.as_type_ptr(), Ordering::Relaxed);
+    }
+    is_ndarray
+}
+
+/// numpy's ndarray type once a probe found it: a static type, which lives as long as the
+/// process, so its address identifies it (`import` checks it before any per-type lookup).
+static NDARRAY: AtomicPtr<pyo3::ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Whether `obj` is exactly numpy's ndarray, as a previous probe found it (false before).
+pub fn is_exact_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    let ndarray = NDARRAY.load(Ordering::Relaxed);
+    // SAFETY: `obj` is a live object; reading its type pointer touches nothing else.
+    !ndarray.is_null() && unsafe { pyo3::ffi::Py_TYPE(obj.as_ptr()) } == ndarray
 }
 
 /// Byte offset of the fields after the object header, once the self-check passed. (A
@@ -81,15 +102,65 @@ fn self_check(array: &Bound<'_, PyAny>) -> Option<usize> {
 }
 
 /// Element types by dtype object, each dtype held alive so its address stays its own.
-type DescrCache = HashMap<usize, (Py<PyAny>, Option<Element>)>;
+type DescrCache = AddressMap<(Py<PyAny>, Option<Element>)>;
 static DESCRS: Mutex<Option<DescrCache>> = Mutex::new(None);
 const MAX_CACHED_DESCRS: usize = 256;
 
+/// The last dtype found in `DESCRS`, readable without its lock: the dtype's address and its
+/// packed element, published under a sequence number (a seqlock; writers hold `DESCRS`' lock).
+/// Only dtypes `DESCRS` holds are published, so an address can't come back as another dtype.
+static LAST_SEQ: AtomicU64 = AtomicU64::new(0);
+static LAST_DESCR: AtomicUsize = AtomicUsize::new(0);
+static LAST_ELEMENT: AtomicU64 = AtomicU64::new(0);
+
+fn pack(element: Element) -> u64 {
+    let DLDataType { code, bits, lanes } = element.dtype.0;
+    1 | u64::from(code) << 8
+        | u64::from(bits) << 16
+        | u64::from(lanes) << 24
+        | u64::from(element.swapped) << 40
+}
+
+fn unpack(packed: u64) -> Option<Element> {
+    (packed & 1 == 1).then_some(Element {
+        dtype: DType(DLDataType {
+            code: (packed >> 8) as u8,
+            bits: (packed >> 16) as u8,
+            lanes: (packed >> 24) as u16,
+        }),
+        swapped: (packed >> 40) & 1 == 1,
+    })
+}
+
+/// The element of the last dtype published, if `key` is its address.
+fn last(key: usize) -> Option<Option<Element>> {
+    let seq = LAST_SEQ.load(Ordering::Acquire);
+    if seq & 1 == 1 || LAST_DESCR.load(Ordering::Relaxed) != key {
+        return None;
+    }
+    let packed = LAST_ELEMENT.load(Ordering::Relaxed);
+    fence(Ordering::Acquire);
+    (LAST_SEQ.load(Ordering::Relaxed) == seq).then(|| unpack(packed))
+}
+
+/// Publish a dtype held by `DESCRS` (the caller holds its lock).
+fn publish(key: usize, element: Option<Element>) {
+    LAST_SEQ.fetch_add(1, Ordering::Relaxed);
+    fence(Ordering::Release);
+    LAST_DESCR.store(key, Ordering::Relaxed);
+    LAST_ELEMENT.store(element.map_or(0, pack), Ordering::Relaxed);
+    LAST_SEQ.fetch_add(1, Ordering::Release);
+}
+
 fn element(array: &Bound<'_, PyAny>, descr: *mut pyo3::ffi::PyObject) -> Option<Element> {
     let key = descr as usize;
+    if let Some(element) = last(key) {
+        return element;
+    }
     if let Ok(cache) = DESCRS.lock()
         && let Some((_, element)) = cache.as_ref().and_then(|c| c.get(&key))
     {
+        publish(key, *element);
         return *element;
     }
     let py = array.py();
@@ -101,9 +172,10 @@ fn element(array: &Bound<'_, PyAny>, descr: *mut pyo3::ffi::PyObject) -> Option<
         .and_then(|s| s.extract::<String>().ok())
         .and_then(|typestr| resolve_dtype(array, &typestr).ok());
     if let Ok(mut cache) = DESCRS.lock() {
-        let cache = cache.get_or_insert_with(HashMap::new);
+        let cache = cache.get_or_insert_with(AddressMap::default);
         if cache.len() < MAX_CACHED_DESCRS {
             cache.insert(key, (descr.unbind(), element));
+            publish(key, element);
         }
     }
     element

@@ -2,12 +2,12 @@
 //! AttributeError, several times the price of the whole exchange, so `import` looks up on an
 //! instance only what its type has, or what its instances could add themselves.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyType};
 
+use super::AddressMap;
 use crate::ffi::{CAPSULE_EXCHANGE_API, DLPACK_MAJOR_VERSION, DLPackExchangeAPI};
 use pyo3::{ffi, intern};
 
@@ -32,7 +32,7 @@ pub struct Protocols {
 }
 
 /// Types seen so far by address, each held alive so its address can't be reused by another.
-type TypeCache = HashMap<usize, (Py<PyType>, Protocols)>;
+type TypeCache = AddressMap<(Py<PyType>, Protocols)>;
 static CACHE: Mutex<Option<TypeCache>> = Mutex::new(None);
 /// Beyond this many types, probe every time rather than grow without bound.
 const MAX_CACHED_TYPES: usize = 1024;
@@ -47,7 +47,7 @@ pub fn of_type(ty: &Bound<'_, PyType>) -> Protocols {
     // Probing may run Python code (metaclass attributes), so the lock is not held meanwhile.
     let protocols = probe(ty);
     if let Ok(mut cache) = CACHE.lock() {
-        let cache = cache.get_or_insert_with(HashMap::new);
+        let cache = cache.get_or_insert_with(AddressMap::default);
         if cache.len() < MAX_CACHED_TYPES {
             cache.insert(key, (ty.clone().unbind(), protocols));
         }

@@ -4,10 +4,11 @@
 use crate::error::{Error, Result};
 
 /// Shape and strides: always in bytes, and in elements (as DLPack carries them) when the
-/// byte strides allow. All three live in one allocation: `[shape | byte strides | strides]`.
+/// byte strides allow. All three live together, `[shape | byte strides | strides]`: inline for
+/// up to `INLINE_NDIM` dimensions, otherwise in one allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
-    dims: Box<[i64]>,
+    dims: Dims,
     /// False when a dimension of extent > 1 has a byte stride that is not a multiple of the
     /// item size: DLPack can't express that memory without a copy.
     whole_elements: bool,
@@ -15,6 +16,69 @@ pub struct Layout {
 
 /// The most dimensions we accept (numpy's limit is 64; DLPack's `ndim` is an `int32`).
 pub const MAX_NDIM: usize = 64;
+
+/// Layouts of up to this many dimensions (most arrays) need no allocation of their own.
+pub const INLINE_NDIM: usize = 2;
+
+/// The `3 * ndim` numbers of a layout.
+#[derive(Clone)]
+enum Dims {
+    Inline {
+        len: u8,
+        values: [i64; 3 * INLINE_NDIM],
+    },
+    Heap(Box<[i64]>),
+}
+
+impl Dims {
+    /// The extents, then room for both strides (zeros).
+    fn new(ndim: usize, extent: impl Fn(usize) -> i64) -> Dims {
+        if ndim <= INLINE_NDIM {
+            let mut values = [0; 3 * INLINE_NDIM];
+            for (k, value) in values[..ndim].iter_mut().enumerate() {
+                *value = extent(k);
+            }
+            return Dims::Inline {
+                len: (3 * ndim) as u8,
+                values,
+            };
+        }
+        // Filled from the extents rather than zeroed: a zeroed allocation is a `calloc`, which
+        // skips the allocator's fast path.
+        let mut dims = Vec::with_capacity(3 * ndim);
+        dims.extend((0..ndim).map(extent));
+        dims.resize(3 * ndim, 0);
+        Dims::Heap(dims.into_boxed_slice())
+    }
+
+    fn as_slice(&self) -> &[i64] {
+        match self {
+            Dims::Inline { len, values } => &values[..usize::from(*len)],
+            Dims::Heap(dims) => dims,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [i64] {
+        match self {
+            Dims::Inline { len, values } => &mut values[..usize::from(*len)],
+            Dims::Heap(dims) => dims,
+        }
+    }
+}
+
+impl PartialEq for Dims {
+    fn eq(&self, other: &Dims) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Dims {}
+
+impl std::fmt::Debug for Dims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_slice().fmt(f)
+    }
+}
 
 impl Layout {
     /// Build a layout from a shape and optional byte strides (`None` = C order).
@@ -57,12 +121,9 @@ impl Layout {
             )));
         }
         let item = i64::try_from(itemsize).map_err(|_| Error::value("item size too large"))?;
-        let mut dims = vec![0i64; 3 * ndim].into_boxed_slice();
-        let (shape, rest) = dims.split_at_mut(ndim);
+        let mut dims = Dims::new(ndim, extent);
+        let (shape, rest) = dims.as_mut_slice().split_at_mut(ndim);
         let (bytes, strides) = rest.split_at_mut(ndim);
-        for (k, n) in shape.iter_mut().enumerate() {
-            *n = extent(k);
-        }
         if let Some(&bad) = shape.iter().find(|&&n| n < 0) {
             return Err(Error::value(format!(
                 "negative extent {bad} in shape {shape:?}"
@@ -110,22 +171,22 @@ impl Layout {
     }
 
     pub fn ndim(&self) -> usize {
-        self.dims.len() / 3
+        self.dims.as_slice().len() / 3
     }
 
     pub fn shape(&self) -> &[i64] {
-        &self.dims[..self.ndim()]
+        &self.dims.as_slice()[..self.ndim()]
     }
 
     pub fn byte_strides(&self) -> &[i64] {
         let n = self.ndim();
-        &self.dims[n..2 * n]
+        &self.dims.as_slice()[n..2 * n]
     }
 
     /// Strides in elements, or `None` when the byte strides aren't whole elements.
     pub fn strides(&self) -> Option<&[i64]> {
         let n = self.ndim();
-        self.whole_elements.then(|| &self.dims[2 * n..])
+        self.whole_elements.then(|| &self.dims.as_slice()[2 * n..])
     }
 
     /// Number of elements (the product was checked not to overflow when the layout was built).

@@ -150,8 +150,9 @@ impl Drop for Owner {
     }
 }
 
-/// An imported tensor. Shared (in an `Arc`) by the `DLPackObject` and every capsule exported
-/// from it; the owner releases the memory when the last of them goes.
+/// An imported tensor. Held by its `DLPackObject`, which every capsule exported from it keeps
+/// alive (copies are shared in an `Arc` by their capsules); the owner releases the memory when
+/// the last of them goes.
 pub struct Tensor {
     /// Address of the first element (any `byte_offset` already applied).
     pub data: *mut c_void,
