@@ -94,17 +94,23 @@ def test_cuda_copy_true_is_a_device_copy():
     assert int(t[0]) == 0
 
 
-def test_producer_stream_is_waited_for():
-    """A CUDA array interface producer's pending kernel must finish before the consumer reads:
-    torch.cuda._sleep keeps the producer stream busy while the data is being written."""
+def _slowly_filled(value):
+    """A tensor that a busy producer stream (torch.cuda._sleep) fills with ``value``, and a CUDA
+    array interface object naming that stream: ``(t, producer, interface object)``."""
     producer = torch.cuda.Stream()
     with torch.cuda.stream(producer):
         t = torch.zeros(1 << 20, device="cuda")
         torch.cuda._sleep(50_000_000)
-        t.fill_(7.0)
+        t.fill_(value)
     interface = dict(t.__cuda_array_interface__)
     interface["stream"] = producer.cuda_stream
-    obj = asdlpack(CudaArrayInterface(interface, owner=t))
+    return t, producer, CudaArrayInterface(interface, owner=t)
+
+
+def test_producer_stream_is_waited_for():
+    """A CUDA array interface producer's pending kernel must finish before the consumer reads."""
+    t, producer, obj = _slowly_filled(7.0)
+    obj = asdlpack(obj)
     assert obj.stream == producer.cuda_stream
     consumer = torch.cuda.current_stream()
     back = torch.from_dlpack(obj)  # torch passes its current stream
@@ -215,20 +221,11 @@ def test_copyto_cuda_broadcasts_and_overlaps():
 
 
 def test_copyto_on_a_stream_waits_for_the_producer():
-    producer = torch.cuda.Stream()
-    with torch.cuda.stream(producer):
-        src = torch.zeros(1 << 20, device="cuda")
-        torch.cuda._sleep(50_000_000)
-        src.fill_(3.0)
-    interface = dict(src.__cuda_array_interface__)
-    interface["stream"] = producer.cuda_stream
     consumer = torch.cuda.Stream()
     dst = torch.empty(1 << 20, device="cuda")
-    torch.cuda.synchronize()  # dst's allocation is done; src's fill is not
-    with torch.cuda.stream(producer):
-        torch.cuda._sleep(50_000_000)
-        src.fill_(5.0)
-    copyto(dst, CudaArrayInterface(interface, owner=src), stream=consumer.cuda_stream)
+    torch.cuda.synchronize()
+    src, _, interface = _slowly_filled(5.0)
+    copyto(dst, interface, stream=consumer.cuda_stream)
     consumer.synchronize()
     assert float(dst.min()) == 5.0 and float(dst.max()) == 5.0
 
