@@ -289,7 +289,7 @@ unsafe fn run_piece(
 }
 
 /// The lowest and one-past-highest byte address `a` touches; `None` when it has no elements.
-fn byte_span(a: &Strided, itemsize: usize) -> Option<(i128, i128)> {
+pub fn byte_span(a: &Strided, itemsize: usize) -> Option<(i128, i128)> {
     if a.shape.contains(&0) {
         return None;
     }

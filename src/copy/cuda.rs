@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use cudarc::driver::sys;
 use pyo3::prelude::*;
 
-use super::cpu::{AlignedBuffer, Strided, may_overlap};
+use super::cpu::{AlignedBuffer, may_overlap};
 use super::device::{self, Addr, Mover, Pitched, Place, View};
 use super::host;
 use crate::cuda::{self, Context, check, stream_handle, with_context};
@@ -176,11 +176,12 @@ impl Mover for Driver {
         let device = runs_on(dst, src)?;
         let (ctx, handle) = self.queue(device)?;
         let (d, s) = (dst.at, src.at);
+        // Between two devices, `ctx` (the transfer runs on the destination's) is the
+        // destination's context; the source's is needed too.
         let peer = match (dst.place, src.place) {
-            (Place::Device(a), Place::Device(b)) if a != b => Some((
-                cuda::primary_context(a).map_err(runtime)?,
-                cuda::primary_context(b).map_err(runtime)?,
-            )),
+            (Place::Device(a), Place::Device(b)) if a != b => {
+                Some((ctx, cuda::primary_context(b).map_err(runtime)?))
+            }
             _ => None,
         };
         with_context(ctx, || {
@@ -428,14 +429,6 @@ pub fn to_device(
     ))
 }
 
-fn strided(view: &View) -> Strided {
-    Strided {
-        ptr: view.base.at as *mut u8,
-        shape: view.shape.clone(),
-        strides: view.strides.clone(),
-    }
-}
-
 /// `copyto` with CUDA memory on either side (checks of dtypes, shapes and writability done;
 /// `src` broadcasts to `dst`'s shape). With `stream` (a stream of the destination's device, or
 /// of the source's when the destination is host memory), the copy is enqueued on it and
@@ -483,10 +476,10 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
         shape,
         &host::broadcast_strides(&source.layout, shape)?,
     )?;
-    let overlap =
-        to.base.place == from.base.place && may_overlap(&strided(&to), &strided(&from), itemsize);
+    let overlap = to.base.place == from.base.place
+        && may_overlap(&to.as_strided(), &from.as_strided(), itemsize);
     let wait = stream.is_none() || to.base.place == Place::Host || from.base.place == Place::Host;
-    drive(py, Some(home), stream, wait || overlap, |driver| {
+    drive(py, Some(home), stream, wait, |driver| {
         if !overlap {
             return device::copy_views(driver, &to, &from, itemsize);
         }

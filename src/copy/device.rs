@@ -11,7 +11,7 @@
 //! plays the devices (transfers queued until a sync, pitched copies refused the way a driver
 //! may), so every path is checked without a GPU.
 
-use super::cpu::{Strided, copy_strided};
+use super::cpu::{Strided, byte_span, copy_strided};
 use super::plan::{self, Dim, Plan};
 use crate::error::{Error, Result};
 
@@ -62,35 +62,25 @@ impl View {
         }
     }
 
-    /// The bytes the view touches, relative to `base`: `[low, high)`.
+    /// The bytes the view touches, relative to `base`: `[low, high)` (empty without elements).
     fn span(&self, itemsize: usize) -> (isize, isize) {
-        let (mut low, mut high) = (0isize, itemsize as isize);
-        for (&n, &s) in self.shape.iter().zip(&self.strides) {
-            let reach = (n as isize - 1) * s;
-            if reach < 0 {
-                low += reach;
-            } else {
-                high += reach;
-            }
-        }
-        (low, high)
+        let base = self.base.at as i128;
+        byte_span(&self.as_strided(), itemsize).map_or((0, 0), |(low, high)| {
+            ((low - base) as isize, (high - base) as isize)
+        })
     }
 
     fn numel(&self) -> usize {
         self.shape.iter().product()
     }
 
-    fn strided(&self) -> Result<Strided> {
-        if self.base.place != Place::Host {
-            return Err(Error::Runtime(
-                "internal error: the CPU engine was handed device memory".into(),
-            ));
-        }
-        Ok(Strided {
+    /// The same description for the CPU engine's functions (addresses only: nothing is read).
+    pub fn as_strided(&self) -> Strided {
+        Strided {
             ptr: self.base.at as *mut u8,
             shape: self.shape.clone(),
             strides: self.strides.clone(),
-        })
+        }
     }
 }
 
@@ -256,7 +246,12 @@ pub fn copy_views<M: Mover>(m: &mut M, dst: &View, src: &View, itemsize: usize) 
 }
 
 fn cpu(dst: &View, src: &View, itemsize: usize) -> Result<()> {
-    let (to, from) = (dst.strided()?, src.strided()?);
+    if dst.base.place != Place::Host || src.base.place != Place::Host {
+        return Err(Error::Runtime(
+            "internal error: the CPU engine was handed device memory".into(),
+        ));
+    }
+    let (to, from) = (dst.as_strided(), src.as_strided());
     // SAFETY: both views lie in host memory the caller keeps alive, share no bytes, and no
     // transfer into or out of them is pending (callers sync first).
     unsafe { copy_strided(&to, &from, itemsize, None) };
