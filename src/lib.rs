@@ -15,9 +15,14 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<object::DLPackObject>()?;
-    object::install_dlpack_method(&m.py().get_type::<object::DLPackObject>())?;
-    m.add_function(wrap_pyfunction!(object::asdlpack, m)?)?;
+    let ty = object::type_object(m.py())?;
+    // For C consumers (tvm-ffi, torch) that skip the Python `__dlpack__` call.
+    ty.setattr(
+        "__dlpack_c_exchange_api__",
+        export::exchange_api::capsule(m.py())?,
+    )?;
+    m.add("DLPackObject", ty)?;
+    m.add("asdlpack", object::asdlpack_function(m)?)?;
     m.add_function(wrap_pyfunction!(object::copyto, m)?)?;
     m.add_function(wrap_pyfunction!(object::_footprint, m)?)?;
     m.add(

@@ -77,6 +77,54 @@ def test_asdlpack_of_dlpackobject():
     assert outer.data_ptr == inner.data_ptr == _addr(src)
 
 
+def test_asdlpack_takes_obj_by_keyword():
+    src = bytearray(range(8))
+    assert asdlpack(obj=src).data_ptr == _addr(src)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((), {}, "missing required argument 'obj'"),
+        ((b"a", b"b"), {}, r"exactly one argument \(2 given\)"),
+        ((b"a",), {"obj": b"b"}, r"exactly one argument \(2 given\)"),
+        ((), {"source": b"a"}, "unexpected keyword argument 'source'"),
+    ],
+)
+def test_asdlpack_argument_errors(args, kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        asdlpack(*args, **kwargs)
+
+
+def test_type_is_final_and_made_only_by_asdlpack():
+    assert DLPackObject.__module__ == "dlpack"
+    assert DLPackObject.__name__ == "DLPackObject"
+    with pytest.raises(TypeError):
+        DLPackObject()
+    with pytest.raises(TypeError):
+        type("Sub", (DLPackObject,), {})
+
+
+def test_signatures():
+    import inspect
+
+    assert str(inspect.signature(asdlpack)) == "(obj)"
+    params = inspect.signature(DLPackObject.__dlpack__).parameters
+    assert list(params) == ["self", "stream", "max_version", "dl_device", "copy"]
+    assert all(p.kind is p.KEYWORD_ONLY for name, p in params.items() if name != "self")
+    assert list(inspect.signature(DLPackObject.__dlpack_device__).parameters) == ["self"]
+
+
+def test_objects_reused_after_free_are_independent():
+    """Freed objects are recycled: a new object must not show anything of an old one."""
+    objects = [asdlpack(bytearray([k]) * (k + 1)) for k in range(40)]
+    expected = [(o.shape, o.data_ptr) for o in objects]
+    del objects[::2]
+    fresh = [asdlpack(memoryview(bytearray(48)).cast("d", shape=[2, 3])) for _ in range(30)]
+    assert [(o.shape, o.data_ptr) for o in objects] == expected[1::2]
+    assert all(o.shape == (2, 3) and o.dtype == "float64" for o in fresh)
+
+
 # ---------------------------------------------------------------------------
 # properties
 # ---------------------------------------------------------------------------

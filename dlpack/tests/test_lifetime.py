@@ -423,6 +423,31 @@ def test_cycle_through_object_is_collected():
     assert ref() is None, "DLPackObject in a reference cycle was never collected"
 
 
+def test_collector_tracks_only_objects_that_can_be_in_a_cycle():
+    # An owner the collector can't traverse (bytes, an exact numpy array) can't close a cycle
+    # the collector could find, so such objects are left untracked, as CPython does for tuples
+    # of atoms; an owner it does traverse (a subclass instance with a __dict__) can.
+    assert not gc.is_tracked(asdlpack(b"abc"))
+    assert gc.is_tracked(asdlpack(Buf(b"abc")))
+    np = pytest.importorskip("numpy")
+    assert not gc.is_tracked(asdlpack(np.arange(3)))
+
+
+def test_recycled_objects_keep_collecting_cycles():
+    # Objects come back from a free list; they must be tracked again when their owner needs it.
+    for _ in range(3):
+        keep = [asdlpack(b"x") for _ in range(50)]
+        del keep
+        refs = []
+        for _ in range(50):
+            src = Buf(b"abc")
+            refs.append(weakref.ref(src))
+            src.obj = asdlpack(src)
+            del src
+        collect()
+        assert all(ref() is None for ref in refs)
+
+
 def _package_root():
     return os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
 

@@ -20,7 +20,6 @@ use crate::ffi::{
     CAPSULE_LEGACY, CAPSULE_VERSIONED, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
     DLPACK_MAJOR_VERSION, DLPackVersion, DLTensor,
 };
-use crate::object::DLPackObject;
 use crate::tensor::Tensor;
 
 /// Which capsule to make.
@@ -33,7 +32,7 @@ pub enum Kind {
 /// What keeps an export's memory alive.
 pub enum Holder {
     /// The `DLPackObject` it was exported from, whose tensor it shares (a strong reference).
-    Object(Py<DLPackObject>),
+    Object(Py<PyAny>),
     /// A tensor of its own: a copy, or a fresh export from the producer.
     Tensor(Arc<Tensor>),
 }
@@ -41,7 +40,11 @@ pub enum Holder {
 impl Holder {
     fn tensor(&self) -> &Tensor {
         match self {
-            Holder::Object(object) => object.get().tensor(),
+            // SAFETY: `Holder::Object` only ever holds a `DLPackObject`, kept alive by the
+            // holder itself.
+            Holder::Object(object) => {
+                unsafe { crate::object::state_unchecked(object.as_ptr()) }.tensor()
+            }
             Holder::Tensor(tensor) => tensor,
         }
     }

@@ -22,7 +22,7 @@ use crate::ffi::{
     DLPackExchangeAPI, DLPackExchangeAPIHeader, DLPackSetError, DLPackVersion, DLTensor,
 };
 use crate::import::dlpack::import_versioned;
-use crate::object::DLPackObject;
+use crate::object::{self, DLPackObject};
 use crate::tensor::{DType, Device, Layout, Tensor, layout};
 
 /// The table; a plain static so its address is valid for the life of the process, as the
@@ -76,14 +76,24 @@ fn guarded(body: impl FnOnce(Python<'_>) -> Result<()>) -> c_int {
 }
 
 /// The `DLPackObject` behind a consumer's `PyObject*`.
-fn object<'py>(py: Python<'py>, py_object: *mut c_void) -> Result<Bound<'py, DLPackObject>> {
+fn checked_object<'py>(py: Python<'py>, py_object: *mut c_void) -> Result<Bound<'py, PyAny>> {
     if py_object.is_null() {
         return Err(Error::type_("the C exchange API got a NULL object"));
     }
     // SAFETY: the consumer passes a live object of the type it found this table on.
     let any = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
-    any.cast_into::<DLPackObject>()
-        .map_err(|_| Error::type_("the C exchange API of DLPackObject got another type"))
+    match object::state(&any) {
+        Some(_) => Ok(any),
+        None => Err(Error::type_(
+            "the C exchange API of DLPackObject got another type",
+        )),
+    }
+}
+
+/// The state of an object `checked_object` accepted.
+fn state<'a>(any: &'a Bound<'_, PyAny>) -> &'a DLPackObject {
+    // SAFETY: `checked_object` checked the type; `any` keeps the object alive for 'a.
+    unsafe { object::state_unchecked(any.as_ptr()) }
 }
 
 unsafe extern "C" fn managed_tensor_from_py_object(
@@ -91,7 +101,8 @@ unsafe extern "C" fn managed_tensor_from_py_object(
     out: *mut *mut DLManagedTensorVersioned,
 ) -> c_int {
     guarded(|py| {
-        let managed = DLPackObject::export_managed(&object(py, py_object)?)?;
+        let any = checked_object(py, py_object)?;
+        let managed = state(&any).export_managed(&any)?;
         // SAFETY: the consumer gives a writable slot for the result.
         unsafe { *out = managed.as_ptr() };
         Ok(())
@@ -107,7 +118,7 @@ unsafe extern "C" fn managed_tensor_to_py_object(
             .ok_or_else(|| Error::value("the C exchange API got a NULL managed tensor"))?;
         // SAFETY: the consumer hands over ownership of a valid managed tensor.
         let tensor = unsafe { import_versioned(managed)? };
-        let object = Py::new(py, DLPackObject::new(tensor))?;
+        let object = object::new_object(py, DLPackObject::new(tensor))?;
         // SAFETY: the consumer gives a writable slot; it receives our new reference.
         unsafe { *out_py_object = object.into_ptr().cast() };
         Ok(())
@@ -116,8 +127,8 @@ unsafe extern "C" fn managed_tensor_to_py_object(
 
 unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
     guarded(|py| {
-        let object = object(py, py_object)?;
-        let tensor = object.get().tensor();
+        let any = checked_object(py, py_object)?;
+        let tensor = state(&any).tensor();
         if let Some(reason) = tensor.copy_reason() {
             return Err(Error::buffer(format!(
                 "{reason}; a borrowed DLTensor can't be a copy"

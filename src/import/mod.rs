@@ -53,6 +53,16 @@ impl Hasher for AddressHasher {
     }
 }
 
+/// `import` for the commonest case, when it needs no Python code: an exact numpy array of a
+/// dtype seen last time. `None` otherwise (`import` then says what it is, or what is wrong).
+pub fn import_known(obj: &Bound<'_, PyAny>) -> Option<Tensor> {
+    if numpy::is_exact_ndarray(obj) {
+        numpy::import_known(obj)
+    } else {
+        None
+    }
+}
+
 pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
     let py = obj.py();
     // The common case first, without the per-type lookup: an exact numpy array.

@@ -187,9 +187,28 @@ pub fn import(array: &Bound<'_, PyAny>) -> Result<Option<Tensor>> {
         return Ok(None);
     };
     let f = fields(array, offset);
-    let Some(Element { dtype, swapped }) = element(array, f.descr) else {
+    let Some(element) = element(array, f.descr) else {
         return Ok(None);
     };
+    describe(array, f, element)
+}
+
+/// `import` for an exact ndarray (checked by the caller) when everything it needs is already
+/// known: the struct was checked and the dtype is the last one seen. Runs no Python code, so
+/// it may run outside PyO3's entry points; `None` means "ask `import`", which also gives any
+/// error.
+pub fn import_known(array: &Bound<'_, PyAny>) -> Option<Tensor> {
+    let offset = (*FIELDS_OFFSET.get(array.py())?)?;
+    let f = fields(array, offset);
+    let element = last(f.descr as usize)??;
+    describe(array, f, element).ok()?
+}
+
+fn describe(
+    array: &Bound<'_, PyAny>,
+    f: &NumpyArrayFields,
+    Element { dtype, swapped }: Element,
+) -> Result<Option<Tensor>> {
     let Ok(ndim) = usize::try_from(f.nd) else {
         return Ok(None);
     };

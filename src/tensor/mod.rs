@@ -5,11 +5,11 @@
 pub mod dtype;
 pub mod layout;
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
-use pyo3::{Py, PyAny, PyTraverseError, PyVisit, Python, ffi};
+use pyo3::{Py, PyAny, Python, ffi};
 
 use crate::copy::AlignedBuffer;
 use crate::copy::cuda::DeviceBuffer;
@@ -74,27 +74,78 @@ impl Owner {
         Owner::Object(ManuallyDrop::new(obj))
     }
 
-    /// Report the Python objects this owner holds to the garbage collector.
-    pub fn traverse(&self, visit: &PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+    /// Call `visit` on each Python object this owner holds a reference to (for the garbage
+    /// collector); stops at, and returns, the first non-zero result.
+    pub fn for_each_object(&self, mut visit: impl FnMut(*mut ffi::PyObject) -> c_int) -> c_int {
+        let mut each = |objects: &[*mut ffi::PyObject]| {
+            objects
+                .iter()
+                .map(|&o| visit(o))
+                .find(|&code| code != 0)
+                .unwrap_or(0)
+        };
         match self {
-            Owner::Buffer { view, exporter } => {
-                visit.call(&**exporter)?;
-                // The view's own reference (normally to the same exporter) counts too.
-                if view.obj == exporter.as_ptr() {
-                    visit.call(&**exporter)
-                } else {
-                    Ok(())
-                }
+            // The view's own reference (normally to the same exporter) counts too.
+            Owner::Buffer { view, exporter } if view.obj == exporter.as_ptr() => {
+                each(&[exporter.as_ptr(), exporter.as_ptr()])
             }
-            Owner::Object(obj) => visit.call(&**obj),
-            Owner::ArrayStruct { capsule, source } => {
-                visit.call(&**capsule)?;
-                visit.call(&**source)
-            }
+            Owner::Buffer { exporter, .. } => each(&[exporter.as_ptr()]),
+            Owner::Object(obj) => each(&[obj.as_ptr()]),
+            Owner::ArrayStruct { capsule, source } => each(&[capsule.as_ptr(), source.as_ptr()]),
             Owner::Legacy(_)
             | Owner::Versioned(_)
             | Owner::Allocation(_)
-            | Owner::DeviceAllocation(_) => Ok(()),
+            | Owner::DeviceAllocation(_) => 0,
+        }
+    }
+
+    /// Release the Python side of the owner: buffer views, references, producers' deleters.
+    ///
+    /// # Safety
+    /// Called once, by a thread holding the GIL; the owner is not used afterwards except to
+    /// drop its non-Python fields (`Allocation`, `DeviceAllocation`), which this leaves alone.
+    unsafe fn release_python(&mut self) {
+        // SAFETY (all arms): per the contract, this runs once, holding the GIL, so the decrefs
+        // and releases happen now and only once.
+        match self {
+            Owner::Buffer { view, exporter } => unsafe {
+                // The view was filled by a successful PyObject_GetBuffer.
+                ffi::PyBuffer_Release(&mut **view);
+                ffi::Py_DecRef(exporter.as_ptr());
+            },
+            Owner::Object(obj) => unsafe { ffi::Py_DecRef(obj.as_ptr()) },
+            Owner::ArrayStruct { capsule, source } => unsafe {
+                ffi::Py_DecRef(capsule.as_ptr());
+                ffi::Py_DecRef(source.as_ptr());
+            },
+            // We took the managed tensor from a capsule we renamed "used_"; nobody else will
+            // call its deleter.
+            Owner::Legacy(managed) => unsafe {
+                if let Some(deleter) = (*managed.as_ptr()).deleter {
+                    deleter(managed.as_ptr());
+                }
+            },
+            Owner::Versioned(managed) => unsafe {
+                if let Some(deleter) = (*managed.as_ptr()).deleter {
+                    deleter(managed.as_ptr());
+                }
+            },
+            Owner::Allocation(_) | Owner::DeviceAllocation(_) => {}
+        }
+    }
+
+    /// Release the owner on a thread known to hold the GIL (a deallocator CPython calls),
+    /// without asking PyO3 whether it may attach.
+    ///
+    /// # Safety
+    /// The calling thread holds the GIL.
+    pub unsafe fn release_attached(self) {
+        let mut owner = ManuallyDrop::new(self);
+        // SAFETY: per the contract; `owner` is never dropped, so this is the only release.
+        unsafe { owner.release_python() };
+        if let Owner::Allocation(_) | Owner::DeviceAllocation(_) = &*owner {
+            // SAFETY: the memory-only variants release nothing above; dropping them frees it.
+            unsafe { ManuallyDrop::drop(&mut owner) };
         }
     }
 }
@@ -108,45 +159,8 @@ impl Drop for Owner {
         if matches!(self, Owner::Allocation(_) | Owner::DeviceAllocation(_)) {
             return; // freed by the field's own drop, on any thread
         }
-        let _ = Python::try_attach(|_py| match self {
-            Owner::Buffer { view, exporter } => {
-                // SAFETY: the view was filled by a successful PyObject_GetBuffer and this is the
-                // only place it is released; the handle is dropped once, here, while attached.
-                unsafe {
-                    ffi::PyBuffer_Release(&mut **view);
-                    ManuallyDrop::drop(exporter);
-                }
-            }
-            Owner::Object(obj) => {
-                // SAFETY: dropped once, here, while attached (so the decref happens now).
-                unsafe { ManuallyDrop::drop(obj) };
-            }
-            Owner::ArrayStruct { capsule, source } => {
-                // SAFETY: as above.
-                unsafe {
-                    ManuallyDrop::drop(capsule);
-                    ManuallyDrop::drop(source);
-                }
-            }
-            Owner::Legacy(managed) => {
-                // SAFETY: we took the managed tensor from a capsule we renamed "used_"; nobody
-                // else will call its deleter, and this drop runs once.
-                unsafe {
-                    if let Some(deleter) = (*managed.as_ptr()).deleter {
-                        deleter(managed.as_ptr());
-                    }
-                }
-            }
-            Owner::Versioned(managed) => {
-                // SAFETY: as above, for the versioned struct.
-                unsafe {
-                    if let Some(deleter) = (*managed.as_ptr()).deleter {
-                        deleter(managed.as_ptr());
-                    }
-                }
-            }
-            Owner::Allocation(_) | Owner::DeviceAllocation(_) => {}
-        });
+        // SAFETY: attached here, and `drop` runs once.
+        let _ = Python::try_attach(|_py| unsafe { self.release_python() });
     }
 }
 
@@ -178,6 +192,16 @@ unsafe impl Send for Tensor {}
 unsafe impl Sync for Tensor {}
 
 impl Tensor {
+    /// Release the tensor on a thread known to hold the GIL (see `Owner::release_attached`).
+    ///
+    /// # Safety
+    /// The calling thread holds the GIL.
+    pub unsafe fn release_attached(self) {
+        let Tensor { owner, .. } = self;
+        // SAFETY: per the contract.
+        unsafe { owner.release_attached() }
+    }
+
     /// A C-ordered, writable, native-order CPU tensor in a buffer we allocated.
     pub fn host_allocation(buffer: AlignedBuffer, dtype: DType, layout: Layout) -> Tensor {
         Tensor::owned(

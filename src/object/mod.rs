@@ -1,18 +1,19 @@
 //! The Python face: `asdlpack(obj)` and the `DLPackObject` it returns, whose `__dlpack__`
-//! follows the array API standard's argument rules.
+//! follows the array API standard's argument rules. `pytype` is the type's CPython side.
 
+mod pytype;
+
+use std::ffi::c_int;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyCapsule, PyTuple};
-use pyo3::{PyTraverseError, PyVisit};
+use pyo3::types::{PyBool, PyTuple};
 
 use crate::copy;
 use crate::error::{Error, Result};
 use crate::export::capsule::{self, Kind};
-use crate::export::exchange_api;
 use crate::ffi::{
     DLDevice, DLManagedTensorVersioned, DLPACK_MINOR_VERSION, FLAG_IS_COPIED, FLAG_READ_ONLY,
     device_type,
@@ -20,8 +21,10 @@ use crate::ffi::{
 use crate::import::{self, array_interface::to_i64, array_interface::type_name, is_host};
 use crate::tensor::{Device, Tensor, layout};
 
-/// A DLPack view of another object's memory: pass it to any `from_dlpack`.
-#[pyclass(frozen, module = "dlpack", name = "DLPackObject")]
+pub use pytype::{asdlpack_function, new_object, state, state_unchecked, type_object};
+
+/// A DLPack view of another object's memory: pass it to any `from_dlpack`. This is the state of
+/// the Python object (see `pytype`), immutable once made.
 pub struct DLPackObject {
     /// Shared with every capsule exported from it: each holds a reference to this object.
     tensor: Tensor,
@@ -32,14 +35,73 @@ pub struct DLPackObject {
 
 /// Wrap `obj` (anything with DLPack, the CUDA array interface, the array interface or the
 /// buffer protocol) in a `DLPackObject`, without copying.
-#[pyfunction]
-pub fn asdlpack(obj: &Bound<'_, PyAny>) -> PyResult<Py<DLPackObject>> {
+pub fn asdlpack<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     // DLPackObject is final: an exact type check suffices (and skips a subtype walk).
-    if let Ok(existing) = obj.cast_exact::<DLPackObject>() {
-        return Ok(existing.clone().unbind());
+    if pytype::is_instance(obj.as_ptr()) {
+        return Ok(obj.clone());
     }
     let import::Imported { tensor, producer } = import::import(obj)?;
-    Py::new(obj.py(), DLPackObject { tensor, producer })
+    new_object(obj.py(), DLPackObject { tensor, producer })
+}
+
+/// `asdlpack`'s fast path, for `pytype`'s entry point (outside PyO3's, so it runs no Python
+/// code and makes no errors it would have to drop): a `DLPackObject`, or an exact ndarray
+/// whose description needs nothing new. `None`: take `asdlpack_method`, which also gives errors.
+fn asdlpack_known<'py>(obj: &Bound<'py, PyAny>) -> Option<PyResult<Bound<'py, PyAny>>> {
+    if pytype::is_instance(obj.as_ptr()) {
+        return Some(Ok(obj.clone()));
+    }
+    let tensor = import::import_known(obj)?;
+    Some(new_object(obj.py(), DLPackObject::new(tensor)))
+}
+
+/// `asdlpack(obj)` as CPython calls it (`METH_FASTCALL | METH_KEYWORDS`): one argument,
+/// positional or named `obj`, read by hand (PyO3's general parser cost a fifth of the call).
+///
+/// # Safety
+/// Called by CPython through PyO3's trampoline: `args` holds `nargs` positional arguments
+/// followed by one value per name in `kwnames` (a tuple of strings, or null).
+unsafe fn asdlpack_method(
+    py: Python<'_>,
+    _module: *mut pyo3::ffi::PyObject,
+    args: *const *mut pyo3::ffi::PyObject,
+    nargs: pyo3::ffi::Py_ssize_t,
+    kwnames: *mut pyo3::ffi::PyObject,
+) -> PyResult<*mut pyo3::ffi::PyObject> {
+    let keywords = if kwnames.is_null() {
+        0
+    } else {
+        // SAFETY: `kwnames` is a tuple.
+        unsafe { pyo3::ffi::PyTuple_Size(kwnames) }
+    };
+    let keyword = (keywords == 1).then(|| {
+        // SAFETY: with one keyword, `kwnames` holds one name, borrowed from the tuple.
+        unsafe { Bound::from_borrowed_ptr(py, pyo3::ffi::PyTuple_GetItem(kwnames, 0)) }
+    });
+    let type_error = |message: String| Err(pyo3::exceptions::PyTypeError::new_err(message));
+    match (nargs + keywords, &keyword) {
+        (0, _) => return type_error("asdlpack() missing required argument 'obj'".into()),
+        (1, Some(name))
+            if !name
+                .cast::<pyo3::types::PyString>()
+                .is_ok_and(|n| n == "obj") =>
+        {
+            return type_error(format!(
+                "asdlpack() got an unexpected keyword argument '{}'",
+                name.str()?
+            ));
+        }
+        (1, _) => {}
+        (given, _) => {
+            return type_error(format!(
+                "asdlpack() takes exactly one argument ({given} given)"
+            ));
+        }
+    }
+    // SAFETY: the one argument, positional or keyword, is the first value; the caller holds it
+    // for the call.
+    let obj = unsafe { pyo3::Borrowed::from_ptr(py, *args) };
+    Ok(asdlpack(&obj)?.into_ptr())
 }
 
 /// Copy `src` into the existing array `dst`, as `numpy.copyto(dst, src)` does: any supported
@@ -78,8 +140,8 @@ pub fn copyto(
 }
 
 /// The tensor behind an object: a `DLPackObject`'s own, or freshly imported.
-enum TensorOf<'py> {
-    Object(Bound<'py, DLPackObject>),
+enum TensorOf<'a> {
+    Object(&'a DLPackObject),
     Imported(Tensor),
 }
 
@@ -87,15 +149,15 @@ impl std::ops::Deref for TensorOf<'_> {
     type Target = Tensor;
     fn deref(&self) -> &Tensor {
         match self {
-            TensorOf::Object(object) => &object.get().tensor,
+            TensorOf::Object(object) => &object.tensor,
             TensorOf::Imported(tensor) => tensor,
         }
     }
 }
 
-fn tensor_of<'py>(obj: &Bound<'py, PyAny>) -> Result<TensorOf<'py>> {
-    if let Ok(existing) = obj.cast::<DLPackObject>() {
-        return Ok(TensorOf::Object(existing.clone()));
+fn tensor_of<'a>(obj: &'a Bound<'_, PyAny>) -> Result<TensorOf<'a>> {
+    if let Some(existing) = state(obj) {
+        return Ok(TensorOf::Object(existing));
     }
     Ok(TensorOf::Imported(import::import(obj)?.tensor))
 }
@@ -285,16 +347,60 @@ impl DLPackObject {
         &self.tensor
     }
 
-    fn export<'py>(slf: &Bound<'py, Self>, request: Request) -> Result<Bound<'py, PyAny>> {
+    /// Whether the object references anything the garbage collector tracks (its producer, or
+    /// an owner of a collected type): only then can it be part of a reference cycle.
+    fn references_collectable(&self) -> bool {
+        self.producer.is_some()
+            || self.tensor.owner.for_each_object(|object| {
+                // SAFETY: the owner's objects are live (it holds references to them).
+                unsafe { pyo3::ffi::PyType_IS_GC(pyo3::ffi::Py_TYPE(object)) }
+            }) != 0
+    }
+
+    /// Call `visit` on each object this one references (for the garbage collector); stops at,
+    /// and returns, the first non-zero result.
+    fn for_each_reference(
+        &self,
+        mut visit: impl FnMut(*mut pyo3::ffi::PyObject) -> c_int,
+    ) -> c_int {
+        if let Some(producer) = &self.producer {
+            let code = visit(producer.as_ptr());
+            if code != 0 {
+                return code;
+            }
+        }
+        self.tensor.owner.for_each_object(visit)
+    }
+
+    /// Release what the object holds, on a thread known to hold the GIL (its deallocator).
+    ///
+    /// # Safety
+    /// The calling thread holds the GIL.
+    unsafe fn release_attached(self) {
+        let DLPackObject { tensor, producer } = self;
+        // SAFETY: per the contract.
+        unsafe {
+            if let Some(producer) = producer {
+                pyo3::ffi::Py_DecRef(producer.into_ptr());
+            }
+            tensor.release_attached();
+        }
+    }
+
+    fn export<'py>(&self, slf: &Bound<'py, PyAny>, request: Request) -> Result<Bound<'py, PyAny>> {
         let py = slf.py();
-        let (own, device, kind) = slf.get().prepare(py, &request)?;
+        let (own, device, kind) = self.prepare(py, &request)?;
         capsule::to_capsule(py, holder(slf, own), device, kind)
     }
 
     /// A versioned managed tensor for the C exchange API: as `__dlpack__(max_version=(1, 3))`
     /// would put in its capsule, except that read-only memory is copied (its consumers, tvm-ffi
-    /// among them, write through tensors regardless of the READ_ONLY flag).
-    pub fn export_managed(slf: &Bound<'_, Self>) -> Result<NonNull<DLManagedTensorVersioned>> {
+    /// among them, write through tensors regardless of the READ_ONLY flag). `slf` is this
+    /// object's Python side.
+    pub fn export_managed(
+        &self,
+        slf: &Bound<'_, PyAny>,
+    ) -> Result<NonNull<DLManagedTensorVersioned>> {
         let request = Request {
             stream: None,
             versioned_minor: Some(DLPACK_MINOR_VERSION),
@@ -302,7 +408,7 @@ impl DLPackObject {
             copy: None,
             honours_read_only: false,
         };
-        match slf.get().prepare(slf.py(), &request)? {
+        match self.prepare(slf.py(), &request)? {
             (own, device, Kind::Versioned { minor, flags }) => Ok(capsule::new_versioned(
                 holder(slf, own),
                 device,
@@ -329,6 +435,25 @@ impl DLPackObject {
         Ok(Some(Arc::new(tensor)))
     }
 
+    /// The common request, answered without the general checks of `prepare` (it concludes the
+    /// same): host memory DLPack can express as it is, exported in place. `None` for anything
+    /// else.
+    fn in_place(&self, request: &Request) -> Option<(DLDevice, Kind)> {
+        match self.tensor.device {
+            Device::Known(own)
+                if is_host(own.device_type)
+                    && request.dl_device.is_none()
+                    && request.stream.is_none()
+                    && request.copy != Some(true)
+                    && (request.honours_read_only || !self.tensor.readonly)
+                    && self.tensor.copy_reason().is_none() =>
+            {
+                Some((own, kind(request, &self.tensor, false)))
+            }
+            _ => None,
+        }
+    }
+
     /// The tensor on the device to export and the capsule kind for `request`: the shared tensor
     /// itself (`None`), or a tensor of the export's own: a fresh one from the producer, or a copy.
     fn prepare(
@@ -336,17 +461,8 @@ impl DLPackObject {
         py: Python<'_>,
         request: &Request,
     ) -> Result<(Option<Arc<Tensor>>, DLDevice, Kind)> {
-        // The common request first: host memory DLPack can express as it is, exported in place
-        // (what the general path below concludes for it, without its checks).
-        if let Device::Known(own) = self.tensor.device
-            && is_host(own.device_type)
-            && request.dl_device.is_none()
-            && request.stream.is_none()
-            && request.copy != Some(true)
-            && (request.honours_read_only || !self.tensor.readonly)
-            && self.tensor.copy_reason().is_none()
-        {
-            return Ok((None, own, kind(request, &self.tensor, false)));
+        if let Some((device, kind)) = self.in_place(request) {
+            return Ok((None, device, kind));
         }
         let own = self.tensor.device.get()?;
         let cpu = DLDevice {
@@ -445,9 +561,9 @@ impl DLPackObject {
     }
 }
 
-/// What keeps an export alive: the object itself when it shares the object's tensor, otherwise
-/// the export's own tensor.
-fn holder(slf: &Bound<'_, DLPackObject>, own: Option<Arc<Tensor>>) -> capsule::Holder {
+/// What keeps an export alive: the object itself (`slf`, a `DLPackObject`) when it shares the
+/// object's tensor, otherwise the export's own tensor.
+fn holder(slf: &Bound<'_, PyAny>, own: Option<Arc<Tensor>>) -> capsule::Holder {
     match own {
         None => capsule::Holder::Object(slf.clone().unbind()),
         Some(tensor) => capsule::Holder::Tensor(tensor),
@@ -501,54 +617,16 @@ unsafe fn dlpack_method(
     nargs: pyo3::ffi::Py_ssize_t,
     kwnames: *mut pyo3::ffi::PyObject,
 ) -> PyResult<*mut pyo3::ffi::PyObject> {
-    use pyo3::ffi;
-    // SAFETY: CPython passes the instance the method was looked up on.
+    // SAFETY: CPython's method descriptor checked that `slf` is a DLPackObject (a final class),
+    // which the caller holds for the call; the arguments are as the contract says.
+    let (object, values) = unsafe {
+        (
+            pytype::state_unchecked(slf),
+            dlpack_arguments(py, args, nargs, kwnames)?,
+        )
+    };
+    // SAFETY: as above.
     let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
-    // SAFETY: CPython's method descriptor checked that `slf` is a DLPackObject (a final class).
-    let object = unsafe { slf.cast_unchecked::<DLPackObject>() };
-    if nargs != 0 {
-        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "DLPackObject.__dlpack__() takes 0 positional arguments but {nargs} {} given",
-            if nargs == 1 { "was" } else { "were" }
-        )));
-    }
-    let mut values: [Option<pyo3::Borrowed<'_, '_, PyAny>>; 4] = [None, None, None, None];
-    if !kwnames.is_null() {
-        let interned = [
-            pyo3::intern!(py, "stream"),
-            pyo3::intern!(py, "max_version"),
-            pyo3::intern!(py, "dl_device"),
-            pyo3::intern!(py, "copy"),
-        ];
-        // SAFETY: `kwnames` is a tuple (of strings, for any call CPython makes).
-        let names = unsafe { Bound::from_borrowed_ptr(py, kwnames) };
-        let names = names.cast::<PyTuple>()?;
-        for (k, name) in names.iter().enumerate() {
-            let slot = match interned.iter().position(|i| i.as_ptr() == name.as_ptr()) {
-                Some(slot) => Some(slot),
-                None => keyword_slot(&name),
-            };
-            let Some(slot) = slot else {
-                let name = name.str().map(|n| n.to_string()).unwrap_or_default();
-                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                    "DLPackObject.__dlpack__() got an unexpected keyword argument '{name}'"
-                )));
-            };
-            // SAFETY: one value per keyword name follows the (zero) positional arguments.
-            let value = unsafe { *args.add(k) };
-            if values[slot].is_some() {
-                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                    "DLPackObject.__dlpack__() got multiple values for argument '{}'",
-                    KEYWORDS[slot]
-                )));
-            }
-            // SAFETY: the value is a live object the caller holds for the call; None means the
-            // argument's default.
-            if value != unsafe { ffi::Py_None() } {
-                values[slot] = Some(unsafe { pyo3::Borrowed::from_ptr(py, value) });
-            }
-        }
-    }
     let [stream, max_version, dl_device, copy] = &values;
     let request = Request::parse(
         stream.as_deref(),
@@ -556,7 +634,119 @@ unsafe fn dlpack_method(
         dl_device.as_deref(),
         copy.as_deref(),
     )?;
-    Ok(DLPackObject::export(object, request)?.into_ptr())
+    Ok(object.export(&slf, request)?.into_ptr())
+}
+
+/// `__dlpack__`'s fast path, for `pytype`'s entry point (outside PyO3's, so it runs no Python
+/// code and makes no errors it would have to drop): the common request, as
+/// `DLPackObject::in_place` serves it. `None`: take `dlpack_method`, which also gives errors;
+/// `Some(Err)`: the capsule could not be made.
+///
+/// # Safety
+/// As for `dlpack_method`.
+unsafe fn dlpack_common(
+    py: Python<'_>,
+    slf: *mut pyo3::ffi::PyObject,
+    args: *const *mut pyo3::ffi::PyObject,
+    nargs: pyo3::ffi::Py_ssize_t,
+    kwnames: *mut pyo3::ffi::PyObject,
+) -> Option<Result<*mut pyo3::ffi::PyObject>> {
+    // SAFETY: as in `dlpack_method`.
+    let (object, values) = unsafe {
+        (
+            pytype::state_unchecked(slf),
+            dlpack_arguments(py, args, nargs, kwnames).ok()?,
+        )
+    };
+    let [stream, max_version, dl_device, copy] = &values;
+    if stream.is_some() || dl_device.is_some() {
+        return None;
+    }
+    let versioned_minor = match max_version {
+        None => None,
+        Some(version) => match exact_int_pair(version)? {
+            (0, _) => None,
+            (1, minor) if minor >= 0 => {
+                Some((minor as u64).min(DLPACK_MINOR_VERSION as u64) as u32)
+            }
+            _ => return None,
+        },
+    };
+    let copy = match copy {
+        None => None,
+        // SAFETY: reading the address of the False singleton.
+        Some(c) if c.as_ptr() == unsafe { pyo3::ffi::Py_False() } => Some(false),
+        Some(_) => return None,
+    };
+    let request = Request {
+        stream: None,
+        versioned_minor,
+        dl_device: None,
+        copy,
+        honours_read_only: versioned_minor.is_some(),
+    };
+    let (device, kind) = object.in_place(&request)?;
+    // SAFETY: as above.
+    let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
+    Some(capsule::to_capsule(py, holder(&slf, None), device, kind).map(Bound::into_ptr))
+}
+
+/// `__dlpack__`'s keyword values in `KEYWORDS` order (None for absent or None).
+///
+/// # Safety
+/// As for `dlpack_method`; the values borrow the caller's arguments.
+unsafe fn dlpack_arguments<'a, 'py>(
+    py: Python<'py>,
+    args: *const *mut pyo3::ffi::PyObject,
+    nargs: pyo3::ffi::Py_ssize_t,
+    kwnames: *mut pyo3::ffi::PyObject,
+) -> PyResult<[Option<pyo3::Borrowed<'a, 'py, PyAny>>; 4]> {
+    use pyo3::ffi;
+    if nargs != 0 {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "DLPackObject.__dlpack__() takes 0 positional arguments but {nargs} {} given",
+            if nargs == 1 { "was" } else { "were" }
+        )));
+    }
+    let mut values: [Option<pyo3::Borrowed<'a, 'py, PyAny>>; 4] = [None, None, None, None];
+    if kwnames.is_null() {
+        return Ok(values);
+    }
+    let interned = [
+        pyo3::intern!(py, "stream"),
+        pyo3::intern!(py, "max_version"),
+        pyo3::intern!(py, "dl_device"),
+        pyo3::intern!(py, "copy"),
+    ];
+    // SAFETY: `kwnames` is a tuple (of strings, for any call CPython makes).
+    let names = unsafe { Bound::from_borrowed_ptr(py, kwnames) };
+    let names = names.cast::<PyTuple>()?;
+    for (k, name) in names.iter().enumerate() {
+        let slot = match interned.iter().position(|i| i.as_ptr() == name.as_ptr()) {
+            Some(slot) => Some(slot),
+            None => keyword_slot(&name),
+        };
+        let Some(slot) = slot else {
+            let name = name.str().map(|n| n.to_string()).unwrap_or_default();
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "DLPackObject.__dlpack__() got an unexpected keyword argument '{name}'"
+            )));
+        };
+        // SAFETY: one value per keyword name follows the (zero) positional arguments.
+        let value = unsafe { *args.add(k) };
+        if values[slot].is_some() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "DLPackObject.__dlpack__() got multiple values for argument '{}'",
+                KEYWORDS[slot]
+            )));
+        }
+        // SAFETY: the value is a live object the caller holds for the call; None means the
+        // argument's default.
+        if value != unsafe { ffi::Py_None() } {
+            values[slot] = Some(unsafe { pyo3::Borrowed::from_ptr(py, value) });
+        }
+    }
+    Ok(values)
 }
 
 /// The parameter a keyword names, for names that are not our interned strings.
@@ -568,53 +758,10 @@ fn keyword_slot(name: &Bound<'_, PyAny>) -> Option<usize> {
     (name.to_str().ok()? == KEYWORDS[slot]).then_some(slot)
 }
 
-/// Install `__dlpack__` on the `DLPackObject` type as a plain fast-call method descriptor (PyO3's
-/// own methods parse arguments generically; see `dlpack_method`). The C entry point is PyO3's
-/// own fast-call trampoline, as `#[pymethods]` generate it (GIL count, panics, errors): that is
-/// PyO3's doc-hidden `impl_` API, so a PyO3 upgrade may need this adjusted.
-pub fn install_dlpack_method(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<()> {
-    use pyo3::ffi;
-    let meth = pyo3::impl_::trampoline::get_trampoline_function!(
-        fastcall_cfunction_with_keywords,
-        dlpack_method
-    );
-    // The definition must outlive the type: one leaked per module initialisation.
-    let def = Box::leak(Box::new(ffi::PyMethodDef {
-        ml_name: c"__dlpack__".as_ptr(),
-        ml_meth: ffi::PyMethodDefPointer {
-            PyCFunctionFastWithKeywords: meth,
-        },
-        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
-        ml_doc: c"__dlpack__($self, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\nA DLPack capsule of this object's memory (array API standard arguments)."
-            .as_ptr(),
-    }));
-    // SAFETY: `ty` is a live type and `def` a 'static method definition for its instances.
-    let descriptor = unsafe {
-        Bound::from_owned_ptr_or_err(ty.py(), ffi::PyDescr_NewMethod(ty.as_type_ptr(), def))?
-    };
-    ty.setattr(pyo3::intern!(ty.py(), "__dlpack__"), descriptor)
-}
-
-#[pymethods]
+/// The Python-visible behaviour behind `pytype`'s entry points.
 impl DLPackObject {
-    /// The DLPack 1.3 C exchange API table (a capsule named "dlpack_exchange_api"), for C
-    /// consumers that skip the Python `__dlpack__` call.
-    #[classattr]
-    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyCapsule>> {
-        exchange_api::capsule(py).map(Bound::unbind)
-    }
-
-    /// Lets the garbage collector break cycles through the source (`src.view = asdlpack(src)`).
-    /// While a capsule or a consumer shares the tensor, it holds a reference to this object,
-    /// which the collector can't see: the object, and so the source, stays reachable.
-    fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
-        if let Some(producer) = &self.producer {
-            visit.call(producer)?;
-        }
-        self.tensor.owner.traverse(&visit)
-    }
-
-    fn __dlpack_device__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+    /// `(device_type, device_id)`, for `__dlpack_device__()` and the `device` property.
+    fn dlpack_device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let device = self.tensor.device.get()?;
         if device.device_type == device_type::CPU && device.device_id == 0 {
             // Asked on every torch exchange: the common answer is built once.
@@ -627,92 +774,23 @@ impl DLPackObject {
         PyTuple::new(py, [device.device_type, device.device_id])
     }
 
-    /// Extents, as a tuple of ints.
-    #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, self.tensor.layout.shape().iter())
     }
 
-    /// Strides in elements (as DLPack and torch count them, not bytes as numpy does), or None
-    /// when the byte strides are not whole elements (then only a copy can be exported).
-    #[getter]
-    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        self.tensor
-            .layout
-            .strides()
-            .map(|s| PyTuple::new(py, s))
-            .transpose()
+    /// Element strides, or None (see the property's doc in `pytype`).
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self.tensor.layout.strides() {
+            Some(strides) => Ok(PyTuple::new(py, strides)?.into_any()),
+            None => Ok(py.None().into_bound(py)),
+        }
     }
 
-    /// Strides in bytes, as numpy counts them.
-    #[getter]
     fn byte_strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, self.tensor.layout.byte_strides().iter())
     }
 
-    /// Whether exporting needs a copy (memory DLPack can't express as it is), and why.
-    #[getter]
-    fn copy_reason(&self) -> Option<&'static str> {
-        self.tensor.copy_reason()
-    }
-
-    #[getter]
-    fn ndim(&self) -> usize {
-        self.tensor.layout.ndim()
-    }
-
-    /// Element type name, e.g. "float32" or "bfloat16".
-    #[getter]
-    fn dtype(&self) -> String {
-        self.tensor.dtype.name()
-    }
-
-    #[getter]
-    fn itemsize(&self) -> usize {
-        self.tensor.dtype.itemsize()
-    }
-
-    #[getter]
-    fn nbytes(&self) -> i64 {
-        self.tensor.nbytes()
-    }
-
-    /// Whether the elements are dense in C (row-major) order.
-    #[getter]
-    fn c_contiguous(&self) -> bool {
-        self.tensor.layout.is_c_contiguous()
-    }
-
-    /// Whether the elements are dense in Fortran (column-major) order.
-    #[getter]
-    fn f_contiguous(&self) -> bool {
-        self.tensor.layout.is_f_contiguous()
-    }
-
-    #[getter]
-    fn readonly(&self) -> bool {
-        self.tensor.readonly
-    }
-
-    /// `(device_type, device_id)`, as `__dlpack_device__()` returns it.
-    #[getter]
-    fn device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        self.__dlpack_device__(py)
-    }
-
-    /// Address of the first element.
-    #[getter]
-    fn data_ptr(&self) -> usize {
-        self.tensor.data as usize
-    }
-
-    /// The CUDA stream a `__cuda_array_interface__` producer declared, or None.
-    #[getter]
-    fn stream(&self) -> Option<i64> {
-        self.tensor.stream.map(|s| s as i64)
-    }
-
-    fn __repr__(&self) -> String {
+    fn repr(&self) -> String {
         let t = &self.tensor;
         let device = match &t.device {
             Device::Known(d) => device_name(*d),

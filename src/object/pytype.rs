@@ -1,0 +1,482 @@
+//! The `DLPackObject` Python type, written against CPython's type API instead of as a PyO3
+//! `#[pyclass]`: `asdlpack` makes one object per call, so its allocation, deallocation and entry
+//! points are part of every exchange. Here:
+//! - instances come from a small free list (GIL-protected), and return to it;
+//! - an instance is tracked by the garbage collector only when it can be part of a cycle (it
+//!   references a garbage-collected object): a numpy array or bytes owner can't be;
+//! - deallocation releases Python references directly (CPython holds the GIL there), without
+//!   PyO3's attach bookkeeping;
+//! - `asdlpack` and `__dlpack__` read their arguments by hand.
+//!
+//! Every other entry point (getters, `__repr__`, `__dlpack_device__`) goes through PyO3's own
+//! trampolines, which count the GIL, turn errors into exceptions and stop panics.
+
+use std::cell::UnsafeCell;
+use std::ffi::{CStr, c_int, c_void};
+use std::mem::MaybeUninit;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+use super::DLPackObject;
+
+/// An instance's memory: the object header, then our state (initialised while the instance is
+/// alive; moved out when it dies).
+#[repr(C)]
+struct Instance {
+    header: ffi::PyObject,
+    state: MaybeUninit<DLPackObject>,
+}
+
+/// The type, once created (the module holds it, and so does the reference leaked here: it lives
+/// as long as the process).
+static TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(ptr::null_mut());
+
+unsafe extern "C" {
+    /// CPython's allocator for garbage-collected objects (stable ABI): unlike
+    /// `PyType_GenericAlloc` it neither zeroes nor tracks the object, so the state is written
+    /// before the collector can see it.
+    fn _PyObject_GC_New(ty: *mut ffi::PyTypeObject) -> *mut ffi::PyObject;
+}
+
+/// Dead instances kept for reuse, the way CPython keeps its own free lists.
+struct FreeList {
+    slots: UnsafeCell<([*mut ffi::PyObject; FREE_LIST_SIZE], usize)>,
+}
+
+const FREE_LIST_SIZE: usize = 16;
+
+// SAFETY: the free list is only touched by `new_object` and `dealloc`, which run on a thread
+// holding the GIL (the extension is built for GIL-enabled CPython only: abi3), so never twice at
+// once.
+unsafe impl Sync for FreeList {}
+
+static FREE: FreeList = FreeList {
+    slots: UnsafeCell::new(([ptr::null_mut(); FREE_LIST_SIZE], 0)),
+};
+
+impl FreeList {
+    /// # Safety
+    /// The caller holds the GIL.
+    unsafe fn pop(&self) -> Option<*mut ffi::PyObject> {
+        // SAFETY: per the contract, nobody else touches the list meanwhile.
+        let (slots, len) = unsafe { &mut *self.slots.get() };
+        (*len > 0).then(|| {
+            *len -= 1;
+            slots[*len]
+        })
+    }
+
+    /// Keep `instance` (dead: untracked, state moved out); false when the list is full.
+    ///
+    /// # Safety
+    /// The caller holds the GIL.
+    unsafe fn push(&self, instance: *mut ffi::PyObject) -> bool {
+        // SAFETY: per the contract, nobody else touches the list meanwhile.
+        let (slots, len) = unsafe { &mut *self.slots.get() };
+        if *len == FREE_LIST_SIZE {
+            return false;
+        }
+        slots[*len] = instance;
+        *len += 1;
+        true
+    }
+}
+
+/// The `DLPackObject` type, created on first use (module initialisation).
+pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    let mut ty = TYPE.load(Ordering::Acquire);
+    if ty.is_null() {
+        ty = create_type(py)?;
+        TYPE.store(ty, Ordering::Release);
+    }
+    // SAFETY: `ty` is a live type object (one reference is never released).
+    Ok(unsafe { Bound::from_borrowed_ptr(py, ty.cast()).cast_into_unchecked() })
+}
+
+/// A new `DLPackObject` holding `state`.
+pub fn new_object(py: Python<'_>, state: DLPackObject) -> PyResult<Bound<'_, PyAny>> {
+    let ty = TYPE.load(Ordering::Acquire);
+    if ty.is_null() {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "dlpack._dlpack is not initialised",
+        ));
+    }
+    let track = state.references_collectable();
+    // SAFETY: we hold the GIL (`py`). A recycled instance is dead memory of our type's size,
+    // which `PyObject_Init` makes a live object again; a fresh one comes from the collector's
+    // allocator. Either way the state is written before the object is tracked or shared.
+    unsafe {
+        let object = match FREE.pop() {
+            Some(object) => {
+                ffi::PyObject_Init(object, ty);
+                object
+            }
+            None => {
+                let object = _PyObject_GC_New(ty);
+                if object.is_null() {
+                    return Err(PyErr::fetch(py));
+                }
+                object
+            }
+        };
+        (*object.cast::<Instance>()).state.write(state);
+        if track {
+            ffi::PyObject_GC_Track(object.cast());
+        }
+        Ok(Bound::from_owned_ptr(py, object))
+    }
+}
+
+/// The state of `object` if it is a `DLPackObject` (the type is final: an exact check).
+pub fn state<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a DLPackObject> {
+    let ty = TYPE.load(Ordering::Relaxed);
+    // SAFETY: reading a live object's type; an instance of our type has its state initialised
+    // for as long as it lives, which `object` guarantees for 'a.
+    unsafe {
+        (!ty.is_null() && ffi::Py_TYPE(object.as_ptr()) == ty)
+            .then(|| state_unchecked(object.as_ptr()))
+    }
+}
+
+/// The state of a live `DLPackObject`.
+///
+/// # Safety
+/// `object` is a live instance of our type, and outlives the returned reference.
+pub unsafe fn state_unchecked<'a>(object: *mut ffi::PyObject) -> &'a DLPackObject {
+    // SAFETY: per the contract, the state is initialised.
+    unsafe { (*object.cast::<Instance>()).state.assume_init_ref() }
+}
+
+/// Whether `object` is a `DLPackObject` (for the fast path of `asdlpack`).
+pub fn is_instance(object: *mut ffi::PyObject) -> bool {
+    // SAFETY: reading a live object's type.
+    unsafe { ffi::Py_TYPE(object) == TYPE.load(Ordering::Relaxed) }
+}
+
+/// `tp_dealloc`: untrack, move the state out, recycle or free the memory, then release what the
+/// state held (which may run arbitrary Python code, so the instance is gone by then).
+unsafe extern "C" fn dealloc(object: *mut ffi::PyObject) {
+    // SAFETY: CPython calls this once, holding the GIL, on a dead instance of our type whose
+    // state is initialised. The state is moved out exactly once; the memory then either joins
+    // the free list or goes back to the collector's allocator; instances of a heap type own a
+    // reference to it, released last.
+    unsafe {
+        let ty = ffi::Py_TYPE(object);
+        ffi::PyObject_GC_UnTrack(object.cast());
+        let state = (*object.cast::<Instance>()).state.assume_init_read();
+        if !FREE.push(object) {
+            ffi::PyObject_GC_Del(object.cast());
+        }
+        ffi::Py_DecRef(ty.cast());
+        // A panic must not unwind into CPython; none is expected (leaking beats aborting).
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            state.release_attached();
+        }));
+    }
+}
+
+/// `tp_traverse`: the type (instances of heap types reference it), the producer and the
+/// objects that own the memory.
+unsafe extern "C" fn traverse(
+    object: *mut ffi::PyObject,
+    visit: ffi::visitproc,
+    arg: *mut c_void,
+) -> c_int {
+    // SAFETY: the collector only traverses live, tracked instances (tracked after their state
+    // was written); `visit` is its callback, called with live objects.
+    unsafe {
+        let code = visit(ffi::Py_TYPE(object).cast(), arg);
+        if code != 0 {
+            return code;
+        }
+        state_unchecked(object).for_each_reference(|referenced| visit(referenced, arg))
+    }
+}
+
+/// Run a fast path outside PyO3's entry points (`None`: not taken), catching panics (which
+/// then send the call down the slow path) and raising its error, if any.
+///
+/// # Safety
+/// The caller holds the GIL (CPython calling one of our functions).
+unsafe fn fast_path<T: Into<PyErr>>(
+    body: impl FnOnce(Python<'_>) -> Option<Result<*mut ffi::PyObject, T>>,
+) -> Option<*mut ffi::PyObject> {
+    // SAFETY: per the contract.
+    let py = unsafe { Python::assume_attached() };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(py))) {
+        Ok(Some(Ok(object))) => Some(object),
+        Ok(Some(Err(err))) => {
+            err.into().restore(py);
+            Some(ptr::null_mut())
+        }
+        Ok(None) | Err(_) => None,
+    }
+}
+
+/// `asdlpack`'s C entry point: the fast path (`asdlpack_known`) directly, anything else through
+/// PyO3's trampoline (`asdlpack_method`), which costs as much as the fast path's own work.
+unsafe extern "C" fn asdlpack_entry(
+    module: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    if nargs == 1 && kwnames.is_null() {
+        // SAFETY: CPython calls us holding the GIL, with one positional argument it holds.
+        let fast = unsafe {
+            fast_path(|py| {
+                let obj = pyo3::Borrowed::from_ptr(py, *args);
+                super::asdlpack_known(&obj).map(|r| r.map(Bound::into_ptr))
+            })
+        };
+        if let Some(result) = fast {
+            return result;
+        }
+    }
+    let slow = pyo3::impl_::trampoline::get_trampoline_function!(
+        fastcall_cfunction_with_keywords,
+        super::asdlpack_method
+    );
+    // SAFETY: as CPython called us.
+    unsafe { slow(module, args, nargs, kwnames) }
+}
+
+/// `__dlpack__`'s C entry point: the common request directly (`dlpack_common`), anything else
+/// through PyO3's trampoline (`dlpack_method`).
+unsafe extern "C" fn dlpack_entry(
+    object: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls us holding the GIL, on an instance of our type (the method
+    // descriptor checks), with arguments as `dlpack_common` expects.
+    let fast = unsafe { fast_path(|py| super::dlpack_common(py, object, args, nargs, kwnames)) };
+    if let Some(result) = fast {
+        return result;
+    }
+    let slow = pyo3::impl_::trampoline::get_trampoline_function!(
+        fastcall_cfunction_with_keywords,
+        super::dlpack_method
+    );
+    // SAFETY: as CPython called us.
+    unsafe { slow(object, args, nargs, kwnames) }
+}
+
+/// A getter's body: the property's value.
+type Getter = for<'py> fn(&DLPackObject, Python<'py>) -> PyResult<Bound<'py, PyAny>>;
+
+/// `tp_getset` entry point: the closure is the `Getter` to call.
+unsafe extern "C" fn get_property(
+    object: *mut ffi::PyObject,
+    getter: *mut c_void,
+) -> *mut ffi::PyObject {
+    let trampoline = pyo3::impl_::trampoline::get_trampoline_function!(binaryfunc, property_body);
+    // SAFETY: CPython calls getters holding the GIL, on an instance of our type; the closure is
+    // one of our `Getter`s (see `create_type`), passed through as the second argument.
+    unsafe { trampoline(object, getter.cast()) }
+}
+
+/// # Safety
+/// `object` is a live instance of our type; `getter` points at a `Getter`.
+unsafe fn property_body(
+    py: Python<'_>,
+    object: *mut ffi::PyObject,
+    getter: *mut ffi::PyObject,
+) -> PyResult<*mut ffi::PyObject> {
+    // SAFETY: per the contract.
+    let (state, getter) = unsafe { (state_unchecked(object), &*getter.cast::<Getter>()) };
+    Ok(getter(state, py)?.into_ptr())
+}
+
+/// # Safety
+/// `object` is a live instance of our type.
+unsafe fn repr_body(py: Python<'_>, object: *mut ffi::PyObject) -> PyResult<*mut ffi::PyObject> {
+    // SAFETY: per the contract.
+    let state = unsafe { state_unchecked(object) };
+    Ok(pyo3::types::PyString::new(py, &state.repr()).into_ptr())
+}
+
+/// # Safety
+/// `object` is a live instance of our type.
+unsafe fn dlpack_device_body(
+    py: Python<'_>,
+    object: *mut ffi::PyObject,
+) -> PyResult<*mut ffi::PyObject> {
+    // SAFETY: per the contract.
+    let state = unsafe { state_unchecked(object) };
+    Ok(state.dlpack_device(py)?.into_ptr())
+}
+
+/// The properties: name, doc, body. The getter table points into this static.
+static PROPERTIES: [(&CStr, &CStr, Getter); 14] = [
+    (c"shape", c"Extents, as a tuple of ints.", |s, py| {
+        s.shape(py).map(Bound::into_any)
+    }),
+    (
+        c"strides",
+        c"Strides in elements (as DLPack and torch count them, not bytes as numpy does), or None when the byte strides are not whole elements (then only a copy can be exported).",
+        |s, py| s.strides(py),
+    ),
+    (c"byte_strides", c"Strides in bytes, as numpy counts them.", |s, py| {
+        s.byte_strides(py).map(Bound::into_any)
+    }),
+    (
+        c"copy_reason",
+        c"Why exporting needs a copy (memory DLPack can't express as it is), or None.",
+        |s, py| Ok(s.tensor.copy_reason().into_pyobject(py)?.into_any()),
+    ),
+    (c"ndim", c"Number of dimensions.", |s, py| {
+        Ok(s.tensor.layout.ndim().into_pyobject(py)?.into_any())
+    }),
+    (c"dtype", c"Element type name, e.g. \"float32\" or \"bfloat16\".", |s, py| {
+        Ok(s.tensor.dtype.name().into_pyobject(py)?.into_any())
+    }),
+    (c"itemsize", c"Bytes per element.", |s, py| {
+        Ok(s.tensor.dtype.itemsize().into_pyobject(py)?.into_any())
+    }),
+    (c"nbytes", c"Bytes of the elements, if stored densely.", |s, py| {
+        Ok(s.tensor.nbytes().into_pyobject(py)?.into_any())
+    }),
+    (
+        c"c_contiguous",
+        c"Whether the elements are dense in C (row-major) order.",
+        |s, py| Ok(pyo3::types::PyBool::new(py, s.tensor.layout.is_c_contiguous()).to_owned().into_any()),
+    ),
+    (
+        c"f_contiguous",
+        c"Whether the elements are dense in Fortran (column-major) order.",
+        |s, py| Ok(pyo3::types::PyBool::new(py, s.tensor.layout.is_f_contiguous()).to_owned().into_any()),
+    ),
+    (c"readonly", c"Whether the memory is read-only.", |s, py| {
+        Ok(pyo3::types::PyBool::new(py, s.tensor.readonly).to_owned().into_any())
+    }),
+    (
+        c"device",
+        c"(device_type, device_id), as __dlpack_device__() returns it.",
+        |s, py| s.dlpack_device(py).map(Bound::into_any),
+    ),
+    (c"data_ptr", c"Address of the first element.", |s, py| {
+        Ok((s.tensor.data as usize).into_pyobject(py)?.into_any())
+    }),
+    (
+        c"stream",
+        c"The CUDA stream a __cuda_array_interface__ producer declared, or None.",
+        |s, py| Ok(s.tensor.stream.map(|s| s as i64).into_pyobject(py)?.into_any()),
+    ),
+];
+
+/// Create the type (once per process: the definitions it points to are leaked).
+fn create_type(py: Python<'_>) -> PyResult<*mut ffi::PyTypeObject> {
+    let dlpack_device =
+        pyo3::impl_::trampoline::get_trampoline_function!(noargs, dlpack_device_body);
+    let methods: &'static mut [ffi::PyMethodDef] = Box::leak(Box::new([
+        ffi::PyMethodDef {
+            ml_name: c"__dlpack__".as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer {
+                PyCFunctionFastWithKeywords: dlpack_entry,
+            },
+            ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            ml_doc: c"__dlpack__($self, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\nA DLPack capsule of this object's memory (array API standard arguments).".as_ptr(),
+        },
+        ffi::PyMethodDef {
+            ml_name: c"__dlpack_device__".as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer {
+                PyCFunction: dlpack_device,
+            },
+            ml_flags: ffi::METH_NOARGS,
+            ml_doc: c"__dlpack_device__($self, /)\n--\n\n(device_type, device_id) of the memory.".as_ptr(),
+        },
+        ffi::PyMethodDef::zeroed(),
+    ]));
+    let getset: &'static mut [ffi::PyGetSetDef] = Box::leak(
+        PROPERTIES
+            .iter()
+            .map(|(name, doc, getter)| ffi::PyGetSetDef {
+                name: name.as_ptr(),
+                get: Some(get_property),
+                set: None,
+                doc: doc.as_ptr(),
+                closure: ptr::from_ref(getter).cast_mut().cast(),
+            })
+            .chain([ffi::PyGetSetDef::default()])
+            .collect::<Box<[_]>>(),
+    );
+    let repr = pyo3::impl_::trampoline::get_trampoline_function!(reprfunc, repr_body);
+    let mut slots = [
+        ffi::PyType_Slot {
+            slot: ffi::Py_tp_dealloc,
+            pfunc: dealloc as *mut c_void,
+        },
+        ffi::PyType_Slot {
+            slot: ffi::Py_tp_traverse,
+            pfunc: traverse as *mut c_void,
+        },
+        ffi::PyType_Slot {
+            slot: ffi::Py_tp_free,
+            pfunc: ffi::PyObject_GC_Del as *mut c_void,
+        },
+        ffi::PyType_Slot {
+            slot: ffi::Py_tp_repr,
+            pfunc: repr as *mut c_void,
+        },
+        ffi::PyType_Slot {
+            slot: ffi::Py_tp_methods,
+            pfunc: methods.as_mut_ptr().cast(),
+        },
+        ffi::PyType_Slot {
+            slot: ffi::Py_tp_getset,
+            pfunc: getset.as_mut_ptr().cast(),
+        },
+        ffi::PyType_Slot {
+            slot: ffi::Py_tp_doc,
+            pfunc: c"A DLPack view of another object's memory: pass it to any from_dlpack."
+                .as_ptr()
+                .cast_mut()
+                .cast(),
+        },
+        ffi::PyType_Slot::default(),
+    ];
+    let mut spec = ffi::PyType_Spec {
+        name: c"dlpack.DLPackObject".as_ptr(),
+        basicsize: std::mem::size_of::<Instance>() as c_int,
+        itemsize: 0,
+        // Final (no BASETYPE), made only by asdlpack (no constructor).
+        flags: (ffi::Py_TPFLAGS_DEFAULT
+            | ffi::Py_TPFLAGS_HAVE_GC
+            | ffi::Py_TPFLAGS_DISALLOW_INSTANTIATION) as _,
+        slots: slots.as_mut_ptr(),
+    };
+    // SAFETY: the spec and slots are valid for the call (CPython copies what it keeps, except
+    // the method and getset tables, which are leaked above and so live forever).
+    let ty = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyType_FromSpec(&mut spec))? };
+    Ok(ty.into_ptr().cast())
+}
+
+/// The module function `asdlpack`, bound to `module` (a plain CPython function: see
+/// `asdlpack_method` for why its arguments are read by hand).
+pub fn asdlpack_function<'py>(
+    module: &Bound<'py, pyo3::types::PyModule>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // The definition must outlive the function: one leaked per module initialisation.
+    let def: &'static mut ffi::PyMethodDef = Box::leak(Box::new(ffi::PyMethodDef {
+        ml_name: c"asdlpack".as_ptr(),
+        ml_meth: ffi::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: asdlpack_entry,
+        },
+        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        ml_doc: c"asdlpack(obj)\n--\n\nWrap obj (anything with DLPack, the CUDA array interface, the array interface or the buffer protocol) in a DLPackObject, without copying.".as_ptr(),
+    }));
+    let name = module.name()?;
+    // SAFETY: `def` lives forever; the module and its name are live objects.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            module.py(),
+            ffi::PyCFunction_NewEx(def, module.as_ptr(), name.as_ptr()),
+        )
+    }
+}
