@@ -54,13 +54,15 @@ impl Hasher for AddressHasher {
 }
 
 /// `import` for the commonest case, when it needs no Python code: an exact numpy array of a
-/// dtype seen last time. `None` otherwise (`import` then says what it is, or what is wrong).
-pub fn import_known(obj: &Bound<'_, PyAny>) -> Option<Tensor> {
-    if numpy::is_exact_ndarray(obj) {
-        numpy::import_known(obj)
-    } else {
-        None
-    }
+/// dtype seen last time, written into `dst` (see `numpy::import_known_into`). False otherwise
+/// (`dst` untouched; `import` then says what it is, or what is wrong).
+///
+/// # Safety
+/// `dst` is valid for writes of a `Tensor`.
+#[inline(always)]
+pub unsafe fn import_known_into(obj: &Bound<'_, PyAny>, dst: *mut Tensor) -> bool {
+    // SAFETY: per the contract.
+    numpy::is_exact_ndarray(obj) && unsafe { numpy::import_known_into(obj, dst) }
 }
 
 pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {

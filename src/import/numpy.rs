@@ -197,20 +197,51 @@ pub fn import(array: &Bound<'_, PyAny>) -> Result<Option<Tensor>> {
 /// known: the struct was checked and the dtype is the last one seen. Runs no Python code, so
 /// it may run outside PyO3's entry points; `None` means "ask `import`", which also gives any
 /// error.
-pub fn import_known(array: &Bound<'_, PyAny>) -> Option<Tensor> {
-    let offset = (*FIELDS_OFFSET.get(array.py())?)?;
+///
+/// The tensor is written into `dst` (uninitialised memory, left so when this returns false):
+/// built on the stack and moved, the description cost more in copying than in reading.
+///
+/// # Safety
+/// `dst` is valid for writes of a `Tensor`.
+#[inline(always)]
+pub unsafe fn import_known_into(array: &Bound<'_, PyAny>, dst: *mut Tensor) -> bool {
+    let Some(&Some(offset)) = FIELDS_OFFSET.get(array.py()) else {
+        return false;
+    };
     let f = fields(array, offset);
-    let element = last(f.descr as usize)??;
-    describe(array, f, element).ok()?
+    let Some(Some(element)) = last(f.descr as usize) else {
+        return false;
+    };
+    // SAFETY: per the contract.
+    matches!(unsafe { describe_into(array, f, element, dst) }, Ok(true))
 }
 
 fn describe(
     array: &Bound<'_, PyAny>,
     f: &NumpyArrayFields,
-    Element { dtype, swapped }: Element,
+    element: Element,
 ) -> Result<Option<Tensor>> {
+    let mut tensor = std::mem::MaybeUninit::<Tensor>::uninit();
+    // SAFETY: `tensor` is valid for writes, and initialised when `describe_into` says so.
+    unsafe {
+        Ok(describe_into(array, f, element, tensor.as_mut_ptr())?.then(|| tensor.assume_init()))
+    }
+}
+
+/// Describe the array into `dst`: `Ok(true)` when written, `Ok(false)` for the general path
+/// (`dst` untouched), or what is wrong with the array.
+///
+/// # Safety
+/// `dst` is valid for writes of a `Tensor`.
+#[inline(always)]
+unsafe fn describe_into(
+    array: &Bound<'_, PyAny>,
+    f: &NumpyArrayFields,
+    Element { dtype, swapped }: Element,
+    dst: *mut Tensor,
+) -> Result<bool> {
     let Ok(ndim) = usize::try_from(f.nd) else {
-        return Ok(None);
+        return Ok(false);
     };
     // SAFETY: an ndarray's dimensions and strides have `nd` entries while it lives.
     let (shape, strides) = unsafe {
@@ -226,15 +257,22 @@ fn describe(
     let strides = Some(|k: usize| Ok(strides[k] as i64));
     let layout = Layout::build(ndim, dtype.itemsize(), |k| shape[k] as i64, strides)?;
     Tensor::check_data(f.data, &layout)?;
-    Ok(Some(Tensor {
-        data: f.data,
-        device: Device::CPU,
-        dtype,
-        layout,
-        readonly: f.flags & NPY_ARRAY_WRITEABLE == 0,
-        swapped,
-        indirect: false,
-        stream: None,
-        owner: Owner::object(array.clone().unbind()),
-    }))
+    // SAFETY: per the contract; each field is written once (the value is complete on return).
+    unsafe {
+        Tensor::write_fields(
+            dst,
+            Tensor {
+                data: f.data,
+                device: Device::CPU,
+                dtype,
+                layout,
+                readonly: f.flags & NPY_ARRAY_WRITEABLE == 0,
+                swapped,
+                indirect: false,
+                stream: None,
+                owner: Owner::object(array.clone().unbind()),
+            },
+        );
+    }
+    Ok(true)
 }

@@ -47,12 +47,18 @@ pub fn asdlpack<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 /// `asdlpack`'s fast path, for `pytype`'s entry point (outside PyO3's, so it runs no Python
 /// code and makes no errors it would have to drop): a `DLPackObject`, or an exact ndarray
 /// whose description needs nothing new. `None`: take `asdlpack_method`, which also gives errors.
+#[inline(always)]
 fn asdlpack_known<'py>(obj: &Bound<'py, PyAny>) -> Option<PyResult<Bound<'py, PyAny>>> {
     if pytype::is_instance(obj.as_ptr()) {
         return Some(Ok(obj.clone()));
     }
-    let tensor = import::import_known(obj)?;
-    Some(new_object(obj.py(), DLPackObject::new(tensor)))
+    // SAFETY: `state` is an instance's uninitialised state, written whole when we say so.
+    unsafe {
+        pytype::new_object_with(obj.py(), |state| {
+            (&raw mut (*state).producer).write(None);
+            import::import_known_into(obj, &raw mut (*state).tensor)
+        })
+    }
 }
 
 /// `asdlpack(obj)` as CPython calls it (`METH_FASTCALL | METH_KEYWORDS`): one argument,
@@ -372,18 +378,19 @@ impl DLPackObject {
         self.tensor.owner.for_each_object(visit)
     }
 
-    /// Release what the object holds, on a thread known to hold the GIL (its deallocator).
+    /// Take what a dying object references out of it, dropping the rest in place (no copy of
+    /// the whole state); the state is then dead.
     ///
     /// # Safety
-    /// The calling thread holds the GIL.
-    unsafe fn release_attached(self) {
-        let DLPackObject { tensor, producer } = self;
-        // SAFETY: per the contract.
+    /// `state` is a live object's state, not used again.
+    unsafe fn take_references(state: *mut DLPackObject) -> References {
+        // SAFETY: per the contract; both fields are taken exactly once.
         unsafe {
-            if let Some(producer) = producer {
-                pyo3::ffi::Py_DecRef(producer.into_ptr());
+            let DLPackObject { tensor, producer } = &mut *state;
+            References {
+                owner: Tensor::take_owner(tensor),
+                producer: std::ptr::read(producer),
             }
-            tensor.release_attached();
         }
     }
 
@@ -558,6 +565,30 @@ impl DLPackObject {
         };
         let kind = kind(request, &tensor, true);
         Ok((Some(Arc::new(tensor)), device, kind))
+    }
+}
+
+/// What a dead `DLPackObject` still references, released once its memory is recycled.
+struct References {
+    owner: crate::tensor::Owner,
+    producer: Option<Py<PyAny>>,
+}
+
+impl References {
+    /// Release them on a thread known to hold the GIL (the object's deallocator), without
+    /// asking PyO3 whether it may attach.
+    ///
+    /// # Safety
+    /// The calling thread holds the GIL.
+    unsafe fn release_attached(self) {
+        let References { owner, producer } = self;
+        // SAFETY: per the contract.
+        unsafe {
+            if let Some(producer) = producer {
+                pyo3::ffi::Py_DecRef(producer.into_ptr());
+            }
+            owner.release_attached();
+        }
     }
 }
 

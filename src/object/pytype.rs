@@ -99,16 +99,39 @@ pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
 
 /// A new `DLPackObject` holding `state`.
 pub fn new_object(py: Python<'_>, state: DLPackObject) -> PyResult<Bound<'_, PyAny>> {
+    // SAFETY: the state is written whole.
+    let made = unsafe {
+        new_object_with(py, |dst| {
+            dst.write(state);
+            true
+        })
+    };
+    made.expect("`init` always writes the state")
+}
+
+/// A new `DLPackObject` whose state `init` writes in place (fast paths: a state built on the
+/// stack and copied in cost more than building it); `None` when `init` declines, having
+/// written nothing that needs dropping.
+///
+/// # Safety
+/// `init` gets the instance's uninitialised state; when it returns true, it has written all of
+/// it.
+#[inline(always)]
+pub unsafe fn new_object_with(
+    py: Python<'_>,
+    init: impl FnOnce(*mut DLPackObject) -> bool,
+) -> Option<PyResult<Bound<'_, PyAny>>> {
     let ty = TYPE.load(Ordering::Acquire);
     if ty.is_null() {
-        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+        return Some(Err(pyo3::exceptions::PyRuntimeError::new_err(
             "dlpack._dlpack is not initialised",
-        ));
+        )));
     }
-    let track = state.references_collectable();
     // SAFETY: we hold the GIL (`py`). A recycled instance is dead memory of our type's size,
-    // which `PyObject_Init` makes a live object again; a fresh one comes from the collector's
-    // allocator. Either way the state is written before the object is tracked or shared.
+    // which `PyObject_Init` makes a live object again (with a reference to the type); a fresh
+    // one comes from the collector's allocator (likewise). The state is written before the
+    // object is tracked or shared; a declined instance is dead again (its type reference
+    // released) and goes back to the free list or the allocator.
     unsafe {
         let object = match FREE.pop() {
             Some(object) => {
@@ -118,16 +141,23 @@ pub fn new_object(py: Python<'_>, state: DLPackObject) -> PyResult<Bound<'_, PyA
             None => {
                 let object = _PyObject_GC_New(ty);
                 if object.is_null() {
-                    return Err(PyErr::fetch(py));
+                    return Some(Err(PyErr::fetch(py)));
                 }
                 object
             }
         };
-        (*object.cast::<Instance>()).state.write(state);
-        if track {
+        let state = (*object.cast::<Instance>()).state.as_mut_ptr();
+        if !init(state) {
+            if !FREE.push(object) {
+                ffi::PyObject_GC_Del(object.cast());
+            }
+            ffi::Py_DecRef(ty.cast());
+            return None;
+        }
+        if (*state).references_collectable() {
             ffi::PyObject_GC_Track(object.cast());
         }
-        Ok(Bound::from_owned_ptr(py, object))
+        Some(Ok(Bound::from_owned_ptr(py, object)))
     }
 }
 
@@ -167,14 +197,15 @@ unsafe extern "C" fn dealloc(object: *mut ffi::PyObject) {
     unsafe {
         let ty = ffi::Py_TYPE(object);
         ffi::PyObject_GC_UnTrack(object.cast());
-        let state = (*object.cast::<Instance>()).state.assume_init_read();
+        let references =
+            DLPackObject::take_references((*object.cast::<Instance>()).state.as_mut_ptr());
         if !FREE.push(object) {
             ffi::PyObject_GC_Del(object.cast());
         }
         ffi::Py_DecRef(ty.cast());
         // A panic must not unwind into CPython; none is expected (leaking beats aborting).
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            state.release_attached();
+            references.release_attached();
         }));
     }
 }

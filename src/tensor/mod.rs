@@ -192,14 +192,62 @@ unsafe impl Send for Tensor {}
 unsafe impl Sync for Tensor {}
 
 impl Tensor {
-    /// Release the tensor on a thread known to hold the GIL (see `Owner::release_attached`).
+    /// Write `tensor` into `dst` field by field: inlined into its caller, the fields go straight
+    /// to `dst` instead of through a copy of the whole struct (which cost more than building it).
     ///
     /// # Safety
-    /// The calling thread holds the GIL.
-    pub unsafe fn release_attached(self) {
-        let Tensor { owner, .. } = self;
+    /// `dst` is valid for writes of a `Tensor`.
+    #[inline(always)]
+    pub unsafe fn write_fields(dst: *mut Tensor, tensor: Tensor) {
+        let Tensor {
+            data,
+            device,
+            dtype,
+            layout,
+            readonly,
+            swapped,
+            indirect,
+            stream,
+            owner,
+        } = tensor;
         // SAFETY: per the contract.
-        unsafe { owner.release_attached() }
+        unsafe {
+            (&raw mut (*dst).data).write(data);
+            (&raw mut (*dst).device).write(device);
+            (&raw mut (*dst).dtype).write(dtype);
+            (&raw mut (*dst).layout).write(layout);
+            (&raw mut (*dst).readonly).write(readonly);
+            (&raw mut (*dst).swapped).write(swapped);
+            (&raw mut (*dst).indirect).write(indirect);
+            (&raw mut (*dst).stream).write(stream);
+            (&raw mut (*dst).owner).write(owner);
+        }
+    }
+
+    /// Move the owner out of `tensor` and drop the rest in place (for deallocation without a
+    /// copy of the whole struct); the tensor is then dead.
+    ///
+    /// # Safety
+    /// `tensor` is a live tensor, not used again.
+    pub unsafe fn take_owner(tensor: *mut Tensor) -> Owner {
+        // SAFETY: per the contract; every field is read or dropped exactly once (the pattern
+        // names them all, so a new field can't be forgotten).
+        unsafe {
+            let Tensor {
+                data: _,
+                device,
+                dtype: _,
+                layout,
+                readonly: _,
+                swapped: _,
+                indirect: _,
+                stream: _,
+                owner,
+            } = &mut *tensor;
+            std::ptr::drop_in_place(device);
+            std::ptr::drop_in_place(layout);
+            std::ptr::read(owner)
+        }
     }
 
     /// A C-ordered, writable, native-order CPU tensor in a buffer we allocated.
