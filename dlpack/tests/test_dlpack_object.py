@@ -231,6 +231,32 @@ def test_versioned_capsule(max_version, expected):
     assert info.has_deleter
 
 
+def test_max_version_answered_per_call():
+    # The fast path remembers the last max_version tuple; any other tuple, equal or not, and
+    # tuples made afresh (at addresses freed tuples had) must each get their own answer.
+    obj = asdlpack(bytearray(range(6)))
+
+    def version_of(cap):
+        return (0, 0) if capsule_name(cap) == "dltensor" else CapsuleInfo(cap).version
+
+    same = (1, 1)
+    for max_version, expected in [
+        (same, (1, 1)),
+        ((1, 0), (1, 0)),
+        (same, (1, 1)),
+        ((0, 2), (0, 0)),
+        ((1, 7), (1, 3)),
+        (same, (1, 1)),
+        ((2, 0), (1, 3)),
+        (same, (1, 1)),
+    ]:
+        assert version_of(obj.__dlpack__(max_version=max_version)) == expected
+    for k in range(40):
+        minor = k % 5
+        cap = obj.__dlpack__(max_version=(k % 2, minor))  # a new tuple per call
+        assert version_of(cap) == ((1, min(minor, 3)) if k % 2 else (0, 0))
+
+
 def test_versioned_capsule_dtype_codes():
     src = bytearray(32)
     for fmt, name in [("b", "int8"), ("H", "uint16"), ("i", "int32"), ("q", "int64"),

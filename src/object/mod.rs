@@ -683,31 +683,26 @@ unsafe fn dlpack_common(
     kwnames: *mut pyo3::ffi::PyObject,
 ) -> Option<Result<*mut pyo3::ffi::PyObject>> {
     // SAFETY: as in `dlpack_method`.
-    let (object, values) = unsafe {
+    let (object, [stream, max_version, dl_device, copy]) = unsafe {
         (
             pytype::state_unchecked(slf),
-            dlpack_arguments(py, args, nargs, kwnames).ok()?,
+            pytype::common_arguments(args, nargs, kwnames)?,
         )
     };
-    let [stream, max_version, dl_device, copy] = &values;
-    if stream.is_some() || dl_device.is_some() {
+    if !stream.is_null() || !dl_device.is_null() {
         return None;
     }
-    let versioned_minor = match max_version {
-        None => None,
-        Some(version) => match exact_int_pair(version)? {
-            (0, _) => None,
-            (1, minor) if minor >= 0 => {
-                Some((minor as u64).min(DLPACK_MINOR_VERSION as u64) as u32)
-            }
-            _ => return None,
-        },
+    let versioned_minor = if max_version.is_null() {
+        None
+    } else {
+        // SAFETY: a live argument, and we hold the GIL.
+        unsafe { versioned_minor(py, max_version)? }
     };
+    // SAFETY: reading the address of the False singleton.
     let copy = match copy {
-        None => None,
-        // SAFETY: reading the address of the False singleton.
-        Some(c) if c.as_ptr() == unsafe { pyo3::ffi::Py_False() } => Some(false),
-        Some(_) => return None,
+        c if c.is_null() => None,
+        c if c == unsafe { pyo3::ffi::Py_False() } => Some(false),
+        _ => return None,
     };
     let request = Request {
         stream: None,
@@ -720,6 +715,43 @@ unsafe fn dlpack_common(
     // SAFETY: as above.
     let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
     Some(capsule::to_capsule(py, holder(&slf, None), device, kind).map(Bound::into_ptr))
+}
+
+/// The last `max_version` tuple `versioned_minor` read, held (so its address can't be reused)
+/// with what it asked for: consumers pass the same tuple on every call (numpy's is static).
+static LAST_MAX_VERSION: pytype::GilCell<(usize, Option<u32>)> = pytype::GilCell::new((0, None));
+
+/// The minor version to report for `max_version`, an exact tuple `(0, n)` or `(1, n)` with
+/// `n >= 0` (`None` inside: a legacy capsule); `None` for anything else.
+///
+/// # Safety
+/// `max_version` is a live object; the caller holds the GIL.
+unsafe fn versioned_minor(
+    py: Python<'_>,
+    max_version: *mut pyo3::ffi::PyObject,
+) -> Option<Option<u32>> {
+    // SAFETY: per the contract, we hold the GIL, so the cache is ours for the call.
+    let last = unsafe { LAST_MAX_VERSION.get() };
+    if last.0 == max_version as usize {
+        return Some(last.1);
+    }
+    // SAFETY: per the contract.
+    let version = unsafe { pyo3::Borrowed::from_ptr(py, max_version) };
+    let minor = match exact_int_pair(&version)? {
+        (0, _) => None,
+        (1, minor) if minor >= 0 => Some((minor as u64).min(DLPACK_MINOR_VERSION as u64) as u32),
+        _ => return None,
+    };
+    // SAFETY: the cache holds a strong reference to its tuple (an exact tuple of ints, whose
+    // release runs no Python code), taken here and released when replaced.
+    unsafe {
+        pyo3::ffi::Py_IncRef(max_version);
+        let old = std::mem::replace(last, (max_version as usize, minor)).0;
+        if old != 0 {
+            pyo3::ffi::Py_DecRef(old as *mut pyo3::ffi::PyObject);
+        }
+    }
+    Some(minor)
 }
 
 /// `__dlpack__`'s keyword values in `KEYWORDS` order (None for absent or None).

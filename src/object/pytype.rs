@@ -42,20 +42,38 @@ unsafe extern "C" {
     fn _PyObject_GC_New(ty: *mut ffi::PyTypeObject) -> *mut ffi::PyObject;
 }
 
+/// State shared by the entry points, guarded by the GIL (the extension is built for
+/// GIL-enabled CPython only: abi3) instead of a lock.
+pub struct GilCell<T>(UnsafeCell<T>);
+
+// SAFETY: the contents are only reached through `get`, whose callers hold the GIL, so by one
+// thread at a time.
+unsafe impl<T: Send> Sync for GilCell<T> {}
+
+impl<T> GilCell<T> {
+    pub const fn new(value: T) -> Self {
+        GilCell(UnsafeCell::new(value))
+    }
+
+    /// # Safety
+    /// The caller holds the GIL, and doesn't call `get` again (on this cell) while it uses the
+    /// result.
+    #[allow(clippy::mut_from_ref, reason = "the GIL is the lock")]
+    pub unsafe fn get(&self) -> &mut T {
+        // SAFETY: per the contract, this is the only reference for its lifetime.
+        unsafe { &mut *self.0.get() }
+    }
+}
+
 /// Dead instances kept for reuse, the way CPython keeps its own free lists.
 struct FreeList {
-    slots: UnsafeCell<([*mut ffi::PyObject; FREE_LIST_SIZE], usize)>,
+    slots: GilCell<([usize; FREE_LIST_SIZE], usize)>,
 }
 
 const FREE_LIST_SIZE: usize = 16;
 
-// SAFETY: the free list is only touched by `new_object` and `dealloc`, which run on a thread
-// holding the GIL (the extension is built for GIL-enabled CPython only: abi3), so never twice at
-// once.
-unsafe impl Sync for FreeList {}
-
 static FREE: FreeList = FreeList {
-    slots: UnsafeCell::new(([ptr::null_mut(); FREE_LIST_SIZE], 0)),
+    slots: GilCell::new(([0; FREE_LIST_SIZE], 0)),
 };
 
 impl FreeList {
@@ -63,10 +81,10 @@ impl FreeList {
     /// The caller holds the GIL.
     unsafe fn pop(&self) -> Option<*mut ffi::PyObject> {
         // SAFETY: per the contract, nobody else touches the list meanwhile.
-        let (slots, len) = unsafe { &mut *self.slots.get() };
+        let (slots, len) = unsafe { self.slots.get() };
         (*len > 0).then(|| {
             *len -= 1;
-            slots[*len]
+            slots[*len] as *mut ffi::PyObject
         })
     }
 
@@ -76,20 +94,69 @@ impl FreeList {
     /// The caller holds the GIL.
     unsafe fn push(&self, instance: *mut ffi::PyObject) -> bool {
         // SAFETY: per the contract, nobody else touches the list meanwhile.
-        let (slots, len) = unsafe { &mut *self.slots.get() };
+        let (slots, len) = unsafe { self.slots.get() };
         if *len == FREE_LIST_SIZE {
             return false;
         }
-        slots[*len] = instance;
+        slots[*len] = instance as usize;
         *len += 1;
         true
     }
+}
+
+/// `__dlpack__`'s keyword names, interned (as CPython interns names in calls): `KEYWORDS`' order.
+static KEYWORD_NAMES: GilCell<[usize; 4]> = GilCell::new([0; 4]);
+
+/// `__dlpack__`'s arguments when passed the common way, for its fast path: keywords only, each
+/// named by the interned string (as Python code and numpy name them) and given once. Values in
+/// `KEYWORDS` order, null for absent or None; `None` for any other call (the general parser then
+/// accepts or rejects it).
+///
+/// # Safety
+/// As CPython passes fast-call arguments (see `super::dlpack_method`), holding the GIL.
+#[inline(always)]
+pub unsafe fn common_arguments(
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> Option<[*mut ffi::PyObject; 4]> {
+    let mut values = [ptr::null_mut(); 4];
+    if nargs != 0 {
+        return None;
+    }
+    if kwnames.is_null() {
+        return Some(values);
+    }
+    // SAFETY: per the contract: `kwnames` is a tuple of names, one value each after the
+    // (zero) positional arguments; we hold the GIL for the names table.
+    unsafe {
+        let names = *KEYWORD_NAMES.get();
+        let none = ffi::Py_None();
+        for k in 0..ffi::PyTuple_Size(kwnames) {
+            let name = ffi::PyTuple_GetItem(kwnames, k) as usize;
+            let slot = names.iter().position(|&n| n == name)?;
+            let value = *args.add(k as usize);
+            if !values[slot].is_null() {
+                return None;
+            }
+            if value != none {
+                values[slot] = value;
+            }
+        }
+    }
+    Some(values)
 }
 
 /// The `DLPackObject` type, created on first use (module initialisation).
 pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
     let mut ty = TYPE.load(Ordering::Acquire);
     if ty.is_null() {
+        for (slot, name) in super::KEYWORDS.iter().enumerate() {
+            let name = pyo3::types::PyString::intern(py, name);
+            // SAFETY: we hold the GIL; the interned name is kept alive by the reference leaked
+            // into the table.
+            unsafe { KEYWORD_NAMES.get()[slot] = name.into_ptr() as usize };
+        }
         ty = create_type(py)?;
         TYPE.store(ty, Ordering::Release);
     }
