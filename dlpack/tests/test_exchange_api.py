@@ -101,6 +101,26 @@ def test_managed_tensor_from_py_object_shares_memory_and_frees():
     assert sys.getrefcount(src) == baseline
 
 
+def test_managed_tensor_from_py_object_without_the_gil():
+    # A consumer calling without the GIL (CFUNCTYPE releases it around the call) gets the same
+    # export: the entry point takes the GIL itself rather than take its GIL-only shortcut.
+    src = bytearray(b"\x01\x02\x03\x04")
+    baseline = sys.getrefcount(src)
+    obj = asdlpack(src)
+    from_py = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+    out = ctypes.c_void_p()
+    assert from_py(_table().managed_tensor_from_py_object_no_sync)(id(obj), ctypes.byref(out)) == 0
+    managed = DLManagedTensorVersioned.from_address(out.value)
+    assert managed.dl_tensor.data + managed.dl_tensor.byte_offset == obj.data_ptr
+    assert managed.flags & 2 == 0  # shared, not copied
+    del obj
+    gc.collect()
+    assert sys.getrefcount(src) > baseline
+    _delete(managed, out.value)
+    gc.collect()
+    assert sys.getrefcount(src) == baseline
+
+
 def test_read_only_memory_is_copied_for_exchange_api_consumers():
     """C API consumers (tvm-ffi) write through tensors whatever their READ_ONLY flag says, so
     read-only memory goes out as a copy."""

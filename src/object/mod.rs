@@ -207,6 +207,17 @@ pub fn _footprint(ndim: usize) -> Vec<(&'static str, usize)> {
     ]
 }
 
+/// What the C exchange API's consumers get: `__dlpack__(max_version=(1, 3))`, except that
+/// read-only memory is copied (its consumers, tvm-ffi among them, write through tensors
+/// regardless of the READ_ONLY flag).
+const MANAGED_REQUEST: Request = Request {
+    stream: None,
+    versioned_minor: Some(DLPACK_MINOR_VERSION),
+    dl_device: None,
+    copy: None,
+    honours_read_only: false,
+};
+
 /// Parsed `__dlpack__` keyword arguments.
 struct Request {
     stream: Option<i64>,
@@ -408,14 +419,7 @@ impl DLPackObject {
         &self,
         slf: &Bound<'_, PyAny>,
     ) -> Result<NonNull<DLManagedTensorVersioned>> {
-        let request = Request {
-            stream: None,
-            versioned_minor: Some(DLPACK_MINOR_VERSION),
-            dl_device: None,
-            copy: None,
-            honours_read_only: false,
-        };
-        match self.prepare(slf.py(), &request)? {
+        match self.prepare(slf.py(), &MANAGED_REQUEST)? {
             (own, device, Kind::Versioned { minor, flags }) => Ok(capsule::new_versioned(
                 holder(slf, own),
                 device,
@@ -423,6 +427,23 @@ impl DLPackObject {
                 flags,
             )),
             (_, _, Kind::Legacy) => unreachable!("a versioned request gives a versioned export"),
+        }
+    }
+
+    /// `export_managed` for memory exported in place (`in_place`), which runs no Python code
+    /// (for the C exchange API's fast path); `None` otherwise.
+    pub fn export_managed_in_place(
+        &self,
+        slf: &Bound<'_, PyAny>,
+    ) -> Option<NonNull<DLManagedTensorVersioned>> {
+        match self.in_place(&MANAGED_REQUEST)? {
+            (device, Kind::Versioned { minor, flags }) => Some(capsule::new_versioned(
+                holder(slf, None),
+                device,
+                minor,
+                flags,
+            )),
+            (_, Kind::Legacy) => None,
         }
     }
 
