@@ -284,6 +284,50 @@ def test_no_growth_small_exports():
     assert grown < 6 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
 
 
+def _interface_over(buffer):
+    address = ctypes.addressof((ctypes.c_char * len(buffer)).from_buffer(buffer))
+    iface = {"shape": (len(buffer),), "typestr": "|u1", "data": (address, False), "version": 3}
+    return ArrayInterface(iface, owner=buffer)
+
+
+def _numpy():
+    return pytest.importorskip("numpy")
+
+
+_OWNER_KINDS = {
+    "buffer": lambda: bytearray(16),
+    "memoryview": lambda: memoryview(bytearray(16))[::2],
+    "array interface": lambda: _interface_over(bytearray(16)),
+    "array struct": lambda: ArrayStruct(_numpy().zeros(16, dtype="uint8")),
+    "numpy": lambda: _numpy().zeros((4, 4), dtype="float32")[:, ::2],
+    "dlpack capsule": lambda: asdlpack(bytearray(16)).__dlpack__(max_version=(1, 3)),
+}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc/self/statm")
+@pytest.mark.parametrize("kind", sorted(_OWNER_KINDS))
+def test_no_growth_per_object(kind):
+    """Each owner kind releases everything it holds when its object goes: a leaked buffer view
+    or description (>= 64 bytes per object) would be >= 9 MiB here."""
+    make = _OWNER_KINDS[kind]
+    sources = [make() for _ in range(64)]
+
+    def batch(n):
+        for k in range(n):
+            if kind == "dlpack capsule":
+                asdlpack(make())
+            else:
+                asdlpack(sources[k % 64])
+
+    batch(10000)
+    collect()
+    before = _rss_bytes()
+    batch(150000)
+    collect()
+    grown = _rss_bytes() - before
+    assert grown < 4 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
+
+
 def test_no_python_object_growth():
     import tracemalloc
 

@@ -141,11 +141,19 @@ impl Owner {
     /// The calling thread holds the GIL.
     pub unsafe fn release_attached(self) {
         let mut owner = ManuallyDrop::new(self);
-        // SAFETY: per the contract; `owner` is never dropped, so this is the only release.
-        unsafe { owner.release_python() };
-        if let Owner::Allocation(_) | Owner::DeviceAllocation(_) = &*owner {
-            // SAFETY: the memory-only variants release nothing above; dropping them frees it.
-            unsafe { ManuallyDrop::drop(&mut owner) };
+        // SAFETY: per the contract; `owner` is never dropped as a whole, so this is the only
+        // release of its Python side. What remains is memory of ours, freed field by field.
+        unsafe {
+            owner.release_python();
+            match &mut *owner {
+                Owner::Buffer { view, .. } => drop(std::ptr::read(view)),
+                // The memory-only variants released nothing above; dropping them frees it.
+                Owner::Allocation(_) | Owner::DeviceAllocation(_) => ManuallyDrop::drop(&mut owner),
+                Owner::Object(_)
+                | Owner::ArrayStruct { .. }
+                | Owner::Legacy(_)
+                | Owner::Versioned(_) => {}
+            }
         }
     }
 }
