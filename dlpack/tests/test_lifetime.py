@@ -234,6 +234,16 @@ def _rss_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _rss_growth(batch, warm_up, measured):
+    """Bytes the process grew by over `batch(measured)`, after `batch(warm_up)` settled it."""
+    batch(warm_up)
+    collect()
+    before = _rss_bytes()
+    batch(measured)
+    collect()
+    return _rss_bytes() - before
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc/self/statm")
 def test_no_growth_fresh_sources():
     """A leaked source (or its export) would cost >= 8 KiB per iteration: 160 MB here."""
@@ -248,14 +258,11 @@ def test_no_growth_fresh_sources():
         out[0] = 1
         del c1, c2, out, obj, src
 
-    for _ in range(2000):
-        once()
-    collect()
-    before = _rss_bytes()
-    for _ in range(20000):
-        once()
-    collect()
-    grown = _rss_bytes() - before
+    def batch(n):
+        for _ in range(n):
+            once()
+
+    grown = _rss_growth(batch, 2000, 20000)
     assert grown < 32 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
 
 
@@ -274,12 +281,7 @@ def test_no_growth_small_exports():
             asdlpack(obj.__dlpack__(max_version=(1, 0)))
             obj.__dlpack__(max_version=(1, 3), copy=True)
 
-    batch(5000)
-    collect()
-    before = _rss_bytes()
-    batch(40000)
-    collect()
-    grown = _rss_bytes() - before
+    grown = _rss_growth(batch, 5000, 40000)
     # a leak of >= 64 bytes per export would be >= 12 MiB
     assert grown < 6 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
 
@@ -319,12 +321,7 @@ def test_no_growth_per_object(kind):
             else:
                 asdlpack(sources[k % 64])
 
-    batch(10000)
-    collect()
-    before = _rss_bytes()
-    batch(150000)
-    collect()
-    grown = _rss_bytes() - before
+    grown = _rss_growth(batch, 10000, 150000)
     assert grown < 4 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
 
 
