@@ -432,6 +432,8 @@ def test_argument_types(kwargs):
         {"stream": 2},
         {"max_version": (-1, 0)},
         {"max_version": (1, -1)},
+        {"max_version": (0, -1)},
+        {"max_version": (2, -1)},
     ],
 )
 def test_argument_values(kwargs):

@@ -25,12 +25,6 @@ use crate::import::dlpack::import_versioned;
 use crate::object::{self, DLPackObject};
 use crate::tensor::{DType, Device, Layout, Tensor, layout};
 
-unsafe extern "C" {
-    /// Whether this thread holds the GIL. Public C API in every CPython since 3.4, though
-    /// outside the limited API (so not in PyO3's abi3 bindings).
-    fn PyGILState_Check() -> c_int;
-}
-
 /// The table; a plain static so its address is valid for the life of the process, as the
 /// protocol requires.
 struct Table(DLPackExchangeAPI);
@@ -102,18 +96,40 @@ fn state<'a>(any: &'a Bound<'_, PyAny>) -> &'a DLPackObject {
     unsafe { object::state_unchecked(any.as_ptr()) }
 }
 
+/// The GIL, held (taken if need be) until dropped, even when unwinding.
+struct GilState(pyo3::ffi::PyGILState_STATE);
+
+impl GilState {
+    /// # Safety
+    /// The interpreter is initialised.
+    unsafe fn ensure() -> GilState {
+        // SAFETY: per the contract.
+        GilState(unsafe { pyo3::ffi::PyGILState_Ensure() })
+    }
+}
+
+impl Drop for GilState {
+    fn drop(&mut self) {
+        // SAFETY: matches the `PyGILState_Ensure` of `ensure`, on the same thread.
+        unsafe { pyo3::ffi::PyGILState_Release(self.0) }
+    }
+}
+
 unsafe extern "C" fn managed_tensor_from_py_object(
     py_object: *mut c_void,
     out: *mut *mut DLManagedTensorVersioned,
 ) -> c_int {
     // The common case (memory exported in place) without PyO3's attach, which cost a tenth of
-    // a tvm-ffi exchange: it runs no Python code, so it only needs the GIL, checked here.
+    // a tvm-ffi exchange: it runs no Python code, so it only needs the GIL, taken (or found
+    // held) by PyGILState_Ensure as numpy's deleters do. (`PyGILState_Check` can't tell: it
+    // says yes on any thread once a subinterpreter has existed.)
     // SAFETY: the consumer passes a live object (or null) and a writable slot; with the GIL
     // held, Python objects may be read and referenced.
     let fast = catch_unwind(AssertUnwindSafe(|| unsafe {
-        if py_object.is_null() || PyGILState_Check() != 1 {
+        if py_object.is_null() {
             return false;
         }
+        let _gil = GilState::ensure();
         let py = Python::assume_attached();
         let any = pyo3::Borrowed::from_ptr(py, py_object.cast());
         match object::state(&any).and_then(|state| state.export_managed_in_place(&any)) {

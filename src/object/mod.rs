@@ -44,9 +44,10 @@ pub fn asdlpack<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     new_object(obj.py(), DLPackObject { tensor, producer })
 }
 
-/// `asdlpack`'s fast path, for `pytype`'s entry point (outside PyO3's, so it runs no Python
-/// code and makes no errors it would have to drop): a `DLPackObject`, or an exact ndarray
-/// whose description needs nothing new. `None`: take `asdlpack_method`, which also gives errors.
+/// `asdlpack`'s fast path, for `pytype`'s entry point (outside PyO3's, so it calls no Python
+/// code of its own, though allocating the object may run a garbage collection): a
+/// `DLPackObject`, or an exact ndarray whose description needs nothing new. `None`: take
+/// `asdlpack_method`, which also gives errors; `Some(Err)`: the object could not be made.
 #[inline(always)]
 fn asdlpack_known<'py>(obj: &Bound<'py, PyAny>) -> Option<PyResult<Bound<'py, PyAny>>> {
     if pytype::is_instance(obj.as_ptr()) {
@@ -690,7 +691,7 @@ unsafe fn dlpack_method(
 }
 
 /// `__dlpack__`'s fast path, for `pytype`'s entry point (outside PyO3's, so it runs no Python
-/// code and makes no errors it would have to drop): the common request, as
+/// code and makes no errors of its own): the common request, as
 /// `DLPackObject::in_place` serves it. `None`: take `dlpack_method`, which also gives errors;
 /// `Some(Err)`: the capsule could not be made.
 ///
@@ -759,7 +760,7 @@ unsafe fn versioned_minor(
     // SAFETY: per the contract.
     let version = unsafe { pyo3::Borrowed::from_ptr(py, max_version) };
     let minor = match exact_int_pair(&version)? {
-        (0, _) => None,
+        (0, minor) if minor >= 0 => None,
         (1, minor) if minor >= 0 => Some((minor as u64).min(DLPACK_MINOR_VERSION as u64) as u32),
         _ => return None,
     };

@@ -178,7 +178,8 @@ pub fn new_object(py: Python<'_>, state: DLPackObject) -> PyResult<Bound<'_, PyA
 
 /// A new `DLPackObject` whose state `init` writes in place (fast paths: a state built on the
 /// stack and copied in cost more than building it); `None` when `init` declines, having
-/// written nothing that needs dropping.
+/// written nothing that needs dropping. Allocating may run a garbage collection (and so
+/// finalizers), so no `GilCell` borrow may be held across this call.
 ///
 /// # Safety
 /// `init` gets the instance's uninitialised state; when it returns true, it has written all of
@@ -296,7 +297,8 @@ unsafe extern "C" fn traverse(
 }
 
 /// Run a fast path outside PyO3's entry points (`None`: not taken), catching panics (which
-/// then send the call down the slow path) and raising its error, if any.
+/// then send the call down the slow path) and raising its error, if any (attached to PyO3
+/// for that, so that the error's references are released now rather than queued).
 ///
 /// # Safety
 /// The caller holds the GIL (CPython calling one of our functions).
@@ -308,7 +310,7 @@ unsafe fn fast_path<T: Into<PyErr>>(
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(py))) {
         Ok(Some(Ok(object))) => Some(object),
         Ok(Some(Err(err))) => {
-            err.into().restore(py);
+            Python::attach(|py| err.into().restore(py));
             Some(ptr::null_mut())
         }
         Ok(None) | Err(_) => None,
