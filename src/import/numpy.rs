@@ -228,6 +228,23 @@ fn describe(
     }
 }
 
+/// Every field of `Tensor`, named so that adding one fails to compile here: `describe_into`
+/// writes them one by one and must then write the new one too.
+#[allow(dead_code, reason = "a compile-time check")]
+fn describe_into_writes_every_field(tensor: &Tensor) {
+    let Tensor {
+        data: _,
+        device: _,
+        dtype: _,
+        layout: _,
+        readonly: _,
+        swapped: _,
+        indirect: _,
+        stream: _,
+        owner: _,
+    } = tensor;
+}
+
 /// Describe the array into `dst`: `Ok(true)` when written, `Ok(false)` for the general path
 /// (`dst` untouched), or what is wrong with the array.
 ///
@@ -255,24 +272,24 @@ unsafe fn describe_into(
         }
     };
     let strides = Some(|k: usize| Ok(strides[k] as i64));
-    let layout = Layout::build(ndim, dtype.itemsize(), |k| shape[k] as i64, strides)?;
-    Tensor::check_data(f.data, &layout)?;
-    // SAFETY: per the contract; each field is written once (the value is complete on return).
+    // The layout is built in place too (see `Layout::build_into`); every other field is written
+    // once it can't fail any more, so `dst` is either whole or untouched.
+    // SAFETY: per the contract; the layout is dropped again if the tensor is not completed.
     unsafe {
-        Tensor::write_fields(
-            dst,
-            Tensor {
-                data: f.data,
-                device: Device::CPU,
-                dtype,
-                layout,
-                readonly: f.flags & NPY_ARRAY_WRITEABLE == 0,
-                swapped,
-                indirect: false,
-                stream: None,
-                owner: Owner::object(array.clone().unbind()),
-            },
-        );
+        let layout = &raw mut (*dst).layout;
+        Layout::build_into(layout, ndim, dtype.itemsize(), |k| shape[k] as i64, strides)?;
+        if let Err(err) = Tensor::check_data(f.data, &*layout) {
+            std::ptr::drop_in_place(layout);
+            return Err(err);
+        }
+        (&raw mut (*dst).data).write(f.data);
+        (&raw mut (*dst).device).write(Device::CPU);
+        (&raw mut (*dst).dtype).write(dtype);
+        (&raw mut (*dst).readonly).write(f.flags & NPY_ARRAY_WRITEABLE == 0);
+        (&raw mut (*dst).swapped).write(swapped);
+        (&raw mut (*dst).indirect).write(false);
+        (&raw mut (*dst).stream).write(None);
+        (&raw mut (*dst).owner).write(Owner::object(array.clone().unbind()));
     }
     Ok(true)
 }

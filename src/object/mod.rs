@@ -390,19 +390,21 @@ impl DLPackObject {
         self.tensor.owner.for_each_object(visit)
     }
 
-    /// Take what a dying object references out of it, dropping the rest in place (no copy of
-    /// the whole state); the state is then dead.
+    /// Release what a dying object holds, in place (no copy of its state), on a thread known to
+    /// hold the GIL (its deallocator); the state is then dead. This may run arbitrary Python
+    /// code (the owner's own deallocation).
     ///
     /// # Safety
-    /// `state` is a live object's state, not used again.
-    unsafe fn take_references(state: *mut DLPackObject) -> References {
-        // SAFETY: per the contract; both fields are taken exactly once.
+    /// `state` is a live object's state, not used again; the calling thread holds the GIL.
+    unsafe fn release_attached_in_place(state: *mut DLPackObject) {
+        // SAFETY: per the contract; both fields are released exactly once, the producer as a
+        // plain reference (a `Py` dropped here, outside PyO3's attach, would be queued).
         unsafe {
             let DLPackObject { tensor, producer } = &mut *state;
-            References {
-                owner: Tensor::take_owner(tensor),
-                producer: std::ptr::read(producer),
+            if let Some(producer) = std::ptr::read(producer) {
+                pyo3::ffi::Py_DecRef(producer.into_ptr());
             }
+            Tensor::release_attached_in_place(tensor);
         }
     }
 
@@ -467,6 +469,8 @@ impl DLPackObject {
     /// The common request, answered without the general checks of `prepare` (it concludes the
     /// same): host memory DLPack can express as it is, exported in place. `None` for anything
     /// else.
+    // Inlined: returned through memory, its answer cost a store-forwarding stall a call.
+    #[inline(always)]
     fn in_place(&self, request: &Request) -> Option<(DLDevice, Kind)> {
         match self.tensor.device {
             Device::Known(own)
@@ -590,30 +594,6 @@ impl DLPackObject {
     }
 }
 
-/// What a dead `DLPackObject` still references, released once its memory is recycled.
-struct References {
-    owner: crate::tensor::Owner,
-    producer: Option<Py<PyAny>>,
-}
-
-impl References {
-    /// Release them on a thread known to hold the GIL (the object's deallocator), without
-    /// asking PyO3 whether it may attach.
-    ///
-    /// # Safety
-    /// The calling thread holds the GIL.
-    unsafe fn release_attached(self) {
-        let References { owner, producer } = self;
-        // SAFETY: per the contract.
-        unsafe {
-            if let Some(producer) = producer {
-                pyo3::ffi::Py_DecRef(producer.into_ptr());
-            }
-            owner.release_attached();
-        }
-    }
-}
-
 /// What keeps an export alive: the object itself (`slf`, a `DLPackObject`) when it shares the
 /// object's tensor, otherwise the export's own tensor.
 fn holder(slf: &Bound<'_, PyAny>, own: Option<Arc<Tensor>>) -> capsule::Holder {
@@ -633,6 +613,7 @@ fn as_buffer_error(err: Error) -> Error {
 }
 
 /// The capsule kind a request asks for, with the flags `tensor` carries.
+#[inline(always)]
 fn kind(request: &Request, tensor: &Tensor, copied: bool) -> Kind {
     match request.versioned_minor {
         None => Kind::Legacy,
@@ -734,9 +715,11 @@ unsafe fn dlpack_common(
         honours_read_only: versioned_minor.is_some(),
     };
     let (device, kind) = object.in_place(&request)?;
-    // SAFETY: as above.
-    let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
-    Some(capsule::to_capsule(py, holder(&slf, None), device, kind).map(Bound::into_ptr))
+    // SAFETY: as above; the capsule takes a reference of its own.
+    let slf = unsafe { pyo3::Borrowed::from_ptr(py, slf) }
+        .to_owned()
+        .unbind();
+    Some(capsule::to_capsule(py, capsule::Holder::Object(slf), device, kind).map(Bound::into_ptr))
 }
 
 /// The last `max_version` tuple `versioned_minor` read, held (so its address can't be reused)

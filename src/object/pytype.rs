@@ -255,26 +255,25 @@ pub fn is_instance(object: *mut ffi::PyObject) -> bool {
     unsafe { ffi::Py_TYPE(object) == TYPE.load(Ordering::Relaxed) }
 }
 
-/// `tp_dealloc`: untrack, move the state out, recycle or free the memory, then release what the
-/// state held (which may run arbitrary Python code, so the instance is gone by then).
+/// `tp_dealloc`: untrack, release what the state holds (in place: the instance is unreachable,
+/// so the Python code this may run can't see it), then recycle or free the memory.
 unsafe extern "C" fn dealloc(object: *mut ffi::PyObject) {
     // SAFETY: CPython calls this once, holding the GIL, on a dead instance of our type whose
-    // state is initialised. The state is moved out exactly once; the memory then either joins
+    // state is initialised. The state is released exactly once; the memory then either joins
     // the free list or goes back to the collector's allocator; instances of a heap type own a
     // reference to it, released last.
     unsafe {
         let ty = ffi::Py_TYPE(object);
         ffi::PyObject_GC_UnTrack(object.cast());
-        let references =
-            DLPackObject::take_references((*object.cast::<Instance>()).state.as_mut_ptr());
+        let state = (*object.cast::<Instance>()).state.as_mut_ptr();
+        // A panic must not unwind into CPython; none is expected (leaking beats aborting).
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            DLPackObject::release_attached_in_place(state);
+        }));
         if !FREE.push(object) {
             ffi::PyObject_GC_Del(object.cast());
         }
         ffi::Py_DecRef(ty.cast());
-        // A panic must not unwind into CPython; none is expected (leaking beats aborting).
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            references.release_attached();
-        }));
     }
 }
 

@@ -31,26 +31,39 @@ enum Dims {
 }
 
 impl Dims {
-    /// The extents, then room for both strides (zeros).
-    fn new(ndim: usize, extent: impl Fn(usize) -> i64) -> Dims {
+    /// Write the extents, then room for both strides (zeros), into `dst`. Written in place: a
+    /// `Dims` built on the stack and copied in is read back while its stores are still in
+    /// flight, which stalls the copy (it cost a sixth of `asdlpack`).
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of a `Dims`.
+    #[inline(always)]
+    unsafe fn write_into(dst: *mut Dims, ndim: usize, extent: impl Fn(usize) -> i64) {
         if ndim <= INLINE_NDIM {
-            let mut values = [0; 3 * INLINE_NDIM];
-            for (k, value) in values[..ndim].iter_mut().enumerate() {
-                *value = extent(k);
+            // SAFETY: per the contract; the values are then filled through the written enum.
+            unsafe {
+                dst.write(Dims::Inline {
+                    len: (3 * ndim) as u8,
+                    values: [0; 3 * INLINE_NDIM],
+                });
+                if let Dims::Inline { values, .. } = &mut *dst {
+                    for (k, value) in values[..ndim].iter_mut().enumerate() {
+                        *value = extent(k);
+                    }
+                }
             }
-            return Dims::Inline {
-                len: (3 * ndim) as u8,
-                values,
-            };
+            return;
         }
         // Filled from the extents rather than zeroed: a zeroed allocation is a `calloc`, which
         // skips the allocator's fast path.
         let mut dims = Vec::with_capacity(3 * ndim);
         dims.extend((0..ndim).map(extent));
         dims.resize(3 * ndim, 0);
-        Dims::Heap(dims.into_boxed_slice())
+        // SAFETY: per the contract.
+        unsafe { dst.write(Dims::Heap(dims.into_boxed_slice())) };
     }
 
+    #[inline(always)]
     fn as_slice(&self) -> &[i64] {
         match self {
             Dims::Inline { len, values } => &values[..usize::from(*len)],
@@ -58,6 +71,7 @@ impl Dims {
         }
     }
 
+    #[inline(always)]
     fn as_mut_slice(&mut self) -> &mut [i64] {
         match self {
             Dims::Inline { len, values } => &mut values[..usize::from(*len)],
@@ -115,14 +129,57 @@ impl Layout {
         extent: impl Fn(usize) -> i64,
         byte_stride: Option<S>,
     ) -> Result<Layout> {
+        let mut layout = std::mem::MaybeUninit::uninit();
+        // SAFETY: `layout` is valid for writes, and initialised when `build_into` succeeds.
+        unsafe {
+            Layout::build_into(layout.as_mut_ptr(), ndim, itemsize, extent, byte_stride)?;
+            Ok(layout.assume_init())
+        }
+    }
+
+    /// `build`, writing the layout into `dst` (see `Dims::write_into` for why): initialised
+    /// when this returns `Ok`, untouched (or dropped again) otherwise.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of a `Layout`.
+    #[inline(always)]
+    pub unsafe fn build_into<S: Fn(usize) -> Result<i64>>(
+        dst: *mut Layout,
+        ndim: usize,
+        itemsize: usize,
+        extent: impl Fn(usize) -> i64,
+        byte_stride: Option<S>,
+    ) -> Result<()> {
         if ndim > MAX_NDIM {
             return Err(Error::value(format!(
                 "{ndim} dimensions is more than the {MAX_NDIM} supported"
             )));
         }
         let item = i64::try_from(itemsize).map_err(|_| Error::value("item size too large"))?;
-        let mut dims = Dims::new(ndim, extent);
-        let (shape, rest) = dims.as_mut_slice().split_at_mut(ndim);
+        // SAFETY: per the contract; every field is written before `layout` is formed.
+        let layout = unsafe {
+            Dims::write_into(&raw mut (*dst).dims, ndim, extent);
+            (&raw mut (*dst).whole_elements).write(true);
+            &mut *dst
+        };
+        let filled = layout.fill(ndim, item, itemsize, byte_stride);
+        if filled.is_err() {
+            // SAFETY: initialised above, and not used again.
+            unsafe { std::ptr::drop_in_place(dst) };
+        }
+        filled
+    }
+
+    /// Fill in the strides of a layout whose `dims` hold the extents, and check it.
+    #[inline(always)]
+    fn fill<S: Fn(usize) -> Result<i64>>(
+        &mut self,
+        ndim: usize,
+        item: i64,
+        itemsize: usize,
+        byte_stride: Option<S>,
+    ) -> Result<()> {
+        let (shape, rest) = self.dims.as_mut_slice().split_at_mut(ndim);
         let (bytes, strides) = rest.split_at_mut(ndim);
         if let Some(&bad) = shape.iter().find(|&&n| n < 0) {
             return Err(Error::value(format!(
@@ -155,12 +212,9 @@ impl Layout {
                 }
             }
         }
-        let layout = Layout {
-            dims,
-            whole_elements,
-        };
-        layout.byte_extent(itemsize)?;
-        Ok(layout)
+        self.whole_elements = whole_elements;
+        self.byte_extent(itemsize)?;
+        Ok(())
     }
 
     /// A C-ordered layout; fails only when the dense tensor would span more than 2**63 bytes
@@ -196,6 +250,7 @@ impl Layout {
 
     /// The byte offsets, relative to the first element, of the lowest and one past the highest
     /// byte addressed; `(0, 0)` for an empty tensor.
+    #[inline(always)]
     pub fn byte_extent(&self, itemsize: usize) -> Result<(i64, i64)> {
         if self.shape().contains(&0) {
             return Ok((0, 0));

@@ -134,21 +134,21 @@ impl Owner {
         }
     }
 
-    /// Release the owner on a thread known to hold the GIL (a deallocator CPython calls),
-    /// without asking PyO3 whether it may attach.
+    /// Release the owner in place on a thread known to hold the GIL (a deallocator CPython
+    /// calls), without asking PyO3 whether it may attach: its Python side, then what remains of
+    /// ours (a buffer view's box, our allocations).
     ///
     /// # Safety
-    /// The calling thread holds the GIL.
-    pub unsafe fn release_attached(self) {
-        let mut owner = ManuallyDrop::new(self);
-        // SAFETY: per the contract; `owner` is never dropped as a whole, so this is the only
-        // release of its Python side. What remains is memory of ours, freed field by field.
+    /// `owner` is live and not used (nor dropped) again; the calling thread holds the GIL.
+    pub unsafe fn release_attached_in_place(owner: *mut Owner) {
+        // SAFETY: per the contract, this is the only release of the owner's Python side, and
+        // each remaining field is dropped once.
         unsafe {
-            owner.release_python();
+            (*owner).release_python();
             match &mut *owner {
-                Owner::Buffer { view, .. } => drop(std::ptr::read(view)),
-                // The memory-only variants released nothing above; dropping them frees it.
-                Owner::Allocation(_) | Owner::DeviceAllocation(_) => ManuallyDrop::drop(&mut owner),
+                Owner::Buffer { view, .. } => std::ptr::drop_in_place(view),
+                Owner::Allocation(buffer) => std::ptr::drop_in_place(buffer),
+                Owner::DeviceAllocation(buffer) => std::ptr::drop_in_place(buffer),
                 Owner::Object(_)
                 | Owner::ArrayStruct { .. }
                 | Owner::Legacy(_)
@@ -200,46 +200,15 @@ unsafe impl Send for Tensor {}
 unsafe impl Sync for Tensor {}
 
 impl Tensor {
-    /// Write `tensor` into `dst` field by field: inlined into its caller, the fields go straight
-    /// to `dst` instead of through a copy of the whole struct (which cost more than building it).
+    /// Release a tensor in place, on a thread known to hold the GIL (a deallocator CPython
+    /// calls): its owner as `Owner::release_attached_in_place` does, its other fields dropped. Nothing is
+    /// moved: copying the owner out cost a store-forwarding stall per object.
     ///
     /// # Safety
-    /// `dst` is valid for writes of a `Tensor`.
-    #[inline(always)]
-    pub unsafe fn write_fields(dst: *mut Tensor, tensor: Tensor) {
-        let Tensor {
-            data,
-            device,
-            dtype,
-            layout,
-            readonly,
-            swapped,
-            indirect,
-            stream,
-            owner,
-        } = tensor;
-        // SAFETY: per the contract.
-        unsafe {
-            (&raw mut (*dst).data).write(data);
-            (&raw mut (*dst).device).write(device);
-            (&raw mut (*dst).dtype).write(dtype);
-            (&raw mut (*dst).layout).write(layout);
-            (&raw mut (*dst).readonly).write(readonly);
-            (&raw mut (*dst).swapped).write(swapped);
-            (&raw mut (*dst).indirect).write(indirect);
-            (&raw mut (*dst).stream).write(stream);
-            (&raw mut (*dst).owner).write(owner);
-        }
-    }
-
-    /// Move the owner out of `tensor` and drop the rest in place (for deallocation without a
-    /// copy of the whole struct); the tensor is then dead.
-    ///
-    /// # Safety
-    /// `tensor` is a live tensor, not used again.
-    pub unsafe fn take_owner(tensor: *mut Tensor) -> Owner {
-        // SAFETY: per the contract; every field is read or dropped exactly once (the pattern
-        // names them all, so a new field can't be forgotten).
+    /// `tensor` is a live tensor, not used again; the calling thread holds the GIL.
+    pub unsafe fn release_attached_in_place(tensor: *mut Tensor) {
+        // SAFETY: per the contract; every field is dropped or released exactly once (the
+        // pattern names them all, so a new field can't be forgotten).
         unsafe {
             let Tensor {
                 data: _,
@@ -254,7 +223,7 @@ impl Tensor {
             } = &mut *tensor;
             std::ptr::drop_in_place(device);
             std::ptr::drop_in_place(layout);
-            std::ptr::read(owner)
+            Owner::release_attached_in_place(owner);
         }
     }
 
