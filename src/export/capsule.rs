@@ -56,35 +56,6 @@ impl Holder {
             Holder::Tensor(tensor) => (Arc::into_raw(tensor).cast(), false),
         }
     }
-
-    /// Release a holder made by `into_raw`. An object is released while attached to Python:
-    /// directly when the caller holds the GIL (`attached`: a capsule destructor), otherwise
-    /// under `PyGILState_Ensure` (a consumer's deleter, on any thread, as numpy's own deleter
-    /// does: PyO3's attach costs several times more). Once the interpreter is gone the object is
-    /// left to the process' exit, as `Owner` does.
-    ///
-    /// # Safety
-    /// `raw` and `object` came from one `into_raw` call, and are released once; `attached` only
-    /// when this thread holds the GIL.
-    unsafe fn release(raw: *const c_void, object: bool, attached: bool) {
-        // SAFETY (both blocks): per the contract, `raw` is our strong reference to a live
-        // object; it is released while this thread holds the GIL, taken here unless the caller
-        // holds it. The decref may run the object's deallocator, PyO3's own trampoline.
-        if object && attached {
-            unsafe { ffi::Py_DecRef(raw.cast_mut().cast()) };
-        } else if object {
-            unsafe {
-                if ffi::Py_IsInitialized() != 0 {
-                    let state = ffi::PyGILState_Ensure();
-                    ffi::Py_DecRef(raw.cast_mut().cast());
-                    ffi::PyGILState_Release(state);
-                }
-            }
-        } else {
-            // SAFETY: per the contract, `raw` came from `Arc::into_raw`.
-            drop(unsafe { Arc::from_raw(raw.cast::<Tensor>()) });
-        }
-    }
 }
 
 /// The head of a capsule's single allocation; `ndim` shape entries then `ndim` strides follow.
@@ -124,8 +95,17 @@ fn new_export<M>(
     let tensor = holder.tensor();
     let ndim = tensor.layout.ndim();
     let (layout, dims_offset) = export_layout::<M>(ndim);
-    // SAFETY: the layout has non-zero size (it holds at least the managed struct).
-    let base = unsafe { alloc::alloc(layout) };
+    // An export held by an object is only made and freed under the GIL (see `free_export`), so
+    // it can come from Python's small-object allocator, cheaper than the C heap's.
+    // SAFETY: the layout has non-zero size (it holds at least the managed struct); Python's
+    // allocator aligns to 16 bytes, more than the layout needs; an object holder means the
+    // caller holds the GIL (it has the object).
+    let base = unsafe {
+        match holder {
+            Holder::Object(_) => ffi::PyMem_Malloc(layout.size()).cast::<u8>(),
+            Holder::Tensor(_) => alloc::alloc(layout),
+        }
+    };
     let Some(base) = NonNull::new(base) else {
         alloc::handle_alloc_error(layout)
     };
@@ -163,13 +143,21 @@ fn new_export<M>(
     }
 }
 
-/// Free an export made by `new_export`, releasing its holder.
+/// Free an export made by `new_export`, releasing its holder. One held by an object came from
+/// Python's allocator: it is freed, and the object released, while attached to Python: directly
+/// when the caller holds the GIL (`attached`: a capsule destructor), otherwise under
+/// `PyGILState_Ensure` (a consumer's deleter, on any thread, as numpy's own deleter does: PyO3's
+/// attach costs several times more). Once the interpreter is gone both are left to the
+/// process' exit, as `Owner` does. A copy's export needs no Python at all.
 ///
 /// # Safety
 /// `head` came from `new_export::<M>` and is freed only once; `attached` only when this thread
 /// holds the GIL.
 unsafe fn free_export<M>(head: *mut Export<M>, attached: bool) {
-    // SAFETY: per the contract, `head` is a live export; we read its fields before freeing.
+    // SAFETY: per the contract, `head` is a live export; we read its fields before freeing. An
+    // object holder is our strong reference to a live object, released (with the memory) while
+    // this thread holds the GIL; its decref may run the object's deallocator. A tensor holder
+    // came from `Arc::into_raw`.
     unsafe {
         let Export {
             holder,
@@ -177,9 +165,23 @@ unsafe fn free_export<M>(head: *mut Export<M>, attached: bool) {
             holder_is_object,
             ..
         } = *head;
-        alloc::dealloc(head.cast(), export_layout::<M>(ndim as usize).0);
-        // Releasing the last reference releases the source (taking the GIL if it must).
-        Holder::release(holder, holder_is_object, attached);
+        if !holder_is_object {
+            alloc::dealloc(head.cast(), export_layout::<M>(ndim as usize).0);
+            drop(Arc::from_raw(holder.cast::<Tensor>()));
+            return;
+        }
+        let release = || {
+            ffi::PyMem_Free(head.cast());
+            // Releasing the last reference releases the source.
+            ffi::Py_DecRef(holder.cast_mut().cast());
+        };
+        if attached {
+            release();
+        } else if ffi::Py_IsInitialized() != 0 {
+            let state = ffi::PyGILState_Ensure();
+            release();
+            ffi::PyGILState_Release(state);
+        }
     }
 }
 

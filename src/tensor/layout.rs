@@ -20,9 +20,15 @@ pub const MAX_NDIM: usize = 64;
 /// Layouts of up to this many dimensions (most arrays) need no allocation of their own.
 pub const INLINE_NDIM: usize = 2;
 
-/// The `3 * ndim` numbers of a layout.
+/// The `3 * ndim` numbers of a layout. `repr(u8)` gives it a defined layout in which all-zero
+/// bytes are `Inline { len: 0, values: [0; 6] }` (see `write_into`).
 #[derive(Clone)]
+#[repr(u8)]
 enum Dims {
+    #[allow(
+        dead_code,
+        reason = "made from zeroed bytes by `write_into`, never as a value"
+    )]
     Inline {
         len: u8,
         values: [i64; 3 * INLINE_NDIM],
@@ -40,13 +46,14 @@ impl Dims {
     #[inline(always)]
     unsafe fn write_into(dst: *mut Dims, ndim: usize, extent: impl Fn(usize) -> i64) {
         if ndim <= INLINE_NDIM {
-            // SAFETY: per the contract; the values are then filled through the written enum.
+            // Zeroed bytes, then the fields: writing the zeroed variant as a value went through
+            // a misaligned copy on the stack.
+            // SAFETY: per the contract; all-zero bytes are a valid `Dims::Inline` (`repr(u8)`,
+            // first variant), whose fields are then set through the enum.
             unsafe {
-                dst.write(Dims::Inline {
-                    len: (3 * ndim) as u8,
-                    values: [0; 3 * INLINE_NDIM],
-                });
-                if let Dims::Inline { values, .. } = &mut *dst {
+                std::ptr::write_bytes(dst, 0, 1);
+                if let Dims::Inline { len, values } = &mut *dst {
+                    *len = (3 * ndim) as u8;
                     for (k, value) in values[..ndim].iter_mut().enumerate() {
                         *value = extent(k);
                     }
