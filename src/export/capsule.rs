@@ -298,22 +298,24 @@ pub fn to_capsule<'py>(
             new_legacy(holder, device).as_ptr().cast(),
             CAPSULE_LEGACY,
             destroy_legacy_capsule,
-            |p| unsafe { delete_legacy(p.cast()) },
+            |p| unsafe { delete::<DLManagedTensor>(p.cast(), true) },
         ),
         Kind::Versioned { minor, flags } => (
             new_versioned(holder, device, minor, flags).as_ptr().cast(),
             CAPSULE_VERSIONED,
             destroy_versioned_capsule,
-            |p| unsafe { delete_versioned(p.cast()) },
+            |p| unsafe { delete::<DLManagedTensorVersioned>(p.cast(), true) },
         ),
     };
     // SAFETY: `pointer` is non-null, `name` is a 'static C string, and `destructor` matches the
-    // name; on failure the capsule does not exist, so we free the export ourselves.
+    // name; on failure the capsule does not exist, so we free the export ourselves, holding the
+    // GIL (`py`), after taking the error (the release may run Python code).
     unsafe {
         let capsule = ffi::PyCapsule_New(pointer, name.as_ptr(), Some(destructor));
         if capsule.is_null() {
+            let err = PyErr::fetch(py);
             delete(pointer);
-            return Err(Error::Python(PyErr::fetch(py)));
+            return Err(Error::Python(err));
         }
         Ok(Bound::from_owned_ptr(py, capsule))
     }

@@ -229,7 +229,8 @@ fn describe(
 }
 
 /// Every field of `Tensor`, named so that adding one fails to compile here: `describe_into`
-/// writes them one by one and must then write the new one too.
+/// writes them one by one and must then write the new one too. (This list and the writes in
+/// `describe_into` must match: keep them together when editing either.)
 #[allow(dead_code, reason = "a compile-time check")]
 fn describe_into_writes_every_field(tensor: &Tensor) {
     let Tensor {
