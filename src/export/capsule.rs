@@ -22,6 +22,26 @@ use crate::ffi::{
 };
 use crate::tensor::Tensor;
 
+/// The GIL, held (taken if need be, as numpy's deleters take it: PyO3's attach costs several
+/// times more) until dropped, even when unwinding.
+pub(super) struct GilState(ffi::PyGILState_STATE);
+
+impl GilState {
+    /// # Safety
+    /// The interpreter is initialised.
+    pub(super) unsafe fn ensure() -> GilState {
+        // SAFETY: per the contract.
+        GilState(unsafe { ffi::PyGILState_Ensure() })
+    }
+}
+
+impl Drop for GilState {
+    fn drop(&mut self) {
+        // SAFETY: matches the `PyGILState_Ensure` of `ensure`, on the same thread.
+        unsafe { ffi::PyGILState_Release(self.0) }
+    }
+}
+
 /// Which capsule to make.
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
@@ -145,9 +165,8 @@ fn new_export<M>(
 
 /// Free an export made by `new_export`, releasing its holder. One held by an object came from
 /// Python's allocator: it is freed, and the object released, while attached to Python: directly
-/// when the caller holds the GIL (`attached`: a capsule destructor), otherwise under
-/// `PyGILState_Ensure` (a consumer's deleter, on any thread, as numpy's own deleter does: PyO3's
-/// attach costs several times more). Once the interpreter is gone both are left to the
+/// when the caller holds the GIL (`attached`: a capsule destructor), otherwise under `GilState`
+/// (a consumer's deleter, on any thread). Once the interpreter is gone both are left to the
 /// process' exit, as `Owner` does. A copy's export needs no Python at all.
 ///
 /// # Safety
@@ -178,9 +197,8 @@ unsafe fn free_export<M>(head: *mut Export<M>, attached: bool) {
         if attached {
             release();
         } else if ffi::Py_IsInitialized() != 0 {
-            let state = ffi::PyGILState_Ensure();
+            let _gil = GilState::ensure();
             release();
-            ffi::PyGILState_Release(state);
         }
     }
 }

@@ -96,25 +96,6 @@ fn state<'a>(any: &'a Bound<'_, PyAny>) -> &'a DLPackObject {
     unsafe { object::state_unchecked(any.as_ptr()) }
 }
 
-/// The GIL, held (taken if need be) until dropped, even when unwinding.
-struct GilState(pyo3::ffi::PyGILState_STATE);
-
-impl GilState {
-    /// # Safety
-    /// The interpreter is initialised.
-    unsafe fn ensure() -> GilState {
-        // SAFETY: per the contract.
-        GilState(unsafe { pyo3::ffi::PyGILState_Ensure() })
-    }
-}
-
-impl Drop for GilState {
-    fn drop(&mut self) {
-        // SAFETY: matches the `PyGILState_Ensure` of `ensure`, on the same thread.
-        unsafe { pyo3::ffi::PyGILState_Release(self.0) }
-    }
-}
-
 unsafe extern "C" fn managed_tensor_from_py_object(
     py_object: *mut c_void,
     out: *mut *mut DLManagedTensorVersioned,
@@ -129,7 +110,7 @@ unsafe extern "C" fn managed_tensor_from_py_object(
         if py_object.is_null() {
             return false;
         }
-        let _gil = GilState::ensure();
+        let _gil = capsule::GilState::ensure();
         let py = Python::assume_attached();
         let any = pyo3::Borrowed::from_ptr(py, py_object.cast());
         match object::state(&any).and_then(|state| state.export_managed_in_place(&any)) {

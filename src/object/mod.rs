@@ -288,16 +288,9 @@ impl Request {
             None => None,
             Some(v) => {
                 let (major, minor) = int_pair(v, "max_version")?;
-                if major < 0 || minor < 0 {
-                    return Err(Error::value(format!(
-                        "max_version ({major}, {minor}) is negative"
-                    )));
-                }
-                match major {
-                    0 => None,
-                    1 => Some((minor as u64).min(DLPACK_MINOR_VERSION as u64) as u32),
-                    _ => Some(DLPACK_MINOR_VERSION),
-                }
+                reported_minor(major, minor).ok_or_else(|| {
+                    Error::value(format!("max_version ({major}, {minor}) is negative"))
+                })?
             }
         };
         let dl_device = dl_device
@@ -320,14 +313,38 @@ impl Request {
                 })
             })
             .transpose()?;
-        Ok(Request {
+        Ok(Request::new(stream, versioned_minor, dl_device, copy))
+    }
+
+    /// A consumer's request; it honours the READ_ONLY flag exactly when it takes a versioned
+    /// capsule (a legacy one can't carry the flag).
+    fn new(
+        stream: Option<i64>,
+        versioned_minor: Option<u32>,
+        dl_device: Option<DLDevice>,
+        copy: Option<bool>,
+    ) -> Request {
+        Request {
             stream,
             versioned_minor,
             dl_device,
             copy,
             honours_read_only: versioned_minor.is_some(),
-        })
+        }
     }
+}
+
+/// The minor version to report for a consumer's `max_version` of `(major, minor)`: `None` inside
+/// for a legacy capsule (major 0), our own minor at most; `None` for a negative version.
+fn reported_minor(major: i64, minor: i64) -> Option<Option<u32>> {
+    if major < 0 || minor < 0 {
+        return None;
+    }
+    Some(match major {
+        0 => None,
+        1 => Some((minor as u64).min(DLPACK_MINOR_VERSION as u64) as u32),
+        _ => Some(DLPACK_MINOR_VERSION),
+    })
 }
 
 fn device_name(device: DLDevice) -> String {
@@ -707,13 +724,7 @@ unsafe fn dlpack_common(
         c if c == unsafe { pyo3::ffi::Py_False() } => Some(false),
         _ => return None,
     };
-    let request = Request {
-        stream: None,
-        versioned_minor,
-        dl_device: None,
-        copy,
-        honours_read_only: versioned_minor.is_some(),
-    };
+    let request = Request::new(None, versioned_minor, None, copy);
     let (device, kind) = object.in_place(&request)?;
     // SAFETY: as above; the capsule takes a reference of its own.
     let slf = unsafe { pyo3::Borrowed::from_ptr(py, slf) }
@@ -726,8 +737,8 @@ unsafe fn dlpack_common(
 /// with what it asked for: consumers pass the same tuple on every call (numpy's is static).
 static LAST_MAX_VERSION: pytype::GilCell<(usize, Option<u32>)> = pytype::GilCell::new((0, None));
 
-/// The minor version to report for `max_version`, an exact tuple `(0, n)` or `(1, n)` with
-/// `n >= 0` (`None` inside: a legacy capsule); `None` for anything else.
+/// `reported_minor` for `max_version`, an exact tuple of two ints that are not negative; `None`
+/// for anything else (the general parser then accepts or rejects it).
 ///
 /// # Safety
 /// `max_version` is a live object; the caller holds the GIL.
@@ -742,11 +753,8 @@ unsafe fn versioned_minor(
     }
     // SAFETY: per the contract.
     let version = unsafe { pyo3::Borrowed::from_ptr(py, max_version) };
-    let minor = match exact_int_pair(&version)? {
-        (0, minor) if minor >= 0 => None,
-        (1, minor) if minor >= 0 => Some((minor as u64).min(DLPACK_MINOR_VERSION as u64) as u32),
-        _ => return None,
-    };
+    let (major, minor) = exact_int_pair(&version)?;
+    let minor = reported_minor(major, minor)?;
     // SAFETY: the cache holds a strong reference to its tuple (an exact tuple of ints, whose
     // release runs no Python code), taken here and released when replaced.
     unsafe {
@@ -780,17 +788,12 @@ unsafe fn dlpack_arguments<'a, 'py>(
     if kwnames.is_null() {
         return Ok(values);
     }
-    let interned = [
-        pyo3::intern!(py, "stream"),
-        pyo3::intern!(py, "max_version"),
-        pyo3::intern!(py, "dl_device"),
-        pyo3::intern!(py, "copy"),
-    ];
     // SAFETY: `kwnames` is a tuple (of strings, for any call CPython makes).
     let names = unsafe { Bound::from_borrowed_ptr(py, kwnames) };
     let names = names.cast::<PyTuple>()?;
     for (k, name) in names.iter().enumerate() {
-        let slot = match interned.iter().position(|i| i.as_ptr() == name.as_ptr()) {
+        // SAFETY: we hold the GIL (`py`).
+        let slot = match unsafe { pytype::interned_keyword_slot(name.as_ptr()) } {
             Some(slot) => Some(slot),
             None => keyword_slot(&name),
         };

@@ -107,6 +107,17 @@ impl FreeList {
 /// `__dlpack__`'s keyword names, interned (as CPython interns names in calls): `KEYWORDS`' order.
 static KEYWORD_NAMES: GilCell<[usize; 4]> = GilCell::new([0; 4]);
 
+/// The `KEYWORDS` slot `name` is, if it is one of our interned names (compared by address).
+///
+/// # Safety
+/// The caller holds the GIL.
+#[inline(always)]
+pub unsafe fn interned_keyword_slot(name: *mut ffi::PyObject) -> Option<usize> {
+    // SAFETY: per the contract; the table is read, not kept.
+    let names = unsafe { *KEYWORD_NAMES.get() };
+    names.iter().position(|&n| n == name as usize)
+}
+
 /// `__dlpack__`'s arguments when passed the common way, for its fast path: keywords only, each
 /// named by the interned string (as Python code and numpy name them) and given once. Values in
 /// `KEYWORDS` order, null for absent or None; `None` for any other call (the general parser then
@@ -130,11 +141,9 @@ pub unsafe fn common_arguments(
     // SAFETY: per the contract: `kwnames` is a tuple of names, one value each after the
     // (zero) positional arguments; we hold the GIL for the names table.
     unsafe {
-        let names = *KEYWORD_NAMES.get();
         let none = ffi::Py_None();
         for k in 0..ffi::PyTuple_Size(kwnames) {
-            let name = ffi::PyTuple_GetItem(kwnames, k) as usize;
-            let slot = names.iter().position(|&n| n == name)?;
+            let slot = interned_keyword_slot(ffi::PyTuple_GetItem(kwnames, k))?;
             let value = *args.add(k as usize);
             if !values[slot].is_null() {
                 return None;
@@ -231,13 +240,9 @@ pub unsafe fn new_object_with(
 
 /// The state of `object` if it is a `DLPackObject` (the type is final: an exact check).
 pub fn state<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a DLPackObject> {
-    let ty = TYPE.load(Ordering::Relaxed);
-    // SAFETY: reading a live object's type; an instance of our type has its state initialised
-    // for as long as it lives, which `object` guarantees for 'a.
-    unsafe {
-        (!ty.is_null() && ffi::Py_TYPE(object.as_ptr()) == ty)
-            .then(|| state_unchecked(object.as_ptr()))
-    }
+    // SAFETY: an instance of our type has its state initialised for as long as it lives, which
+    // `object` guarantees for 'a.
+    is_instance(object.as_ptr()).then(|| unsafe { state_unchecked(object.as_ptr()) })
 }
 
 /// The state of a live `DLPackObject`.
@@ -249,9 +254,9 @@ pub unsafe fn state_unchecked<'a>(object: *mut ffi::PyObject) -> &'a DLPackObjec
     unsafe { (*object.cast::<Instance>()).state.assume_init_ref() }
 }
 
-/// Whether `object` is a `DLPackObject` (for the fast path of `asdlpack`).
+/// Whether `object` (a live object) is a `DLPackObject`; false before the type exists.
 pub fn is_instance(object: *mut ffi::PyObject) -> bool {
-    // SAFETY: reading a live object's type.
+    // SAFETY: reading a live object's type (never null, unlike `TYPE` before module set-up).
     unsafe { ffi::Py_TYPE(object) == TYPE.load(Ordering::Relaxed) }
 }
 
