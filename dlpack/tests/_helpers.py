@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import sys
 
 # ---------------------------------------------------------------------------
@@ -86,6 +87,13 @@ ML_DTYPES_NAMES = [
     "float8_e4m3",
     "float8_e8m0fnu",
 ]
+
+
+def package_root():
+    """The folder holding the installed ``dlpack``: a subprocess started there imports it."""
+    import dlpack
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
 
 
 class DLPackVersion(ctypes.Structure):

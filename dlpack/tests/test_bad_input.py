@@ -1,27 +1,21 @@
 """Malformed input raises the documented exception class, and never crashes the interpreter."""
 
-import os
 import subprocess
 import sys
 
 import pytest
 
-import dlpack
 from dlpack import asdlpack
 
 from ._bad_cases import ACCEPTED, CASES, run_accepted, run_case
-from ._helpers import ArrayInterface, CudaArrayInterface, cuda_iface
-
-
-def _package_root():
-    return os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
+from ._helpers import ArrayInterface, CudaArrayInterface, cuda_iface, package_root
 
 
 def test_all_bad_inputs_in_subprocess():
     """Runs every case (three rounds) in a fresh interpreter: a crash shows as a signal."""
     proc = subprocess.run(
         [sys.executable, "-c", "import sys, dlpack.tests._bad_cases as m; sys.exit(m.main())"],
-        cwd=_package_root(),
+        cwd=package_root(),
         capture_output=True,
         text=True,
         timeout=300,

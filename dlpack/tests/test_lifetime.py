@@ -11,7 +11,6 @@ import weakref
 
 import pytest
 
-import dlpack
 from dlpack import asdlpack
 
 from ._helpers import (
@@ -23,6 +22,7 @@ from ._helpers import (
     array_interface_of,
     capsule_name,
     collect,
+    package_root,
     refcount,
 )
 
@@ -489,10 +489,6 @@ def test_recycled_objects_keep_collecting_cycles():
         assert all(ref() is None for ref in refs)
 
 
-def _package_root():
-    return os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
-
-
 EXIT_SCRIPT = textwrap.dedent(
     """
     import sys
@@ -531,7 +527,7 @@ EXIT_SCRIPT = textwrap.dedent(
 def test_live_exports_at_interpreter_exit():
     proc = subprocess.run(
         [sys.executable, "-c", EXIT_SCRIPT],
-        cwd=_package_root(),
+        cwd=package_root(),
         capture_output=True,
         text=True,
         timeout=120,

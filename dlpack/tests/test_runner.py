@@ -16,6 +16,7 @@ import pytest
 import dlpack
 from dlpack.tests import _pytest_shim as shim
 from dlpack.tests import _runner
+from dlpack.tests._helpers import package_root
 
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$", re.MULTILINE)
 
@@ -34,10 +35,6 @@ HIDE_PYTEST = textwrap.dedent(
 )
 
 
-def _package_root():
-    return os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
-
-
 def _python(code, *args, hide_pytest=True, path=None, timeout=300):
     env = dict(os.environ)
     env.pop("PYTEST_ADDOPTS", None)
@@ -49,7 +46,7 @@ def _python(code, *args, hide_pytest=True, path=None, timeout=300):
     source = (HIDE_PYTEST if hide_pytest else "") + textwrap.dedent(code)
     return subprocess.run(
         [sys.executable, "-c", source, *args],
-        cwd=_package_root(),
+        cwd=package_root(),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -403,7 +400,7 @@ def test_shim_skips_and_marks():
 def test_report_runs_and_shows_the_table():
     proc = subprocess.run(
         [sys.executable, "-m", "dlpack"],
-        cwd=_package_root(),
+        cwd=package_root(),
         capture_output=True,
         text=True,
         timeout=300,
