@@ -1244,15 +1244,47 @@ def test_copyto_readonly_destination(tmp_path, name):
     del dst
 
 
-def test_copyto_zero_stride_destination():
-    x = np.zeros(4, dtype=np.int32)
-    bcast = np.broadcast_to(x, (3, 4))
+def _writable_view(base, shape, strides, dtype=None):
+    view = np.lib.stride_tricks.as_strided(base, shape, strides, writeable=True)
+    return view if dtype is None else view.view(dtype)
+
+
+@pytest.mark.parametrize(
+    "shape, strides",
+    [
+        ((3, 4), (0, 4)),  # a broadcast row
+        ((6,), (2,)),  # int32 elements two bytes apart
+        ((3, 4), (8, 4)),  # rows that run into each other
+        ((2048, 1024), (4, 4)),  # 8 MiB of writes into 8 KiB: the threaded size
+        ((1 << 21,), (3,)),  # odd byte stride, threaded size
+        ((1 << 11, 1 << 11), (12, 8)),  # element (2, 0) is element (0, 3)
+    ],
+)
+def test_copyto_refuses_destinations_whose_elements_overlap(shape, strides):
+    """More than one element of the destination in the same bytes: a ValueError (as torch
+    raises), never a race between copy threads, and nothing written."""
+    x = np.zeros(1 << 23, dtype=np.uint8)
+    dst = _writable_view(x.view(np.int32), shape, strides)
+    src = np.arange(dst.size, dtype=np.int32).reshape(shape)
+    with pytest.raises(ValueError, match="same memory"):
+        copyto(dst, src)
+    assert not x.any()
+    bcast = np.broadcast_to(np.zeros(4, dtype=np.int32), (3, 4))
     with pytest.raises(ValueError):
         copyto(bcast, np.ones((3, 4), np.int32))
-    writable = np.lib.stride_tricks.as_strided(x, (3, 4), (0, 4), writeable=True)
-    with pytest.raises(ValueError):
-        copyto(writable, np.arange(12, dtype=np.int32).reshape(3, 4))
-    assert not x.any()
+
+
+def test_copyto_interleaved_destination_that_does_not_overlap():
+    """Strides that don't nest but never meet (elements interleaved) are written as numpy
+    writes them, at a threaded size too."""
+    for shape, strides in [((2, 3), (12, 8)), ((2, 1 << 21), (12, 8))]:
+        itemsize = 4
+        need = sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + itemsize
+        ours, numpys = np.zeros(need, np.uint8), np.zeros(need, np.uint8)
+        src = np.arange(np.prod(shape), dtype=np.int32).reshape(shape)
+        copyto(_writable_view(ours.view(np.int32)[: need // 4], shape, strides), src)
+        np.copyto(_writable_view(numpys.view(np.int32)[: need // 4], shape, strides), src)
+        np.testing.assert_array_equal(ours, numpys)
 
 
 def test_copyto_jax_destination():
@@ -1536,6 +1568,51 @@ else:
             out = np.from_dlpack(asdlpack(src))
             assert out.dtype == p["src_dtype"].newbyteorder("=")
             assert out.tobytes() == src_values.astype(out.dtype).tobytes()
+
+
+    def _elements_overlap(shape, strides, itemsize):
+        """Reference: mark each byte of each element; any byte marked twice is an overlap."""
+        seen = set()
+        for index in np.ndindex(*shape):
+            start = sum(i * s for i, s in zip(index, strides, strict=True))
+            for b in range(start, start + itemsize):
+                if b in seen:
+                    return True
+                seen.add(b)
+        return False
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        dims=st.lists(st.tuples(st.integers(0, 5), st.integers(-12, 12)), max_size=3),
+        dtype=st.sampled_from(["u1", "i2", "f4", "c8"]),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    def test_copyto_destination_overlap_property(dims, dtype, seed):
+        """Any byte strides: a destination whose elements overlap is refused with nothing
+        written; any other gets numpy.copyto's bytes."""
+        dtype = np.dtype(dtype)
+        shape = tuple(n for n, _ in dims)
+        strides = tuple(s for _, s in dims)
+        empty = 0 in shape
+        low = sum((n - 1) * s for n, s in dims if s < 0 and not empty)
+        high = sum((n - 1) * s for n, s in dims if s > 0 and not empty)
+        rng = np.random.default_rng(seed)
+        base = rng.integers(0, 256, size=high - low + dtype.itemsize + 8, dtype=np.uint8)
+        src = rng.integers(0, 100, size=shape).astype(dtype)
+
+        def view(buf):
+            return np.ndarray(shape, dtype, buffer=buf, offset=-low, strides=strides)
+
+        ours = base.copy()
+        if not empty and _elements_overlap(shape, strides, dtype.itemsize):
+            with pytest.raises(ValueError, match="same memory"):
+                copyto(view(ours), src)
+            np.testing.assert_array_equal(ours, base)
+        else:
+            copyto(view(ours), src)
+            expected = base.copy()
+            np.copyto(view(expected), src)
+            np.testing.assert_array_equal(ours, expected)
 
 
 # copyto's stream argument, and CUDA arrays on a machine without a usable driver

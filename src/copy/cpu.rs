@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 
 use crate::copy::plan::{self, Kernel, Plan};
 use crate::error::{Error, Result};
+use crate::tensor::layout::strides_nest;
 use kernels::{Dyn, Plain, Swapped};
 
 /// Alignment of buffers we allocate: a cache line, and what SIMD loads like best.
@@ -121,9 +122,10 @@ impl SendPtr {
 /// (a non-native byte order source: `Some(itemsize)` for scalars, the component size for complex
 /// types; `None` or `Some(1)`: plain copy; a unit that doesn't divide `itemsize` swaps whole
 /// elements). Strides may be anything: negative, zero (broadcast) on the source, not multiples
-/// of `itemsize`. The destination has no zero strides on dimensions of extent > 1 and doesn't
-/// overlap the source (the caller stages through a temporary otherwise), except that `src` may
-/// be exactly `dst` (same pointer and strides): an in-place byte swap. Shapes or stride lists
+/// of `itemsize`. The destination doesn't overlap the source (the caller stages through a
+/// temporary otherwise), except that `src` may be exactly `dst` (same pointer and strides): an
+/// in-place byte swap. A destination whose elements may overlap one another is written by one
+/// thread, in plan order (callers refuse the ones known to overlap). Shapes or stride lists
 /// that don't match copy nothing. Above [`PARALLEL_THRESHOLD`] bytes the work is split between
 /// threads. Never touches Python and never panics.
 ///
@@ -165,7 +167,18 @@ unsafe fn copy_strided_with(
     };
     let kernel = plan::choose_kernel(&plan, itemsize);
     let bytes = plan.numel().saturating_mul(itemsize);
-    let threads = config.threads_for(bytes);
+    // Threads write disjoint parts of the plan, which are disjoint bytes only when the
+    // destination's elements are: otherwise (a layout the caller couldn't settle) one thread
+    // writes them all, in plan order.
+    let mut threads = config.threads_for(bytes);
+    if threads > 1 {
+        let mut dst_dims: Vec<(u64, u64)> = (plan.dims.iter())
+            .map(|d| (d.n as u64, d.dst.unsigned_abs() as u64))
+            .collect();
+        if !strides_nest(&mut dst_dims, itemsize as u64) {
+            threads = 1;
+        }
+    }
     let streaming = bytes >= config.streaming_threshold;
     let split = (threads > 1)
         .then(|| plan::split_dim(&plan, kernel, threads, kernels::tile_granule(itemsize)))
@@ -499,6 +512,53 @@ mod tests {
         fn matches_reference((shape, src, dst, item, swap, pads) in case()) {
             check(&shape, &src, &dst, item, swap, pads, Config::new())?;
             check(&shape, &src, &dst, item, swap, pads, FORCE_THREADS)?;
+        }
+    }
+
+    /// One thread, whatever the size.
+    const ONE_THREAD: Config = Config {
+        threads: 1,
+        threshold: usize::MAX,
+        min_bytes_per_thread: usize::MAX,
+        streaming_threshold: usize::MAX,
+    };
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+        /// Destinations whose elements overlap one another (strides of any byte value, zero
+        /// included): forced threading must not split them between threads, so the bytes are
+        /// exactly what one thread writes in plan order.
+        #[test]
+        fn overlapping_destinations_are_written_by_one_thread(
+            dims in proptest::collection::vec((1usize..40, -20isize..21), 1..4),
+            item in proptest::sample::select(vec![1usize, 2, 4, 8]),
+        ) {
+            let shape: Vec<usize> = dims.iter().map(|d| d.0).collect();
+            let dst: Vec<isize> = dims.iter().map(|d| d.1).collect();
+            let src = dst_strides(&shape, item, &(0..shape.len()).rev().collect::<Vec<_>>(),
+                                  &vec![0; shape.len()], &vec![false; shape.len()]);
+            let source = Array::new(&shape, &src, item, 0, 7);
+            let mut results = Vec::new();
+            for config in [ONE_THREAD, FORCE_THREADS] {
+                let mut source = Array::new(&shape, &src, item, 0, 7);
+                let mut target = Array::new(&shape, &dst, item, 3, 101);
+                // SAFETY: both layouts lie inside their own buffers.
+                unsafe {
+                    copy_strided_with(&target.strided(), &source.strided(), item, None, config)
+                };
+                prop_assert!(source.bytes == Array::new(&shape, &src, item, 0, 7).bytes);
+                results.push(target.bytes);
+            }
+            prop_assert!(results[0] == results[1], "threads changed the result");
+            // Where the elements are disjoint, that is the element-by-element reference.
+            let layout = shape.iter().zip(&dst).map(|(&n, &s)| (n as u64, s as i64));
+            if crate::tensor::layout::self_overlap(layout, item as u64)
+                == crate::tensor::layout::SelfOverlap::Disjoint
+            {
+                let mut expected = Array::new(&shape, &dst, item, 3, 101);
+                reference(&mut expected, &source, item, 0);
+                prop_assert!(results[0] == expected.bytes);
+            }
         }
     }
 

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use super::cpu::{AlignedBuffer, Strided, copy_strided, may_overlap};
 use crate::error::{Error, Result};
 use crate::import::is_host;
+use crate::tensor::layout::{SelfOverlap, self_overlap};
 use crate::tensor::{Layout, Owner, Tensor};
 
 /// Below this many bytes, releasing and retaking the GIL costs more than the copy.
@@ -187,13 +188,15 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
         broadcast_strides(&src.layout, shape)?;
         return Ok(());
     }
-    if shape
-        .iter()
-        .zip(dst.layout.byte_strides().iter())
-        .any(|(&n, &s)| n > 1 && s == 0)
-    {
+    // Elements that share bytes would be written more than once, in an order nothing defines
+    // (and by several threads at once): refused, as torch refuses them. A layout too large to
+    // check exactly is copied by one thread (see `copy_strided`).
+    let dims = shape.iter().zip(dst.layout.byte_strides());
+    let itemsize = dst.dtype.itemsize() as u64;
+    if self_overlap(dims.map(|(&n, &s)| (n as u64, s)), itemsize) == SelfOverlap::Overlapping {
         return Err(Error::value(
-            "the destination has zero strides (a broadcast view): its elements share memory",
+            "more than one element of the destination refers to the same memory (a broadcast \
+             or overlapping view): copyto can't write into it",
         ));
     }
     if !on_host(dst)? || !on_host(src)? {
