@@ -82,6 +82,9 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
         });
     }
     let protocols = protocols::of_type(&obj.get_type());
+    if protocols.numpy_masked {
+        refuse_masked_elements(obj)?;
+    }
     if protocols.ndarray
         && !exact_ndarray
         && let Some(tensor) = numpy::import(obj)?
@@ -158,6 +161,23 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
             array_interface::type_name(obj)
         ))),
     }
+}
+
+/// A numpy masked array exports its data without the mask (numpy's own `__dlpack__` and array
+/// interface drop it), so one with masked elements would reach the consumer with whatever those
+/// elements' memory holds: refused. Without masked elements its data are its values.
+fn refuse_masked_elements(array: &Bound<'_, PyAny>) -> Result<()> {
+    let py = array.py();
+    let is_masked = py
+        .import(intern!(py, "numpy.ma"))?
+        .getattr(intern!(py, "is_masked"))?;
+    if is_masked.call1((array,))?.is_truthy()? {
+        return Err(Error::buffer(
+            "a numpy masked array with masked elements can't be DLPack (DLPack has no mask): \
+             pass .filled(value) for its values, or .data for the memory as it is",
+        ));
+    }
+    Ok(())
 }
 
 /// Whether torch's C exchange API gives this tensor's true values. It exports the raw memory

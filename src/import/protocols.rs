@@ -25,6 +25,9 @@ pub struct Protocols {
     pub torch: bool,
     /// Exactly `numpy.ndarray`: read from its struct (see `import::numpy`).
     pub ndarray: bool,
+    /// A `numpy.ma.MaskedArray` (or subclass): its DLPack and array interface exports are its
+    /// data without the mask, so masked elements must be refused first.
+    pub numpy_masked: bool,
     /// Absent protocols must still be looked up on each instance: its type is a heap type
     /// (whose attributes can change after we probed it), or its instances may carry attributes
     /// of their own (an instance `__dict__`, or `__getattr__`).
@@ -72,6 +75,7 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         array_interface: has(intern!(py, "__array_interface__")),
         exchange_api: exchange_api(ty),
         ndarray: super::numpy::is_ndarray_type(ty),
+        numpy_masked: is_numpy_masked_array_type(ty),
         torch: ty.module().is_ok_and(|m| {
             m.to_str()
                 .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
@@ -100,4 +104,26 @@ fn exchange_api(ty: &Bound<'_, PyType>) -> Option<usize> {
     (table.header.version.major == DLPACK_MAJOR_VERSION
         && table.managed_tensor_from_py_object_no_sync.is_some())
     .then_some(table as *const DLPackExchangeAPI as usize)
+}
+
+/// Whether `ty` is `numpy.ma.MaskedArray` or a subclass of it (found by name along the MRO, so
+/// numpy need not be imported here).
+fn is_numpy_masked_array_type(ty: &Bound<'_, PyType>) -> bool {
+    let py = ty.py();
+    let Ok(mro) = ty.getattr(intern!(py, "__mro__")) else {
+        return false;
+    };
+    let Ok(mro) = mro.try_iter() else {
+        return false;
+    };
+    mro.flatten().any(|class| {
+        let text = |name| {
+            class
+                .getattr(name)
+                .ok()
+                .and_then(|v| v.extract::<String>().ok())
+        };
+        text(intern!(py, "__name__")).as_deref() == Some("MaskedArray")
+            && text(intern!(py, "__module__")).is_some_and(|m| m.starts_with("numpy.ma"))
+    })
 }
