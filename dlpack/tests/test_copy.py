@@ -1569,7 +1569,6 @@ else:
             assert out.dtype == p["src_dtype"].newbyteorder("=")
             assert out.tobytes() == src_values.astype(out.dtype).tobytes()
 
-
     def _elements_overlap(shape, strides, itemsize):
         """Reference: mark each byte of each element; any byte marked twice is an overlap."""
         seen = set()

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from dlpack import DLPackObject, asdlpack
+from dlpack import DLPackObject, asdlpack, copyto
 
 from ._helpers import (
     FLAG_READ_ONLY,
@@ -463,6 +463,87 @@ def test_array_interface_data_none_uses_own_buffer():
     np.testing.assert_array_equal(np.from_dlpack(obj), [[0, 1], [2, 3]])
 
 
+def _fidelity_cases():
+    """(name, interface dict, owner) pairs read the same way by numpy and by asdlpack."""
+    base = np.arange(12, dtype=np.int32)
+    ptr = np_data_ptr(base)
+    buf = bytearray(base.tobytes())
+    frozen = bytes(base.tobytes())
+    i64 = np.int64
+    return [
+        ("offset-into-buffer", {"shape": (4,), "typestr": "<i4", "data": buf, "offset": 8}, buf),
+        ("offset-into-bytes", {"shape": (3,), "typestr": "<i4", "data": frozen, "offset": 4}, 0),
+        (
+            "offset-ignored-with-pointer",
+            {"shape": (4,), "typestr": "<i4", "offset": 8, "data": (ptr, False)},
+            base,
+        ),
+        (
+            "numpy-int-shape",
+            {"shape": (i64(3), i64(4)), "typestr": "<i4", "data": (ptr, False)},
+            base,
+        ),
+        (
+            "numpy-int-strides",
+            {"shape": (3, 2), "typestr": "<i4", "data": (ptr, False), "strides": (i64(16), i64(4))},
+            base,
+        ),
+        (
+            "numpy-int-offset",
+            {"shape": (2,), "typestr": "<i4", "data": buf, "offset": i64(40)},
+            buf,
+        ),
+        ("readonly-1", {"shape": (12,), "typestr": "<i4", "data": (ptr, 1)}, base),
+        ("readonly-0", {"shape": (12,), "typestr": "<i4", "data": (ptr, 0)}, base),
+        ("readonly-empty-string", {"shape": (12,), "typestr": "<i4", "data": (ptr, "")}, base),
+        ("readonly-nonempty-list", {"shape": (12,), "typestr": "<i4", "data": (ptr, [0])}, base),
+        ("typestr-bytes", {"shape": (12,), "typestr": b"<i4", "data": (ptr, False)}, base),
+    ]
+
+
+@pytest.mark.parametrize("name, iface, owner", _fidelity_cases(), ids=lambda v: v)
+def test_array_interface_read_as_numpy_reads_it(name, iface, owner):
+    """The same dict means the same memory to numpy (np.asarray) and to asdlpack: address,
+    shape, strides, values and writability."""
+    iface = {"version": 3, **iface}
+    expected = np.asarray(ArrayInterface(iface, owner))
+    obj = asdlpack(ArrayInterface(iface, owner))
+    assert obj.data_ptr == np_data_ptr(expected)
+    assert obj.shape == expected.shape
+    assert obj.byte_strides == expected.strides
+    assert obj.readonly is (not expected.flags.writeable)
+    got = np.from_dlpack(obj)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_array_interface_offset_outside_the_buffer():
+    """numpy would read past the buffer; asdlpack refuses."""
+    buf = bytearray(16)
+    for offset in (-4, 12, 1 << 40):
+        iface = {"version": 3, "shape": (2,), "typestr": "<i4", "data": buf, "offset": offset}
+        with pytest.raises(ValueError, match="outside"):
+            asdlpack(ArrayInterface(iface))
+
+
+@pytest.mark.parametrize(
+    "field, value, error",
+    [
+        ("offset", 1.5, TypeError),
+        ("offset", "8", TypeError),
+        ("shape", (2.0,), TypeError),
+        ("data", (1.0, False), TypeError),
+        ("data", (np.int64(8), False), TypeError),  # numpy wants a Python int here too
+    ],
+)
+def test_array_interface_integer_fields_are_integers(field, value, error):
+    buf = bytearray(16)
+    iface = {"version": 3, "shape": (2,), "typestr": "<i4", "data": buf, field: value}
+    with pytest.raises(error):
+        np.asarray(ArrayInterface(iface, buf))
+    with pytest.raises(error):
+        asdlpack(ArrayInterface(iface, buf))
+
+
 @pytest.mark.parametrize("name", ["contiguous", "strided", "reversed-2d", "fortran", "0d"])
 def test_array_struct_only(name):
     ref = _numpy_layouts()[name]
@@ -683,3 +764,50 @@ def test_cuda_array_interface_no_device_access_without_gpu():
     for call in (obj.__dlpack_device__, lambda: obj.device, obj.__dlpack__):
         with pytest.raises((BufferError, RuntimeError), match="(?i)cuda"):
             call()
+
+
+# ---------------------------------------------------------------------------
+# numpy masked arrays: their exports drop the mask, so masked elements are refused
+# ---------------------------------------------------------------------------
+
+
+def test_masked_array_with_masked_elements_is_refused():
+    m = np.ma.array([1.0, 2.0, 3.0], mask=[False, True, False])
+    with pytest.raises(BufferError, match=r"mask.*\.filled"):
+        asdlpack(m)
+    with pytest.raises(BufferError, match="mask"):
+        copyto(np.zeros(3), m)
+    # what the message suggests works
+    np.testing.assert_array_equal(np.from_dlpack(asdlpack(m.filled(0.0))), [1.0, 0.0, 3.0])
+    assert asdlpack(m.data).data_ptr == np_data_ptr(m.data)
+
+
+def test_masked_array_subclass_with_masked_elements_is_refused():
+    class Sub(np.ma.MaskedArray):
+        pass
+
+    m = np.ma.masked_invalid(np.array([1.0, np.nan])).view(Sub)
+    with pytest.raises(BufferError, match="mask"):
+        asdlpack(m)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: np.ma.array([1.0, 2.0, 3.0]),  # no mask at all (nomask)
+        lambda: np.ma.masked_invalid(np.array([1.0, 2.0, 3.0])),  # a mask, all False
+    ],
+    ids=["nomask", "nothing-masked"],
+)
+def test_masked_array_without_masked_elements_is_its_data(make):
+    m = make()
+    obj = asdlpack(m)
+    assert obj.data_ptr == np_data_ptr(m.data)
+    np.testing.assert_array_equal(np.from_dlpack(obj), [1.0, 2.0, 3.0])
+
+
+def test_array_interface_with_a_mask_is_refused():
+    ref = np.arange(3.0)
+    iface = array_interface_of(ref, mask=np.array([False, True, False]))
+    with pytest.raises(BufferError, match="mask"):
+        asdlpack(ArrayInterface(iface, ref))

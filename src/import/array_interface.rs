@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyCapsule, PyDict, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyInt, PyString, PyTuple};
 use pyo3::{ffi, intern};
 
 use super::buffer::View;
@@ -41,8 +41,21 @@ impl<'py> InterfaceDict<'py> {
             .ok_or_else(|| Error::value(format!("{} has no {key:?}", self.name)))
     }
 
+    /// An integer field, read as numpy reads them: anything with `__index__` (numpy integers
+    /// too).
     pub fn int(&self, key: &str, value: &Bound<'py, PyAny>) -> Result<i64> {
-        to_i64(value, &format!("{} {key:?}", self.name))
+        let what = || format!("{} {key:?}", self.name);
+        let index = value.call_method0(pyo3::intern!(value.py(), "__index__"));
+        let Ok(index) = index else {
+            return Err(Error::type_(format!(
+                "{} must be an integer, not {}",
+                what(),
+                type_name(value)
+            )));
+        };
+        index
+            .extract::<i64>()
+            .map_err(|_| Error::value(format!("{} {index} does not fit in 64 bits", what())))
     }
 
     pub fn version(&self, accepted: std::ops::RangeInclusive<i64>) -> Result<i64> {
@@ -69,8 +82,12 @@ impl<'py> InterfaceDict<'py> {
             .transpose()
     }
 
+    /// The type string: a str, or bytes (which numpy still accepts).
     pub fn typestr(&self) -> Result<String> {
         let typestr = self.require("typestr")?;
+        if let Ok(bytes) = typestr.cast::<PyBytes>() {
+            return Ok(String::from_utf8_lossy(bytes.as_bytes()).into_owned());
+        }
         let typestr = typestr.cast::<PyString>().map_err(|_| {
             Error::type_(format!(
                 "{} \"typestr\" must be a str, not {}",
@@ -81,7 +98,8 @@ impl<'py> InterfaceDict<'py> {
         Ok(typestr.to_str()?.to_owned())
     }
 
-    /// `data` given as `(address, readonly)`.
+    /// `data` given as `(address, readonly)`: the address a Python int (as numpy requires), the
+    /// flag read by its truth value (as numpy reads it).
     pub fn pointer_pair(&self, data: &Bound<'py, PyAny>) -> Result<(*mut c_void, bool)> {
         let pair = data.cast::<PyTuple>().map_err(|_| {
             Error::type_(format!(
@@ -97,15 +115,20 @@ impl<'py> InterfaceDict<'py> {
                 pair.len()
             )));
         }
-        let address = self.int("data", &pair.get_item(0)?)?;
+        let address = pair.get_item(0)?;
+        if !address.is_instance_of::<PyInt>() {
+            return Err(Error::type_(format!(
+                "{} data pointer must be an int, not {}",
+                self.name,
+                type_name(&address)
+            )));
+        }
+        let address = self.int("data", &address)?;
         let address = usize::try_from(address).map_err(|_| {
             Error::value(format!("{} data pointer {address} is negative", self.name))
         })?;
-        let readonly = pair.get_item(1)?;
-        let readonly = readonly
-            .cast::<PyBool>()
-            .map_err(|_| Error::type_(format!("{} readonly flag must be a bool", self.name)))?;
-        Ok((address as *mut c_void, readonly.is_true()))
+        let readonly = pair.get_item(1)?.is_truthy()?;
+        Ok((address as *mut c_void, readonly))
     }
 
     pub fn reject_mask(&self) -> Result<()> {
@@ -187,32 +210,21 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
     let typestr = fields.typestr()?;
     let Element { dtype, swapped } = resolve_dtype(source, &typestr)?;
     let layout = Layout::from_byte_strides(&shape, strides.as_deref(), dtype.itemsize())?;
-    let offset = match fields.get("offset")? {
-        Some(value) => fields.int("offset", &value)?,
-        None => 0,
-    };
-    if offset < 0 {
-        return Err(Error::value(format!(
-            "__array_interface__ offset {offset} is negative"
-        )));
-    }
     let data = fields.get("data")?;
     let (data, readonly, owner) = match data {
+        // A pointer: `offset` is not read (the interface defines it for buffers only, and numpy
+        // ignores it here).
         Some(data) if data.is_instance_of::<PyTuple>() => {
             let (address, readonly) = fields.pointer_pair(&data)?;
-            let address = (address as usize)
-                .checked_add(offset as usize)
-                .ok_or_else(|| {
-                    Error::value("__array_interface__ data pointer + offset overflows")
-                })?;
-            (
-                address as *mut c_void,
-                readonly,
-                Owner::object(source.clone().unbind()),
-            )
+            (address, readonly, Owner::object(source.clone().unbind()))
         }
-        // No data: the object's own buffer; otherwise a buffer object holding the data.
+        // No data: the object's own buffer; otherwise a buffer object holding the data, where
+        // the elements start `offset` bytes in.
         other => {
+            let offset = match fields.get("offset")? {
+                Some(value) => fields.int("offset", &value)?,
+                None => 0,
+            };
             let provider = other.as_ref().unwrap_or(source);
             if !super::buffer::supports(provider) {
                 return Err(Error::type_(format!(
@@ -224,11 +236,11 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
             let view = View::acquire(provider)?;
             let raw = view.raw();
             let (low, high) = layout.byte_extent(dtype.itemsize())?;
-            if low + offset < 0 || high.saturating_add(offset) > raw.len as i64 {
+            if low.saturating_add(offset) < 0 || high.saturating_add(offset) > raw.len as i64 {
                 return Err(Error::value(format!(
                     "__array_interface__ shape, strides and offset reach bytes [{}, {}) outside \
                      the {}-byte data buffer",
-                    low + offset,
+                    low.saturating_add(offset),
                     high.saturating_add(offset),
                     raw.len
                 )));
