@@ -4,8 +4,9 @@
 //! DLPack" (consumers may fall back on another path), `Type` a wrong argument type, `Value` a
 //! wrong value. Errors raised by Python code we call pass through unchanged.
 
-use pyo3::PyErr;
-use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::types::PyTypeMethods;
+use pyo3::{PyErr, Python};
 
 #[derive(Debug)]
 pub enum Error {
@@ -17,11 +18,16 @@ pub enum Error {
     Value(String),
     /// The environment can't do what was asked (e.g. no CUDA driver): `RuntimeError`.
     Runtime(String),
+    /// Memory for a copy or an allocation could not be had: `MemoryError`.
+    Memory(String),
     /// An exception raised by Python code we called.
     Python(PyErr),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Makes a Python exception of one type from its message.
+type NewException = fn(String) -> PyErr;
 
 // The constructors and conversions are `#[cold]`: the optimiser then moves every error path out
 // of line, keeping the exchange's hot code compact (instruction-cache misses, not instruction
@@ -39,6 +45,45 @@ impl Error {
     #[cold]
     pub fn value(msg: impl Into<String>) -> Self {
         Error::Value(msg.into())
+    }
+
+    /// The Python exception type of each of our kinds, by name and constructor, with the
+    /// message: the one mapping, which both Python callers (`From<Error> for PyErr`) and C
+    /// callers (the exchange API's error callback, `python_type_name_and_message`) see. `None`
+    /// for an exception Python raised.
+    fn ours(&self) -> Option<(&'static str, NewException, &str)> {
+        Some(match self {
+            Error::Buffer(msg) => ("BufferError", PyBufferError::new_err::<String>, msg),
+            Error::Type(msg) => ("TypeError", PyTypeError::new_err::<String>, msg),
+            Error::Value(msg) => ("ValueError", PyValueError::new_err::<String>, msg),
+            Error::Runtime(msg) => ("RuntimeError", PyRuntimeError::new_err::<String>, msg),
+            Error::Memory(msg) => ("MemoryError", PyMemoryError::new_err::<String>, msg),
+            Error::Python(_) => return None,
+        })
+    }
+
+    /// The name of the Python exception type this error is raised as, and its message, for C
+    /// callers that take errors as text. An exception Python raised is read while attached.
+    #[cold]
+    pub fn python_type_name_and_message(&self) -> (String, String) {
+        if let Some((name, _, msg)) = self.ours() {
+            return (name.to_owned(), msg.to_owned());
+        }
+        let Error::Python(err) = self else {
+            unreachable!("only exceptions Python raised are not ours")
+        };
+        Python::try_attach(|py| {
+            let ty = err.get_type(py);
+            let name = ty.name().map(|n| n.to_string());
+            let name = name.unwrap_or_else(|_| "RuntimeError".to_owned());
+            (name, err.value(py).to_string())
+        })
+        .unwrap_or_else(|| {
+            (
+                "RuntimeError".to_owned(),
+                "(the interpreter is gone)".to_owned(),
+            )
+        })
     }
 
     /// Whether this is "the memory can't be DLPack" (so another protocol may still serve it).
@@ -61,12 +106,12 @@ impl From<PyErr> for Error {
 impl From<Error> for PyErr {
     #[cold]
     fn from(err: Error) -> PyErr {
+        if let Some((_, make, msg)) = err.ours() {
+            return make(msg.to_owned());
+        }
         match err {
-            Error::Buffer(msg) => PyBufferError::new_err(msg),
-            Error::Type(msg) => PyTypeError::new_err(msg),
-            Error::Value(msg) => PyValueError::new_err(msg),
-            Error::Runtime(msg) => PyRuntimeError::new_err(msg),
             Error::Python(err) => err,
+            _ => unreachable!("only exceptions Python raised are not ours"),
         }
     }
 }

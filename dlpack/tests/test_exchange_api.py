@@ -223,6 +223,37 @@ def test_allocator_makes_aligned_cpu_tensors_and_reports_errors():
     assert errors and errors[0][0] == "BufferError"
 
 
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda p: setattr(p.dtype, "code", 99), "BufferError"),  # no such DLPack type
+        (lambda p: p.shape.__setitem__(0, -3), "ValueError"),
+        (lambda p: p.shape.__setitem__(0, 1 << 58), "MemoryError"),  # 5 * 2**60 bytes
+    ],
+    ids=["dtype", "negative-extent", "too-large"],
+)
+def test_allocator_errors_are_the_exceptions_python_callers_see(change, expected):
+    """The allocator reports errors by name through its callback: the same names Python
+    callers get for the same kind of error (one mapping)."""
+    shape = (ctypes.c_int64 * 2)(3, 5)
+    proto = DLTensor()
+    proto.ndim, proto.shape = 2, shape
+    proto.device.device_type, proto.device.device_id = 1, 0
+    proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, 32, 1
+    change(proto)
+    errors = []
+
+    @_SET_ERROR
+    def set_error(ctx, kind, message):
+        errors.append((kind.decode(), message.decode()))
+
+    out = ctypes.c_void_p()
+    alloc = _ALLOCATOR(_table().managed_tensor_allocator)
+    assert alloc(ctypes.byref(proto), ctypes.byref(out), None, set_error) == -1
+    assert [kind for kind, _ in errors] == [expected], errors
+    assert errors[0][1]
+
+
 def test_current_work_stream_is_null():
     stream = ctypes.c_void_p(1234)
     assert _STREAM(_table().current_work_stream)(2, 0, ctypes.byref(stream)) == 0

@@ -37,7 +37,7 @@ impl AlignedBuffer {
             .map_err(|_| Error::value(format!("can't allocate {bytes} bytes")))?;
         // SAFETY: the layout has non-zero size.
         let ptr = NonNull::new(unsafe { alloc::alloc(layout) })
-            .ok_or_else(|| Error::Runtime(format!("out of memory allocating {bytes} bytes")))?;
+            .ok_or_else(|| Error::Memory(format!("out of memory allocating {bytes} bytes")))?;
         Ok(AlignedBuffer { ptr, layout })
     }
 

@@ -238,18 +238,16 @@ unsafe extern "C" fn managed_tensor_allocator(
 ) -> c_int {
     let result = catch_unwind(AssertUnwindSafe(|| {
         if prototype.is_null() || out.is_null() {
-            return Err(("ValueError", "NULL prototype or output".to_owned()));
+            let null = Error::value("NULL prototype or output");
+            return Err(null.python_type_name_and_message());
         }
         // SAFETY: the consumer passes a readable prototype.
-        allocate(unsafe { &*prototype }).map_err(|err| match err {
-            Error::Buffer(msg) => ("BufferError", msg),
-            Error::Type(msg) => ("TypeError", msg),
-            Error::Value(msg) => ("ValueError", msg),
-            Error::Runtime(msg) => ("MemoryError", msg),
-            Error::Python(err) => ("RuntimeError", err.to_string()),
-        })
+        allocate(unsafe { &*prototype }).map_err(|err| err.python_type_name_and_message())
     }))
-    .unwrap_or_else(|_| Err(("RuntimeError", "dlpack: internal error (panic)".to_owned())));
+    .unwrap_or_else(|_| {
+        let panic = Error::Runtime("dlpack: internal error (panic)".to_owned());
+        Err(panic.python_type_name_and_message())
+    });
     match result {
         Ok(managed) => {
             // SAFETY: checked non-null above; the consumer receives ownership.
