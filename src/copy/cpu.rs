@@ -8,50 +8,11 @@
 
 mod kernels;
 
-use std::alloc::{self, Layout as AllocLayout};
-use std::ptr::NonNull;
 use std::sync::OnceLock;
 
 use crate::copy::plan::{self, Kernel, Plan};
-use crate::error::{Error, Result};
 use crate::tensor::layout::strides_nest;
 use kernels::{Dyn, Plain, Swapped};
-
-/// Alignment of buffers we allocate: a cache line, and what SIMD loads like best.
-pub const ALIGNMENT: usize = 64;
-
-/// Memory we allocated; freed on drop.
-pub struct AlignedBuffer {
-    ptr: NonNull<u8>,
-    layout: AllocLayout,
-}
-
-// SAFETY: the buffer is plain bytes owned by this value alone.
-unsafe impl Send for AlignedBuffer {}
-// SAFETY: shared access only hands out the address.
-unsafe impl Sync for AlignedBuffer {}
-
-impl AlignedBuffer {
-    pub fn new(bytes: usize) -> Result<Self> {
-        let layout = AllocLayout::from_size_align(bytes.max(1), ALIGNMENT)
-            .map_err(|_| Error::value(format!("can't allocate {bytes} bytes")))?;
-        // SAFETY: the layout has non-zero size.
-        let ptr = NonNull::new(unsafe { alloc::alloc(layout) })
-            .ok_or_else(|| Error::Memory(format!("out of memory allocating {bytes} bytes")))?;
-        Ok(AlignedBuffer { ptr, layout })
-    }
-
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-}
-
-impl Drop for AlignedBuffer {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout, freed once.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
-    }
-}
 
 /// A strided array in bytes: element `i` is at `ptr + sum(i_k * strides[k])`.
 #[derive(Clone, Debug)]
@@ -806,6 +767,7 @@ mod tests {
     #[test]
     #[ignore = "benchmark"]
     fn throughput() {
+        use std::alloc::{self, Layout as AllocLayout};
         use std::time::Instant;
         fn best(repeats: usize, mut f: impl FnMut()) -> f64 {
             f();

@@ -12,50 +12,13 @@ use std::ffi::c_void;
 use cudarc::driver::sys;
 use pyo3::prelude::*;
 
-use super::cpu::{AlignedBuffer, may_overlap};
+use super::cpu::may_overlap;
 use super::device::{self, Addr, Mover, Pitched, Place, View};
 use super::host;
 use crate::cuda::{self, Context, check, stream_handle, with_context};
 use crate::error::{Error, Result};
 use crate::ffi::{DLDevice, device_type};
-use crate::import::is_host;
-use crate::tensor::{Device, Layout, Owner, Tensor};
-/// Device memory we allocated; freed (in its device's context) on drop.
-pub struct DeviceBuffer {
-    ptr: sys::CUdeviceptr,
-    ctx: Context,
-}
-
-impl DeviceBuffer {
-    fn new(device_id: i32, bytes: usize) -> Result<Self> {
-        let ctx = cuda::primary_context(device_id).map_err(Error::Runtime)?;
-        let mut ptr: sys::CUdeviceptr = 0;
-        if bytes > 0 {
-            // SAFETY: the device's context is current; `ptr` is a live out-parameter.
-            with_context(ctx, || {
-                check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")
-            })
-            .map_err(Error::Runtime)?;
-        }
-        Ok(DeviceBuffer { ptr, ctx })
-    }
-
-    pub fn as_ptr(&self) -> *mut c_void {
-        self.ptr as usize as *mut c_void
-    }
-}
-
-impl Drop for DeviceBuffer {
-    fn drop(&mut self) {
-        if self.ptr != 0 {
-            // SAFETY: allocated by cuMemAlloc in this context and freed once, here.
-            let _ = with_context(self.ctx, || {
-                check(unsafe { sys::cuMemFree_v2(self.ptr) }, "cuMemFree")
-            });
-        }
-    }
-}
-
+use crate::tensor::{AlignedBuffer, Device, DeviceBuffer, Layout, Owner, Tensor};
 fn runtime(err: String) -> Error {
     Error::Runtime(err)
 }
@@ -74,7 +37,7 @@ fn cuda_id(tensor: &Tensor) -> Result<i32> {
 fn place(tensor: &Tensor) -> Result<Place> {
     let device = tensor.device.get()?;
     match device.device_type {
-        t if is_host(t) => Ok(Place::Host),
+        _ if device.is_host() => Ok(Place::Host),
         device_type::CUDA | device_type::CUDA_MANAGED => Ok(Place::Device(device.device_id)),
         other => Err(Error::buffer(format!(
             "device type {other} is not CUDA memory; only CUDA devices can be copied to and from"
@@ -283,7 +246,7 @@ impl Mover for Driver {
             }
             Place::Device(id) => {
                 let buffer = DeviceBuffer::new(id, bytes)?;
-                let at = buffer.ptr as usize;
+                let at = buffer.as_ptr() as usize;
                 (
                     Addr { at, place },
                     Scratch {
@@ -404,7 +367,7 @@ pub fn to_device(
     let place = Place::Device(device_id);
     let dst = view_at(
         Addr {
-            at: buffer.ptr as usize,
+            at: buffer.as_ptr() as usize,
             place,
         },
         &layout,

@@ -6,18 +6,17 @@ use std::ffi::c_void;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::cpu::{AlignedBuffer, Strided, copy_strided, may_overlap};
+use super::cpu::{Strided, copy_strided, may_overlap};
 use crate::error::{Error, Result};
-use crate::import::is_host;
 use crate::tensor::layout::{SelfOverlap, self_overlap};
-use crate::tensor::{Layout, Owner, Tensor};
+use crate::tensor::{AlignedBuffer, Layout, Owner, Tensor};
 
 /// Below this many bytes, releasing and retaking the GIL costs more than the copy.
 const DETACH_THRESHOLD: usize = 64 * 1024;
 
 fn check_host(tensor: &Tensor) -> Result<()> {
     let device = tensor.device.get()?;
-    if !is_host(device.device_type) {
+    if !device.is_host() {
         return Err(Error::Runtime(format!(
             "internal error: device memory (DLPack device type {}) was sent to the CPU engine",
             device.device_type
@@ -27,7 +26,7 @@ fn check_host(tensor: &Tensor) -> Result<()> {
 }
 
 fn on_host(tensor: &Tensor) -> Result<bool> {
-    Ok(is_host(tensor.device.get()?.device_type))
+    Ok(tensor.device.get()?.is_host())
 }
 
 fn strided(ptr: *mut c_void, shape: &[i64], byte_strides: &[i64]) -> Strided {

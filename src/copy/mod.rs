@@ -9,5 +9,4 @@ pub mod device;
 pub mod host;
 pub mod plan;
 
-pub use cpu::AlignedBuffer;
 pub use host::{copy_into, to_c_order};

@@ -15,7 +15,6 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use super::capsule;
-use crate::copy::AlignedBuffer;
 use crate::error::{Error, Result};
 use crate::ffi::{
     CAPSULE_EXCHANGE_API, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
@@ -23,7 +22,7 @@ use crate::ffi::{
 };
 use crate::import::dlpack::import_versioned;
 use crate::object::{self, DLPackObject};
-use crate::tensor::{DType, Device, Layout, Tensor, layout};
+use crate::tensor::{AlignedBuffer, DType, Device, Layout, Tensor, layout};
 
 /// The table; a plain static so its address is valid for the life of the process, as the
 /// protocol requires.

@@ -38,6 +38,22 @@ pub struct DLDevice {
     pub device_id: i32,
 }
 
+impl DLDevice {
+    pub const CPU: DLDevice = DLDevice {
+        device_type: device_type::CPU,
+        device_id: 0,
+    };
+
+    /// Whether the CPU can address this memory directly (no stream to synchronise with): the
+    /// CPU's, and CUDA's or ROCm's pinned host memory.
+    pub const fn is_host(self) -> bool {
+        matches!(
+            self.device_type,
+            device_type::CPU | device_type::CUDA_HOST | device_type::ROCM_HOST
+        )
+    }
+}
+
 /// `DLDataType`: type code, bits per lane, lanes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -85,10 +85,7 @@ pub unsafe fn import_exchange_api(obj: &Bound<'_, PyAny>, table: usize) -> Optio
     }
     // SAFETY: on success the producer handed us ownership of a valid managed tensor.
     let tensor = unsafe { import_versioned(NonNull::new_unchecked(managed)) }.ok()?;
-    let host = tensor
-        .device
-        .get()
-        .is_ok_and(|d| super::is_host(d.device_type));
+    let host = tensor.device.get().is_ok_and(|d| d.is_host());
     host.then_some(tensor)
 }
 

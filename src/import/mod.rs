@@ -117,7 +117,7 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
     if let Some(method) = attr(intern!(py, "__dlpack__"), protocols.dlpack)? {
         match dlpack::import_producer(&method, None) {
             Ok(tensor) => {
-                let on_device = !matches!(tensor.device.get(), Ok(d) if is_host(d.device_type));
+                let on_device = !matches!(tensor.device.get(), Ok(d) if d.is_host());
                 let producer = on_device.then(|| obj.clone().unbind());
                 return Ok(Imported { tensor, producer });
             }
@@ -196,10 +196,4 @@ fn torch_exports_faithfully(tensor: &Bound<'_, PyAny>) -> Result<bool> {
     }
     Ok(!flag(intern!(py, "is_conj"))?
         && !tensor.getattr(intern!(py, "requires_grad"))?.is_truthy()?)
-}
-
-/// Device types whose memory the CPU can address directly (no stream to synchronise).
-pub fn is_host(device_type: i32) -> bool {
-    use crate::ffi::device_type::*;
-    matches!(device_type, CPU | CUDA_HOST | ROCM_HOST)
 }

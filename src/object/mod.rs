@@ -18,7 +18,7 @@ use crate::ffi::{
     DLDevice, DLManagedTensorVersioned, DLPACK_MINOR_VERSION, FLAG_IS_COPIED, FLAG_READ_ONLY,
     device_type,
 };
-use crate::import::{self, array_interface::to_i64, array_interface::type_name, is_host};
+use crate::import::{self, array_interface::to_i64, array_interface::type_name};
 use crate::tensor::{Device, Tensor, layout};
 
 pub use pytype::{asdlpack_function, new_object, state, state_unchecked, type_object};
@@ -491,7 +491,7 @@ impl DLPackObject {
     fn in_place(&self, request: &Request) -> Option<(DLDevice, Kind)> {
         match self.tensor.device {
             Device::Known(own)
-                if is_host(own.device_type)
+                if own.is_host()
                     && request.dl_device.is_none()
                     && request.stream.is_none()
                     && request.copy != Some(true)
@@ -515,16 +515,13 @@ impl DLPackObject {
             return Ok((None, device, kind));
         }
         let own = self.tensor.device.get()?;
-        let cpu = DLDevice {
-            device_type: device_type::CPU,
-            device_id: 0,
-        };
+        let cpu = DLDevice::CPU;
         // Where the consumer wants the data: our own device, or the CPU for host-addressable
         // memory (both without a copy); CUDA <-> CPU and CUDA <-> CUDA moves copy.
         let target = request.dl_device.unwrap_or(own);
-        let in_place = target == own || (is_host(own.device_type) && target == cpu);
+        let in_place = target == own || (own.is_host() && target == cpu);
         let movable = |d: DLDevice| d == cpu || d.device_type == device_type::CUDA;
-        let from_movable = is_host(own.device_type)
+        let from_movable = own.is_host()
             || matches!(
                 own.device_type,
                 device_type::CUDA | device_type::CUDA_MANAGED
@@ -538,7 +535,7 @@ impl DLPackObject {
                 device_name(target)
             )));
         }
-        let target_on_host = is_host(target.device_type);
+        let target_on_host = target.is_host();
         if let Some(stream) = request.stream {
             let valid = if target_on_host {
                 stream == -1
@@ -580,7 +577,7 @@ impl DLPackObject {
         };
         if !copy {
             let fresh = self.fresh_from_producer(py, request)?;
-            if !is_host(own.device_type) {
+            if !own.is_host() {
                 copy::cuda::after_producer(&self.tensor, own.device_id, request.stream)
                     .map_err(as_buffer_error)?;
             }
@@ -594,7 +591,7 @@ impl DLPackObject {
             other => other,
         };
         let (tensor, device) = if target_on_host {
-            let tensor = if is_host(own.device_type) {
+            let tensor = if own.is_host() {
                 copy::to_c_order(py, &self.tensor)?
             } else {
                 copy::cuda::to_host(py, &self.tensor, request.stream).map_err(unavailable)?

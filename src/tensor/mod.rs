@@ -4,6 +4,7 @@
 
 pub mod dtype;
 pub mod layout;
+pub mod memory;
 
 use std::ffi::{c_int, c_void};
 use std::mem::ManuallyDrop;
@@ -11,12 +12,11 @@ use std::ptr::NonNull;
 
 use pyo3::{Py, PyAny, Python, ffi};
 
-use crate::copy::AlignedBuffer;
-use crate::copy::cuda::DeviceBuffer;
 use crate::error::{Error, Result};
-use crate::ffi::{DLDevice, DLManagedTensor, DLManagedTensorVersioned, device_type};
+use crate::ffi::{DLDevice, DLManagedTensor, DLManagedTensorVersioned};
 pub use dtype::DType;
 pub use layout::Layout;
+pub use memory::{AlignedBuffer, DeviceBuffer};
 
 /// Where the data lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,10 +30,7 @@ pub enum Device {
 }
 
 impl Device {
-    pub const CPU: Device = Device::Known(DLDevice {
-        device_type: device_type::CPU,
-        device_id: 0,
-    });
+    pub const CPU: Device = Device::Known(DLDevice::CPU);
 
     pub fn get(&self) -> Result<DLDevice> {
         match self {

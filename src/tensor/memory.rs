@@ -1,0 +1,83 @@
+//! Memory we own: host buffers (64-byte aligned) and CUDA device buffers we allocated for
+//! copies. Each frees itself on drop, on any thread, without Python.
+
+use std::alloc::{self, Layout as AllocLayout};
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use cudarc::driver::sys;
+
+use crate::cuda::{self, Context, check, with_context};
+use crate::error::{Error, Result};
+
+/// Alignment of buffers we allocate: a cache line, and what SIMD loads like best.
+pub const ALIGNMENT: usize = 64;
+
+/// Memory we allocated; freed on drop.
+pub struct AlignedBuffer {
+    ptr: NonNull<u8>,
+    layout: AllocLayout,
+}
+
+// SAFETY: the buffer is plain bytes owned by this value alone.
+unsafe impl Send for AlignedBuffer {}
+// SAFETY: shared access only hands out the address.
+unsafe impl Sync for AlignedBuffer {}
+
+impl AlignedBuffer {
+    pub fn new(bytes: usize) -> Result<Self> {
+        let layout = AllocLayout::from_size_align(bytes.max(1), ALIGNMENT)
+            .map_err(|_| Error::value(format!("can't allocate {bytes} bytes")))?;
+        // SAFETY: the layout has non-zero size.
+        let ptr = NonNull::new(unsafe { alloc::alloc(layout) })
+            .ok_or_else(|| Error::Memory(format!("out of memory allocating {bytes} bytes")))?;
+        Ok(AlignedBuffer { ptr, layout })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for AlignedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// Device memory we allocated; freed (in its device's context) on drop.
+pub struct DeviceBuffer {
+    ptr: sys::CUdeviceptr,
+    ctx: Context,
+}
+
+impl DeviceBuffer {
+    pub fn new(device_id: i32, bytes: usize) -> Result<Self> {
+        let ctx = cuda::primary_context(device_id).map_err(Error::Runtime)?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        if bytes > 0 {
+            // SAFETY: the device's context is current; `ptr` is a live out-parameter.
+            with_context(ctx, || {
+                check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")
+            })
+            .map_err(Error::Runtime)?;
+        }
+        Ok(DeviceBuffer { ptr, ctx })
+    }
+
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.ptr as usize as *mut c_void
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.ptr != 0 {
+            // SAFETY: allocated by cuMemAlloc in this context and freed once, here.
+            let _ = with_context(self.ctx, || {
+                check(unsafe { sys::cuMemFree_v2(self.ptr) }, "cuMemFree")
+            });
+        }
+    }
+}
