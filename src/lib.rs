@@ -19,7 +19,7 @@ fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // For C consumers (tvm-ffi, torch) that skip the Python `__dlpack__` call.
     ty.setattr(
         "__dlpack_c_exchange_api__",
-        export::exchange_api::capsule(m.py())?,
+        object::exchange_api_capsule(m.py())?,
     )?;
     m.add("DLPackObject", ty)?;
     m.add("asdlpack", object::asdlpack_function(m)?)?;

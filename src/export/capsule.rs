@@ -1,7 +1,7 @@
 //! Exporter to DLPack capsules, legacy (`"dltensor"`) and versioned (`"dltensor_versioned"`).
 //!
 //! Each capsule is one allocation: the managed tensor, a reference to what keeps its memory alive
-//! (the `DLPackObject` it came from, or a tensor of its own), and the shape and strides arrays
+//! (the Python object holding the tensor, or a tensor of its own), and the shape and strides arrays
 //! right behind them. The managed tensor's deleter frees that allocation and drops the
 //! reference; the capsule's destructor calls the deleter only if no consumer took the tensor (a
 //! consumer renames the capsule `"used_..."` and calls the deleter itself when done).
@@ -20,16 +20,16 @@ use crate::ffi::{
     CAPSULE_LEGACY, CAPSULE_VERSIONED, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
     DLPACK_MAJOR_VERSION, DLPackVersion, DLTensor,
 };
-use crate::tensor::Tensor;
+use crate::tensor::{Exportable, Tensor};
 
 /// The GIL, held (taken if need be, as numpy's deleters take it: PyO3's attach costs several
 /// times more) until dropped, even when unwinding.
-pub(super) struct GilState(ffi::PyGILState_STATE);
+pub(crate) struct GilState(ffi::PyGILState_STATE);
 
 impl GilState {
     /// # Safety
     /// The interpreter is initialised.
-    pub(super) unsafe fn ensure() -> GilState {
+    pub(crate) unsafe fn ensure() -> GilState {
         // SAFETY: per the contract.
         GilState(unsafe { ffi::PyGILState_Ensure() })
     }
@@ -49,31 +49,33 @@ pub enum Kind {
     Versioned { minor: u32, flags: u64 },
 }
 
-/// What keeps an export's memory alive.
-pub enum Holder {
-    /// The `DLPackObject` it was exported from, whose tensor it shares (a strong reference).
-    Object(Py<PyAny>),
-    /// A tensor of its own: a copy, or a fresh export from the producer.
-    Tensor(Arc<Tensor>),
+/// The tensor an export describes, and what keeps its memory alive for as long as the export
+/// lives.
+pub enum Source<'a> {
+    /// A tensor held by a Python object (a `DLPackObject`): the export keeps a strong reference
+    /// to `holder`, which must keep `tensor` alive.
+    Held {
+        holder: Py<PyAny>,
+        tensor: &'a Tensor,
+    },
+    /// A tensor of the export's own: a copy, or a fresh export from the producer.
+    Own(Arc<Tensor>),
 }
 
-impl Holder {
+impl Source<'_> {
     fn tensor(&self) -> &Tensor {
         match self {
-            // SAFETY: `Holder::Object` only ever holds a `DLPackObject`, kept alive by the
-            // holder itself.
-            Holder::Object(object) => {
-                unsafe { crate::object::state_unchecked(object.as_ptr()) }.tensor()
-            }
-            Holder::Tensor(tensor) => tensor,
+            Source::Held { tensor, .. } => tensor,
+            Source::Own(tensor) => tensor,
         }
     }
 
-    /// The holder as an address and whether it is an object (for the export's head).
+    /// What keeps the memory alive, as an address, and whether it is a Python object (for the
+    /// export's head).
     fn into_raw(self) -> (*const c_void, bool) {
         match self {
-            Holder::Object(object) => (object.into_ptr().cast_const().cast(), true),
-            Holder::Tensor(tensor) => (Arc::into_raw(tensor).cast(), false),
+            Source::Held { holder, .. } => (holder.into_ptr().cast_const().cast(), true),
+            Source::Own(tensor) => (Arc::into_raw(tensor).cast(), false),
         }
     }
 }
@@ -82,7 +84,7 @@ impl Holder {
 #[repr(C)]
 struct Export<M> {
     managed: M,
-    /// The holder, as `Holder::into_raw` gave it.
+    /// What keeps the memory alive, as `Source::into_raw` gave it.
     holder: *const c_void,
     ndim: u32,
     holder_is_object: bool,
@@ -105,25 +107,28 @@ pub fn export_bytes(ndim: usize, versioned: bool) -> usize {
     }
 }
 
-/// Allocate and fill one export of the holder's tensor; `make` wraps the finished `DLTensor` in
-/// the managed struct.
+/// Allocate and fill one export of the source's tensor; `make` wraps the finished `DLTensor`
+/// in the managed struct. Fails for a tensor DLPack can't describe as it is (the export policy
+/// copies those first).
 fn new_export<M>(
-    holder: Holder,
+    source: Source<'_>,
     device: DLDevice,
     make: impl FnOnce(DLTensor) -> M,
-) -> NonNull<Export<M>> {
-    let tensor = holder.tensor();
-    let ndim = tensor.layout.ndim();
+) -> Result<NonNull<Export<M>>> {
+    let tensor = source.tensor().exportable().map_err(Error::buffer)?;
+    let ndim = tensor.shape.len();
     let (layout, dims_offset) = export_layout::<M>(ndim);
+    let held = matches!(source, Source::Held { .. });
     // An export held by an object is only made and freed under the GIL (see `free_export`), so
     // it can come from Python's small-object allocator, cheaper than the C heap's.
     // SAFETY: the layout has non-zero size (it holds at least the managed struct); Python's
-    // allocator aligns to 16 bytes, more than the layout needs; an object holder means the
-    // caller holds the GIL (it has the object).
+    // allocator aligns to 16 bytes, more than the layout needs; a held source means the caller
+    // holds the GIL (it has the holder).
     let base = unsafe {
-        match holder {
-            Holder::Object(_) => ffi::PyMem_Malloc(layout.size()).cast::<u8>(),
-            Holder::Tensor(_) => alloc::alloc(layout),
+        if held {
+            ffi::PyMem_Malloc(layout.size()).cast::<u8>()
+        } else {
+            alloc::alloc(layout)
         }
     };
     let Some(base) = NonNull::new(base) else {
@@ -133,25 +138,10 @@ fn new_export<M>(
     // 2 * ndim i64s at `dims_offset`; we write each field once before anyone reads it.
     unsafe {
         let dims = base.as_ptr().add(dims_offset).cast::<i64>();
-        ptr::copy_nonoverlapping(tensor.layout.shape().as_ptr(), dims, ndim);
-        // The exporter only hands out tensors DLPack can express (`copy_reason` is None).
-        if let Some(strides) = tensor.layout.strides() {
-            ptr::copy_nonoverlapping(strides.as_ptr(), dims.add(ndim), ndim);
-        }
-        let dl_tensor = DLTensor {
-            data: tensor.data,
-            device,
-            ndim: ndim as i32,
-            dtype: tensor.dtype.0,
-            shape: if ndim == 0 { ptr::null_mut() } else { dims },
-            strides: if ndim == 0 {
-                ptr::null_mut()
-            } else {
-                dims.add(ndim)
-            },
-            byte_offset: 0,
-        };
-        let (holder, holder_is_object) = holder.into_raw();
+        ptr::copy_nonoverlapping(tensor.shape.as_ptr(), dims, ndim);
+        ptr::copy_nonoverlapping(tensor.strides.as_ptr(), dims.add(ndim), ndim);
+        let dl_tensor = dl_tensor(tensor, device, dims, dims.add(ndim));
+        let (holder, holder_is_object) = source.into_raw();
         let head = base.cast::<Export<M>>();
         head.as_ptr().write(Export {
             managed: make(dl_tensor),
@@ -159,7 +149,27 @@ fn new_export<M>(
             ndim: ndim as u32, // at most MAX_NDIM
             holder_is_object,
         });
-        head
+        Ok(head)
+    }
+}
+
+/// The `DLTensor` of `tensor` on `device`, whose shape and strides (`ndim` each) are at `shape`
+/// and `strides` (null for a 0-d tensor, as DLPack allows).
+pub fn dl_tensor(
+    tensor: Exportable<'_>,
+    device: DLDevice,
+    shape: *mut i64,
+    strides: *mut i64,
+) -> DLTensor {
+    let scalar = tensor.shape.is_empty();
+    DLTensor {
+        data: tensor.data,
+        device,
+        ndim: tensor.shape.len() as i32, // at most MAX_NDIM
+        dtype: tensor.dtype.0,
+        shape: if scalar { ptr::null_mut() } else { shape },
+        strides: if scalar { ptr::null_mut() } else { strides },
+        byte_offset: 0,
     }
 }
 
@@ -264,15 +274,15 @@ unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut ffi::PyObject) {
     }
 }
 
-/// A new versioned managed tensor for `tensor` on `device`, outside any capsule (the C exchange
-/// API hands these out directly). Its deleter frees it.
+/// A new versioned managed tensor of the source's tensor on `device`, outside any capsule (the C
+/// exchange API hands these out directly). Its deleter frees it.
 pub fn new_versioned(
-    holder: Holder,
+    source: Source<'_>,
     device: DLDevice,
     minor: u32,
     flags: u64,
-) -> NonNull<DLManagedTensorVersioned> {
-    let head = new_export(holder, device, |dl_tensor| DLManagedTensorVersioned {
+) -> Result<NonNull<DLManagedTensorVersioned>> {
+    let head = new_export(source, device, |dl_tensor| DLManagedTensorVersioned {
         version: DLPackVersion {
             major: DLPACK_MAJOR_VERSION,
             minor,
@@ -281,27 +291,27 @@ pub fn new_versioned(
         deleter: Some(delete_versioned),
         flags,
         dl_tensor,
-    });
+    })?;
     // SAFETY: the head is fully written; manager_ctx points at it for consumers.
     unsafe { (*head.as_ptr()).managed.manager_ctx = head.as_ptr().cast() };
-    head.cast()
+    Ok(head.cast())
 }
 
-fn new_legacy(holder: Holder, device: DLDevice) -> NonNull<DLManagedTensor> {
-    let head = new_export(holder, device, |dl_tensor| DLManagedTensor {
+fn new_legacy(source: Source<'_>, device: DLDevice) -> Result<NonNull<DLManagedTensor>> {
+    let head = new_export(source, device, |dl_tensor| DLManagedTensor {
         dl_tensor,
         manager_ctx: ptr::null_mut(),
         deleter: Some(delete_legacy),
-    });
+    })?;
     // SAFETY: as above.
     unsafe { (*head.as_ptr()).managed.manager_ctx = head.as_ptr().cast() };
-    head.cast()
+    Ok(head.cast())
 }
 
-/// Export the holder's tensor on `device` as a new capsule.
+/// Export the source's tensor on `device` as a new capsule.
 pub fn to_capsule<'py>(
     py: Python<'py>,
-    holder: Holder,
+    source: Source<'_>,
     device: DLDevice,
     kind: Kind,
 ) -> Result<Bound<'py, PyAny>> {
@@ -313,13 +323,13 @@ pub fn to_capsule<'py>(
         unsafe fn(*mut c_void),
     ) = match kind {
         Kind::Legacy => (
-            new_legacy(holder, device).as_ptr().cast(),
+            new_legacy(source, device)?.as_ptr().cast(),
             CAPSULE_LEGACY,
             destroy_legacy_capsule,
             |p| unsafe { delete::<DLManagedTensor>(p.cast(), true) },
         ),
         Kind::Versioned { minor, flags } => (
-            new_versioned(holder, device, minor, flags).as_ptr().cast(),
+            new_versioned(source, device, minor, flags)?.as_ptr().cast(),
             CAPSULE_VERSIONED,
             destroy_versioned_capsule,
             |p| unsafe { delete::<DLManagedTensorVersioned>(p.cast(), true) },

@@ -44,6 +44,30 @@ impl DLDevice {
         device_id: 0,
     };
 
+    /// A short name: "cpu:0", "cuda:1", or the type's number for codes we don't name.
+    pub fn name(self) -> String {
+        let kind = match self.device_type {
+            device_type::CPU => "cpu",
+            device_type::CUDA => "cuda",
+            device_type::CUDA_HOST => "cuda_host",
+            device_type::CUDA_MANAGED => "cuda_managed",
+            device_type::ROCM => "rocm",
+            device_type::ROCM_HOST => "rocm_host",
+            device_type::OPENCL => "opencl",
+            device_type::VULKAN => "vulkan",
+            device_type::METAL => "metal",
+            device_type::VPI => "vpi",
+            device_type::EXT_DEV => "ext_dev",
+            device_type::ONE_API => "oneapi",
+            device_type::WEB_GPU => "webgpu",
+            device_type::HEXAGON => "hexagon",
+            device_type::MAIA => "maia",
+            device_type::TRN => "trn",
+            _ => return format!("device_type_{}:{}", self.device_type, self.device_id),
+        };
+        format!("{kind}:{}", self.device_id)
+    }
+
     /// Whether the CPU can address this memory directly (no stream to synchronise with): the
     /// CPU's, and CUDA's or ROCm's pinned host memory.
     pub const fn is_host(self) -> bool {

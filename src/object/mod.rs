@@ -1,6 +1,7 @@
 //! The Python face: `asdlpack(obj)` and the `DLPackObject` it returns, whose `__dlpack__`
 //! follows the array API standard's argument rules. `pytype` is the type's CPython side.
 
+mod exchange_api;
 mod pytype;
 
 use std::ffi::c_int;
@@ -13,14 +14,13 @@ use pyo3::types::{PyBool, PyTuple};
 
 use crate::copy;
 use crate::error::{Error, Result};
-use crate::export::capsule::{self, Kind};
-use crate::ffi::{
-    DLDevice, DLManagedTensorVersioned, DLPACK_MINOR_VERSION, FLAG_IS_COPIED, FLAG_READ_ONLY,
-    device_type,
-};
+use crate::export::capsule::{self, Kind, Source};
+use crate::export::policy::{self, MANAGED_REQUEST, Request, reported_minor};
+use crate::ffi::{DLDevice, DLManagedTensorVersioned, device_type};
 use crate::import::{self, array_interface::to_i64, array_interface::type_name};
 use crate::tensor::{Device, Tensor, layout};
 
+pub use exchange_api::capsule as exchange_api_capsule;
 pub use pytype::{asdlpack_function, new_object, state, state_unchecked, type_object};
 
 /// A DLPack view of another object's memory: pass it to any `from_dlpack`. This is the state of
@@ -208,29 +208,6 @@ pub fn _footprint(ndim: usize) -> Vec<(&'static str, usize)> {
     ]
 }
 
-/// What the C exchange API's consumers get: `__dlpack__(max_version=(1, 3))`, except that
-/// read-only memory is copied (its consumers, tvm-ffi among them, write through tensors
-/// regardless of the READ_ONLY flag).
-const MANAGED_REQUEST: Request = Request {
-    stream: None,
-    versioned_minor: Some(DLPACK_MINOR_VERSION),
-    dl_device: None,
-    copy: None,
-    honours_read_only: false,
-};
-
-/// Parsed `__dlpack__` keyword arguments.
-struct Request {
-    stream: Option<i64>,
-    /// `None`: legacy capsule; otherwise the minor version to report.
-    versioned_minor: Option<u32>,
-    dl_device: Option<DLDevice>,
-    copy: Option<bool>,
-    /// Whether the consumer honours the READ_ONLY flag; if not, read-only memory is copied.
-    /// Legacy capsules can't carry the flag, and C exchange API consumers (tvm-ffi) ignore it.
-    honours_read_only: bool,
-}
-
 /// A pair of ints, as consumers pass `max_version` and `dl_device`: an exact tuple of two exact
 /// ints read in place, without the checks and conversions `int_pair` needs for anything else.
 fn exact_int_pair(value: &Bound<'_, PyAny>) -> Option<(i64, i64)> {
@@ -276,98 +253,43 @@ fn int_pair(value: &Bound<'_, PyAny>, what: &str) -> Result<(i64, i64)> {
     ))
 }
 
-impl Request {
-    fn parse(
-        stream: Option<&Bound<'_, PyAny>>,
-        max_version: Option<&Bound<'_, PyAny>>,
-        dl_device: Option<&Bound<'_, PyAny>>,
-        copy: Option<&Bound<'_, PyAny>>,
-    ) -> Result<Request> {
-        let stream = stream.map(|s| to_i64(s, "stream")).transpose()?;
-        let versioned_minor = match max_version {
-            None => None,
-            Some(v) => {
-                let (major, minor) = int_pair(v, "max_version")?;
-                reported_minor(major, minor).ok_or_else(|| {
-                    Error::value(format!("max_version ({major}, {minor}) is negative"))
-                })?
-            }
-        };
-        let dl_device = dl_device
-            .map(|d| {
-                let (kind, id) = int_pair(d, "dl_device")?;
-                let kind = i32::try_from(kind)
-                    .map_err(|_| Error::value(format!("dl_device type {kind}")))?;
-                let id =
-                    i32::try_from(id).map_err(|_| Error::value(format!("dl_device id {id}")))?;
-                Ok::<_, Error>(DLDevice {
-                    device_type: kind,
-                    device_id: id,
-                })
-            })
-            .transpose()?;
-        let copy = copy
-            .map(|c| {
-                c.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
-                    Error::type_(format!("copy must be a bool or None, not {}", type_name(c)))
-                })
-            })
-            .transpose()?;
-        Ok(Request::new(stream, versioned_minor, dl_device, copy))
-    }
-
-    /// A consumer's request; it honours the READ_ONLY flag exactly when it takes a versioned
-    /// capsule (a legacy one can't carry the flag).
-    fn new(
-        stream: Option<i64>,
-        versioned_minor: Option<u32>,
-        dl_device: Option<DLDevice>,
-        copy: Option<bool>,
-    ) -> Request {
-        Request {
-            stream,
-            versioned_minor,
-            dl_device,
-            copy,
-            honours_read_only: versioned_minor.is_some(),
+/// `__dlpack__`'s keyword arguments, checked, as the export policy's request.
+fn parse_request(
+    stream: Option<&Bound<'_, PyAny>>,
+    max_version: Option<&Bound<'_, PyAny>>,
+    dl_device: Option<&Bound<'_, PyAny>>,
+    copy: Option<&Bound<'_, PyAny>>,
+) -> Result<Request> {
+    let stream = stream.map(|s| to_i64(s, "stream")).transpose()?;
+    let versioned_minor = match max_version {
+        None => None,
+        Some(v) => {
+            let (major, minor) = int_pair(v, "max_version")?;
+            reported_minor(major, minor).ok_or_else(|| {
+                Error::value(format!("max_version ({major}, {minor}) is negative"))
+            })?
         }
-    }
-}
-
-/// The minor version to report for a consumer's `max_version` of `(major, minor)`: `None` inside
-/// for a legacy capsule (major 0), our own minor at most; `None` for a negative version.
-fn reported_minor(major: i64, minor: i64) -> Option<Option<u32>> {
-    if major < 0 || minor < 0 {
-        return None;
-    }
-    Some(match major {
-        0 => None,
-        1 => Some((minor as u64).min(DLPACK_MINOR_VERSION as u64) as u32),
-        _ => Some(DLPACK_MINOR_VERSION),
-    })
-}
-
-fn device_name(device: DLDevice) -> String {
-    let kind = match device.device_type {
-        device_type::CPU => "cpu",
-        device_type::CUDA => "cuda",
-        device_type::CUDA_HOST => "cuda_host",
-        device_type::CUDA_MANAGED => "cuda_managed",
-        device_type::ROCM => "rocm",
-        device_type::ROCM_HOST => "rocm_host",
-        device_type::OPENCL => "opencl",
-        device_type::VULKAN => "vulkan",
-        device_type::METAL => "metal",
-        device_type::VPI => "vpi",
-        device_type::EXT_DEV => "ext_dev",
-        device_type::ONE_API => "oneapi",
-        device_type::WEB_GPU => "webgpu",
-        device_type::HEXAGON => "hexagon",
-        device_type::MAIA => "maia",
-        device_type::TRN => "trn",
-        _ => return format!("device_type_{}:{}", device.device_type, device.device_id),
     };
-    format!("{kind}:{}", device.device_id)
+    let dl_device = dl_device
+        .map(|d| {
+            let (kind, id) = int_pair(d, "dl_device")?;
+            let kind =
+                i32::try_from(kind).map_err(|_| Error::value(format!("dl_device type {kind}")))?;
+            let id = i32::try_from(id).map_err(|_| Error::value(format!("dl_device id {id}")))?;
+            Ok::<_, Error>(DLDevice {
+                device_type: kind,
+                device_id: id,
+            })
+        })
+        .transpose()?;
+    let copy = copy
+        .map(|c| {
+            c.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+                Error::type_(format!("copy must be a bool or None, not {}", type_name(c)))
+            })
+        })
+        .transpose()?;
+    Ok(Request::new(stream, versioned_minor, dl_device, copy))
 }
 
 impl DLPackObject {
@@ -425,10 +347,27 @@ impl DLPackObject {
         }
     }
 
+    /// What the export of this object's tensor shares it through: a reference to the object.
+    fn held<'a>(&'a self, slf: &Bound<'_, PyAny>) -> Source<'a> {
+        Source::Held {
+            holder: slf.clone().unbind(),
+            tensor: &self.tensor,
+        }
+    }
+
+    /// The source of an export `policy::prepare` decided on: this object's tensor, or its own.
+    fn source<'a>(&'a self, slf: &Bound<'_, PyAny>, own: Option<Arc<Tensor>>) -> Source<'a> {
+        match own {
+            None => self.held(slf),
+            Some(tensor) => Source::Own(tensor),
+        }
+    }
+
     fn export<'py>(&self, slf: &Bound<'py, PyAny>, request: Request) -> Result<Bound<'py, PyAny>> {
         let py = slf.py();
-        let (own, device, kind) = self.prepare(py, &request)?;
-        capsule::to_capsule(py, holder(slf, own), device, kind)
+        let producer = self.producer.as_ref();
+        let (own, device, kind) = policy::prepare(py, &self.tensor, producer, &request)?;
+        capsule::to_capsule(py, self.source(slf, own), device, kind)
     }
 
     /// A versioned managed tensor for the C exchange API: as `__dlpack__(max_version=(1, 3))`
@@ -439,207 +378,26 @@ impl DLPackObject {
         &self,
         slf: &Bound<'_, PyAny>,
     ) -> Result<NonNull<DLManagedTensorVersioned>> {
-        match self.prepare(slf.py(), &MANAGED_REQUEST)? {
-            (own, device, Kind::Versioned { minor, flags }) => Ok(capsule::new_versioned(
-                holder(slf, own),
-                device,
-                minor,
-                flags,
-            )),
+        let producer = self.producer.as_ref();
+        match policy::prepare(slf.py(), &self.tensor, producer, &MANAGED_REQUEST)? {
+            (own, device, Kind::Versioned { minor, flags }) => {
+                capsule::new_versioned(self.source(slf, own), device, minor, flags)
+            }
             (_, _, Kind::Legacy) => unreachable!("a versioned request gives a versioned export"),
         }
     }
 
-    /// `export_managed` for memory exported in place (`in_place`), which runs no Python code
-    /// (for the C exchange API's fast path); `None` otherwise.
+    /// `export_managed` for memory exported in place (`policy::in_place`), which runs no Python
+    /// code (for the C exchange API's fast path); `None` otherwise.
     pub fn export_managed_in_place(
         &self,
         slf: &Bound<'_, PyAny>,
     ) -> Option<NonNull<DLManagedTensorVersioned>> {
-        match self.in_place(&MANAGED_REQUEST)? {
-            (device, Kind::Versioned { minor, flags }) => Some(capsule::new_versioned(
-                holder(slf, None),
-                device,
-                minor,
-                flags,
-            )),
+        match policy::in_place(&self.tensor, &MANAGED_REQUEST)? {
+            (device, Kind::Versioned { minor, flags }) => {
+                capsule::new_versioned(self.held(slf), device, minor, flags).ok()
+            }
             (_, Kind::Legacy) => None,
-        }
-    }
-
-    /// Device data from a DLPack producer, when the consumer named a stream: ask the producer
-    /// again with that stream, so it orders its pending work before the consumer's.
-    fn fresh_from_producer(
-        &self,
-        py: Python<'_>,
-        request: &Request,
-    ) -> Result<Option<Arc<Tensor>>> {
-        let (Some(producer), Some(stream)) = (&self.producer, request.stream) else {
-            return Ok(None);
-        };
-        let stream = pyo3::types::PyInt::new(py, stream).into_any();
-        let method = producer.bind(py).getattr(pyo3::intern!(py, "__dlpack__"))?;
-        let tensor = import::dlpack::import_producer(&method, Some(&stream))?;
-        Ok(Some(Arc::new(tensor)))
-    }
-
-    /// The common request, answered without the general checks of `prepare` (it concludes the
-    /// same): host memory DLPack can express as it is, exported in place. `None` for anything
-    /// else.
-    // Inlined: returned through memory, its answer cost a store-forwarding stall a call.
-    #[inline(always)]
-    fn in_place(&self, request: &Request) -> Option<(DLDevice, Kind)> {
-        match self.tensor.device {
-            Device::Known(own)
-                if own.is_host()
-                    && request.dl_device.is_none()
-                    && request.stream.is_none()
-                    && request.copy != Some(true)
-                    && (request.honours_read_only || !self.tensor.readonly)
-                    && self.tensor.copy_reason().is_none() =>
-            {
-                Some((own, kind(request, &self.tensor, false)))
-            }
-            _ => None,
-        }
-    }
-
-    /// The tensor on the device to export and the capsule kind for `request`: the shared tensor
-    /// itself (`None`), or a tensor of the export's own: a fresh one from the producer, or a copy.
-    fn prepare(
-        &self,
-        py: Python<'_>,
-        request: &Request,
-    ) -> Result<(Option<Arc<Tensor>>, DLDevice, Kind)> {
-        if let Some((device, kind)) = self.in_place(request) {
-            return Ok((None, device, kind));
-        }
-        let own = self.tensor.device.get()?;
-        let cpu = DLDevice::CPU;
-        // Where the consumer wants the data: our own device, or the CPU for host-addressable
-        // memory (both without a copy); CUDA <-> CPU and CUDA <-> CUDA moves copy.
-        let target = request.dl_device.unwrap_or(own);
-        let in_place = target == own || (own.is_host() && target == cpu);
-        let movable = |d: DLDevice| d == cpu || d.device_type == device_type::CUDA;
-        let from_movable = own.is_host()
-            || matches!(
-                own.device_type,
-                device_type::CUDA | device_type::CUDA_MANAGED
-            );
-        let movable_pair = movable(target) && from_movable;
-        if !(in_place || movable_pair) {
-            return Err(Error::buffer(format!(
-                "can't provide {} data on {}: only moves between the CPU and CUDA devices are \
-                 supported",
-                device_name(own),
-                device_name(target)
-            )));
-        }
-        let target_on_host = target.is_host();
-        if let Some(stream) = request.stream {
-            let valid = if target_on_host {
-                stream == -1
-            } else {
-                stream == -1 || stream >= 1
-            };
-            if !valid {
-                return Err(Error::value(if target_on_host {
-                    format!(
-                        "stream must be None (or -1) for {} data, not {stream}",
-                        device_name(target)
-                    )
-                } else {
-                    format!("stream {stream} is not a valid CUDA/ROCm stream (0 is not allowed)")
-                }));
-            }
-        }
-        // A copy is needed to move, for memory DLPack can't express, and for read-only memory
-        // asked for a legacy capsule (which can't say read-only).
-        let needs_copy = if in_place {
-            self.tensor.copy_reason()
-        } else {
-            Some("moving to another device")
-        }
-        .or_else(|| {
-            (!request.honours_read_only && self.tensor.readonly).then_some(
-                "read-only memory can't be handed to a consumer that ignores the read-only flag \
-                 (a legacy capsule has none)",
-            )
-        });
-        let copy = match (request.copy, needs_copy) {
-            (Some(false), Some(reason)) => {
-                return Err(Error::buffer(format!(
-                    "{reason}, and copy=False forbids a copy"
-                )));
-            }
-            (Some(true), _) | (None, Some(_)) => true,
-            _ => false,
-        };
-        if !copy {
-            let fresh = self.fresh_from_producer(py, request)?;
-            if !own.is_host() {
-                copy::cuda::after_producer(&self.tensor, own.device_id, request.stream)
-                    .map_err(as_buffer_error)?;
-            }
-            let kind = kind(request, fresh.as_deref().unwrap_or(&self.tensor), false);
-            return Ok((fresh, target, kind));
-        }
-        let unavailable = |err: Error| match as_buffer_error(err) {
-            Error::Buffer(msg) => {
-                Error::Buffer(format!("can't copy to {}: {msg}", device_name(target)))
-            }
-            other => other,
-        };
-        let (tensor, device) = if target_on_host {
-            let tensor = if own.is_host() {
-                copy::to_c_order(py, &self.tensor)?
-            } else {
-                copy::cuda::to_host(py, &self.tensor, request.stream).map_err(unavailable)?
-            };
-            (tensor, cpu)
-        } else {
-            let id = target.device_id;
-            let tensor =
-                copy::cuda::to_device(py, &self.tensor, id, request.stream).map_err(unavailable)?;
-            (tensor, target) // a CUDA device: `movable` admits no other non-host target
-        };
-        let kind = kind(request, &tensor, true);
-        Ok((Some(Arc::new(tensor)), device, kind))
-    }
-}
-
-/// What keeps an export alive: the object itself (`slf`, a `DLPackObject`) when it shares the
-/// object's tensor, otherwise the export's own tensor.
-fn holder(slf: &Bound<'_, PyAny>, own: Option<Arc<Tensor>>) -> capsule::Holder {
-    match own {
-        None => capsule::Holder::Object(slf.clone().unbind()),
-        Some(tensor) => capsule::Holder::Tensor(tensor),
-    }
-}
-
-/// In `__dlpack__`, "CUDA can't do this here" is a BufferError, like any other memory the
-/// producer can't serve, so consumers may fall back.
-fn as_buffer_error(err: Error) -> Error {
-    match err {
-        Error::Runtime(msg) => Error::Buffer(msg),
-        other => other,
-    }
-}
-
-/// The capsule kind a request asks for, with the flags `tensor` carries.
-#[inline(always)]
-fn kind(request: &Request, tensor: &Tensor, copied: bool) -> Kind {
-    match request.versioned_minor {
-        None => Kind::Legacy,
-        Some(minor) => {
-            let mut flags = 0;
-            if tensor.readonly {
-                flags |= FLAG_READ_ONLY;
-            }
-            if copied {
-                flags |= FLAG_IS_COPIED;
-            }
-            Kind::Versioned { minor, flags }
         }
     }
 }
@@ -676,7 +434,7 @@ unsafe fn dlpack_method(
     // SAFETY: as above.
     let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
     let [stream, max_version, dl_device, copy] = &values;
-    let request = Request::parse(
+    let request = parse_request(
         stream.as_deref(),
         max_version.as_deref(),
         dl_device.as_deref(),
@@ -722,12 +480,11 @@ unsafe fn dlpack_common(
         _ => return None,
     };
     let request = Request::new(None, versioned_minor, None, copy);
-    let (device, kind) = object.in_place(&request)?;
+    let (device, kind) = policy::in_place(&object.tensor, &request)?;
     // SAFETY: as above; the capsule takes a reference of its own.
-    let slf = unsafe { pyo3::Borrowed::from_ptr(py, slf) }
-        .to_owned()
-        .unbind();
-    Some(capsule::to_capsule(py, capsule::Holder::Object(slf), device, kind).map(Bound::into_ptr))
+    let slf = unsafe { pyo3::Borrowed::from_ptr(py, slf) };
+    let source = object.held(&slf);
+    Some(capsule::to_capsule(py, source, device, kind).map(Bound::into_ptr))
 }
 
 /// The last `max_version` tuple `versioned_minor` read, held (so its address can't be reused)
@@ -861,7 +618,7 @@ impl DLPackObject {
     fn repr(&self) -> String {
         let t = &self.tensor;
         let device = match &t.device {
-            Device::Known(d) => device_name(*d),
+            Device::Known(d) => d.name(),
             Device::Unresolved { .. } => "cuda:?".to_owned(),
         };
         let tuple = |v: &[i64]| match v {
@@ -875,7 +632,7 @@ impl DLPackObject {
             Some(strides) => format!("strides={}", tuple(strides)),
             None => format!("byte_strides={}", tuple(t.layout.byte_strides())),
         };
-        let copy = if t.copy_reason().is_some() {
+        let copy = if t.exportable().is_err() {
             ", needs_copy=True"
         } else {
             ""

@@ -432,7 +432,7 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 14] = [
     (
         c"copy_reason",
         c"Why exporting needs a copy (memory DLPack can't express as it is), or None.",
-        |s, py| Ok(s.tensor.copy_reason().into_pyobject(py)?.into_any()),
+        |s, py| Ok(s.tensor.exportable().err().into_pyobject(py)?.into_any()),
     ),
     (c"ndim", c"Number of dimensions.", |s, py| {
         Ok(s.tensor.layout.ndim().into_pyobject(py)?.into_any())

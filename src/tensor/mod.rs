@@ -266,17 +266,27 @@ impl Tensor {
         self.numel().saturating_mul(self.dtype.itemsize() as i64)
     }
 
-    /// Why DLPack can't describe this memory as it is, if it can't: then only a copy serves it.
-    pub fn copy_reason(&self) -> Option<&'static str> {
+    /// The tensor as DLPack can describe it, or why it can't as it is (then only a copy can
+    /// serve it).
+    #[inline(always)]
+    pub fn exportable(&self) -> std::result::Result<Exportable<'_>, &'static str> {
         if self.indirect {
-            Some("buffers with suboffsets (indirect, PIL-style memory) can't be DLPack")
-        } else if self.swapped {
-            Some("non-native byte order can't be DLPack (DLPack data is in native byte order)")
-        } else if self.layout.strides().is_none() {
-            Some("byte strides that are not a multiple of the item size can't be DLPack")
-        } else {
-            None
+            return Err("buffers with suboffsets (indirect, PIL-style memory) can't be DLPack");
         }
+        if self.swapped {
+            return Err(
+                "non-native byte order can't be DLPack (DLPack data is in native byte order)",
+            );
+        }
+        let Some(strides) = self.layout.strides() else {
+            return Err("byte strides that are not a multiple of the item size can't be DLPack");
+        };
+        Ok(Exportable {
+            data: self.data,
+            dtype: self.dtype,
+            shape: self.layout.shape(),
+            strides,
+        })
     }
 
     /// Reject a null data pointer for a tensor that has elements.
@@ -286,4 +296,16 @@ impl Tensor {
         }
         Ok(())
     }
+}
+
+/// A tensor as DLPack describes it: strides in whole elements, native byte order, memory
+/// reached directly. Exporters build `DLTensor`s from this alone (`Tensor::exportable` is the
+/// only way to one), so no export can carry missing or unset strides.
+#[derive(Clone, Copy, Debug)]
+pub struct Exportable<'a> {
+    pub data: *mut c_void,
+    pub dtype: DType,
+    pub shape: &'a [i64],
+    /// In elements, one per dimension.
+    pub strides: &'a [i64],
 }

@@ -14,14 +14,14 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use super::capsule;
+use super::{self as object, DLPackObject};
 use crate::error::{Error, Result};
+use crate::export::capsule::{self, Source};
 use crate::ffi::{
     CAPSULE_EXCHANGE_API, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
     DLPackExchangeAPI, DLPackExchangeAPIHeader, DLPackSetError, DLPackVersion, DLTensor,
 };
 use crate::import::dlpack::import_versioned;
-use crate::object::{self, DLPackObject};
 use crate::tensor::{AlignedBuffer, DType, Device, Layout, Tensor, layout};
 
 /// The table; a plain static so its address is valid for the life of the process, as the
@@ -152,33 +152,21 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
     guarded(|py| {
         let any = checked_object(py, py_object)?;
         let tensor = state(&any).tensor();
-        if let Some(reason) = tensor.copy_reason() {
-            return Err(Error::buffer(format!(
-                "{reason}; a borrowed DLTensor can't be a copy"
-            )));
-        }
+        let exportable = tensor.exportable().map_err(|reason| {
+            Error::buffer(format!("{reason}; a borrowed DLTensor can't be a copy"))
+        })?;
         if tensor.readonly {
             return Err(Error::buffer(
                 "read-only memory can't be lent as a bare DLTensor, which has no read-only flag",
             ));
         }
         let device = tensor.device.get()?;
-        // SAFETY: the consumer gives a writable DLTensor; shape and strides point into the
-        // object's own tensor, valid while the object lives, as the protocol allows.
-        unsafe {
-            *out = DLTensor {
-                data: tensor.data,
-                device,
-                ndim: tensor.layout.ndim() as i32,
-                dtype: tensor.dtype.0,
-                shape: tensor.layout.shape().as_ptr().cast_mut(),
-                strides: tensor
-                    .layout
-                    .strides()
-                    .map_or(ptr::null_mut(), |s| s.as_ptr().cast_mut()),
-                byte_offset: 0,
-            };
-        }
+        // Shape and strides point into the object's own tensor, valid while the object lives,
+        // as the protocol allows.
+        let shape = exportable.shape.as_ptr().cast_mut();
+        let strides = exportable.strides.as_ptr().cast_mut();
+        // SAFETY: the consumer gives a writable DLTensor.
+        unsafe { *out = capsule::dl_tensor(exportable, device, shape, strides) };
         Ok(())
     })
 }
@@ -221,12 +209,12 @@ fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorVersione
         .map_err(|_| Error::value("allocation too large"))?;
     let buffer = AlignedBuffer::new(bytes)?;
     let tensor = Arc::new(Tensor::host_allocation(buffer, dtype, layout));
-    Ok(capsule::new_versioned(
-        capsule::Holder::Tensor(tensor),
+    capsule::new_versioned(
+        Source::Own(tensor),
         prototype.device,
         DLPACK_MINOR_VERSION,
         0,
-    ))
+    )
 }
 
 unsafe extern "C" fn managed_tensor_allocator(
