@@ -232,7 +232,7 @@ unsafe fn run_piece(
     let d = dst.wrapping_offset(piece.dst_offset);
     let s = src.wrapping_offset(piece.src_offset);
     use kernels::run;
-    // SAFETY (every arm): forwarded contract; each element type has `itemsize` bytes.
+    // SAFETY: in every arm, the forwarded contract; each element type has `itemsize` bytes.
     unsafe {
         match (itemsize, unit) {
             (1, _) => run(Plain::<u8>::new(), d, s, piece, kernel, streaming),
@@ -820,9 +820,10 @@ mod tests {
                 2.0 * (n * 4) as f64 / secs / 1e9
             );
         };
-        // SAFETY (all): every layout addresses inside `src` (2n items) and `dst` (n items).
+        // Every layout below addresses inside `src` (2n items) and `dst` (n items).
         report(
             "memcpy 64 MiB (1 thread)",
+            // SAFETY: as just said.
             best(15, || unsafe {
                 std::ptr::copy_nonoverlapping(sp, dp, n * 4)
             }),

@@ -261,9 +261,10 @@ impl Mover for Driver {
     fn sync(&mut self) -> Result<()> {
         for (device, handle) in std::mem::take(&mut self.used) {
             let ctx = cuda::primary_context(device).map_err(runtime)?;
-            // SAFETY: `handle` is a stream of this context (the consumer's, or the legacy one).
             with_context(ctx, || {
                 check(
+                    // SAFETY: `handle` is a stream of this context (the consumer's, or the
+                    // legacy one), which is current.
                     unsafe { sys::cuStreamSynchronize(handle) },
                     "cuStreamSynchronize",
                 )

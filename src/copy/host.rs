@@ -3,11 +3,11 @@
 
 use std::ffi::c_void;
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 use super::cpu::{Strided, copy_strided, may_overlap};
 use crate::error::{Error, Result};
+use crate::ffi::python;
 use crate::tensor::layout::{SelfOverlap, self_overlap};
 use crate::tensor::{AlignedBuffer, Layout, Owner, Tensor};
 
@@ -39,14 +39,16 @@ fn strided(ptr: *mut c_void, shape: &[i64], byte_strides: &[i64]) -> Strided {
 
 fn run(py: Python<'_>, dst: &Strided, src: &Strided, itemsize: usize, swap: Option<usize>) {
     let bytes = dst.shape.iter().product::<usize>() * itemsize;
-    // SAFETY (both arms): the callers pass views whose every addressed byte lies in memory kept
-    // alive for the call (a tensor's owner, or a buffer we allocated) and that do not overlap.
+    // The callers pass views whose every addressed byte lies in memory kept alive for the call
+    // (a tensor's owner, or a buffer we allocated) and that do not overlap.
     if bytes < DETACH_THRESHOLD {
+        // SAFETY: as just said.
         unsafe { copy_strided(dst, src, itemsize, swap) }
     } else {
         let job = SendJob { dst, src };
         py.detach(move || {
             let job = job;
+            // SAFETY: as just said; the memory is not Python's to move while detached.
             unsafe { copy_strided(job.dst, job.src, itemsize, swap) }
         })
     }
@@ -104,15 +106,7 @@ fn gather_indirect(
     let len = isize::try_from(nbytes).map_err(|_| Error::value("tensor too large"))?;
     // SAFETY: `view` is a live Py_buffer (the tensor's owner holds it), `buffer` has `nbytes`
     // bytes, which is exactly the view's element count times its item size; we hold the GIL.
-    let rc = unsafe {
-        ffi::PyBuffer_ToContiguous(
-            buffer.as_ptr().cast(),
-            &**view as *const _ as *mut _,
-            len,
-            b'C' as _,
-        )
-    };
-    if rc != 0 {
+    if !unsafe { python::buffer_to_c_order(buffer.as_ptr(), &**view, len) } {
         return Err(PyErr::fetch(py).into());
     }
     Ok(())

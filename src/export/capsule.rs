@@ -12,35 +12,15 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::ffi::python::{self, GilState, PyObject};
 use crate::ffi::{
     CAPSULE_LEGACY, CAPSULE_VERSIONED, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
     DLPACK_MAJOR_VERSION, DLPackVersion, DLTensor,
 };
 use crate::tensor::{Exportable, Tensor};
-
-/// The GIL, held (taken if need be, as numpy's deleters take it: PyO3's attach costs several
-/// times more) until dropped, even when unwinding.
-pub(crate) struct GilState(ffi::PyGILState_STATE);
-
-impl GilState {
-    /// # Safety
-    /// The interpreter is initialised.
-    pub(crate) unsafe fn ensure() -> GilState {
-        // SAFETY: per the contract.
-        GilState(unsafe { ffi::PyGILState_Ensure() })
-    }
-}
-
-impl Drop for GilState {
-    fn drop(&mut self) {
-        // SAFETY: matches the `PyGILState_Ensure` of `ensure`, on the same thread.
-        unsafe { ffi::PyGILState_Release(self.0) }
-    }
-}
 
 /// Which capsule to make.
 #[derive(Clone, Copy, Debug)]
@@ -126,7 +106,7 @@ fn new_export<M>(
     // holds the GIL (it has the holder).
     let base = unsafe {
         if held {
-            ffi::PyMem_Malloc(layout.size()).cast::<u8>()
+            python::mem_alloc(layout.size())
         } else {
             alloc::alloc(layout)
         }
@@ -200,13 +180,13 @@ unsafe fn free_export<M>(head: *mut Export<M>, attached: bool) {
             return;
         }
         let release = || {
-            ffi::PyMem_Free(head.cast());
+            python::mem_free(head.cast());
             // Releasing the last reference releases the source.
-            ffi::Py_DecRef(holder.cast_mut().cast());
+            python::decref(holder.cast_mut().cast());
         };
         if attached {
             release();
-        } else if ffi::Py_IsInitialized() != 0 {
+        } else if python::interpreter_alive() {
             let _gil = GilState::ensure();
             release();
         }
@@ -246,14 +226,14 @@ pub unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned
 ///
 /// # Safety
 /// Called with the GIL held on a live capsule.
-unsafe fn unused_pointer(capsule: *mut ffi::PyObject, name: &CStr) -> *mut c_void {
+unsafe fn unused_pointer(capsule: *mut PyObject, name: &CStr) -> *mut c_void {
     // SAFETY: per the contract; IsValid/GetName/GetPointer with the capsule's own name touch no
     // error state.
     unsafe {
-        if ffi::PyCapsule_GetName(capsule) == name.as_ptr()
-            || ffi::PyCapsule_IsValid(capsule, name.as_ptr()) == 1
+        if python::capsule_name(capsule) == name.as_ptr()
+            || python::capsule_is_valid(capsule, name.as_ptr())
         {
-            ffi::PyCapsule_GetPointer(capsule, name.as_ptr())
+            python::capsule_pointer(capsule, name.as_ptr())
         } else {
             ptr::null_mut()
         }
@@ -261,13 +241,13 @@ unsafe fn unused_pointer(capsule: *mut ffi::PyObject, name: &CStr) -> *mut c_voi
 }
 
 /// Capsule destructor: free the export unless a consumer renamed the capsule (took it).
-unsafe extern "C" fn destroy_legacy_capsule(capsule: *mut ffi::PyObject) {
+unsafe extern "C" fn destroy_legacy_capsule(capsule: *mut PyObject) {
     // SAFETY: Python calls this with the GIL held on a live capsule; an unused capsule still owns
     // its export.
     unsafe { delete::<DLManagedTensor>(unused_pointer(capsule, CAPSULE_LEGACY).cast(), true) }
 }
 
-unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut ffi::PyObject) {
+unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut PyObject) {
     // SAFETY: as in `destroy_legacy_capsule`.
     unsafe {
         delete::<DLManagedTensorVersioned>(unused_pointer(capsule, CAPSULE_VERSIONED).cast(), true)
@@ -319,19 +299,21 @@ pub fn to_capsule<'py>(
     let (pointer, name, destructor, delete): (
         *mut c_void,
         &CStr,
-        ffi::PyCapsule_Destructor,
+        python::CapsuleDestructor,
         unsafe fn(*mut c_void),
     ) = match kind {
         Kind::Legacy => (
             new_legacy(source, device)?.as_ptr().cast(),
             CAPSULE_LEGACY,
             destroy_legacy_capsule,
+            // SAFETY: called only on this export, once, holding the GIL (see below).
             |p| unsafe { delete::<DLManagedTensor>(p.cast(), true) },
         ),
         Kind::Versioned { minor, flags } => (
             new_versioned(source, device, minor, flags)?.as_ptr().cast(),
             CAPSULE_VERSIONED,
             destroy_versioned_capsule,
+            // SAFETY: as above.
             |p| unsafe { delete::<DLManagedTensorVersioned>(p.cast(), true) },
         ),
     };
@@ -339,7 +321,7 @@ pub fn to_capsule<'py>(
     // name; on failure the capsule does not exist, so we free the export ourselves, holding the
     // GIL (`py`), after taking the error (the release may run Python code).
     unsafe {
-        let capsule = ffi::PyCapsule_New(pointer, name.as_ptr(), Some(destructor));
+        let capsule = python::capsule_new(pointer, name, destructor);
         if capsule.is_null() {
             let err = PyErr::fetch(py);
             delete(pointer);

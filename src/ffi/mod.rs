@@ -1,8 +1,11 @@
-//! The DLPack C ABI (header version 1.3), laid out exactly as `dlpack.h` declares it.
+//! The C ABIs we speak: DLPack's (header version 1.3), laid out exactly as `dlpack.h` declares
+//! it, numpy's structs, and (in `python`) every raw call into CPython's C API.
 //!
 //! This is the only module that spells out raw DLPack structs; everything else works with the
 //! safe description in `crate::tensor`. Sizes and field offsets are checked at compile time so a
 //! layout mistake cannot build.
+
+pub mod python;
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};

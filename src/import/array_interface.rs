@@ -4,12 +4,13 @@
 use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyInt, PyString, PyTuple};
-use pyo3::{ffi, intern};
 
 use super::buffer::View;
 use crate::error::{Error, Result};
+use crate::ffi::python;
 use crate::ffi::{PyArrayInterface, array_struct_flags};
 use crate::tensor::dtype::{self, DType, Element, TypeStr};
 use crate::tensor::{Device, Layout, Owner, Tensor};
@@ -273,13 +274,18 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
             type_name(e.into_inner().as_any())
         ))
     })?;
-    // SAFETY: `capsule` is a live capsule; we ask for the pointer under the capsule's own name.
+    // SAFETY: `capsule` is a live capsule, and we hold the GIL (`capsule` proves it); we ask
+    // for the pointer under the capsule's own name.
     let info = unsafe {
-        let name = ffi::PyCapsule_GetName(capsule.as_ptr());
-        if name.is_null() && !ffi::PyErr_Occurred().is_null() {
+        let name = python::capsule_name(capsule.as_ptr());
+        if name.is_null() && python::error_occurred() {
             return Err(PyErr::fetch(source.py()).into());
         }
-        ffi::PyCapsule_GetPointer(capsule.as_ptr(), name) as *const PyArrayInterface
+        let info = python::capsule_pointer(capsule.as_ptr(), name);
+        if info.is_null() {
+            python::clear_error(); // ours says more
+        }
+        info as *const PyArrayInterface
     };
     if info.is_null() {
         return Err(Error::value(

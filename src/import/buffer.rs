@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 use std::mem::{ManuallyDrop, MaybeUninit};
 
-use pyo3::ffi;
+use crate::ffi::python::{self, Py_buffer};
 use pyo3::prelude::*;
 
 use crate::error::{Error, Result};
@@ -19,15 +19,14 @@ impl View {
     /// Request a full (strided, formatted, possibly indirect) read-only-or-better view, so we see
     /// the exporter's real layout and writability, and suboffsets when it has them.
     pub fn acquire(obj: &Bound<'_, PyAny>) -> Result<View> {
-        let mut raw = Box::new(MaybeUninit::<ffi::Py_buffer>::zeroed());
-        // SAFETY: `raw` is writable storage for one Py_buffer; `obj` is a live object.
-        let rc =
-            unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), raw.as_mut_ptr(), ffi::PyBUF_FULL_RO) };
-        if rc != 0 {
+        let mut raw = Box::new(MaybeUninit::<Py_buffer>::zeroed());
+        // SAFETY: `raw` is writable storage for one Py_buffer; the filled view is released
+        // once, by its `Owner`.
+        if !unsafe { python::get_buffer(obj, raw.as_mut_ptr(), python::PyBUF_FULL_RO) } {
             return Err(PyErr::fetch(obj.py()).into());
         }
-        // SAFETY: PyObject_GetBuffer succeeded, so the view is initialised.
-        let view: Box<ffi::Py_buffer> = unsafe { Box::from_raw(Box::into_raw(raw).cast()) };
+        // SAFETY: the view was filled, so it is initialised.
+        let view: Box<Py_buffer> = unsafe { Box::from_raw(Box::into_raw(raw).cast()) };
         Ok(View {
             owner: Owner::Buffer {
                 view,
@@ -36,7 +35,7 @@ impl View {
         })
     }
 
-    pub fn raw(&self) -> &ffi::Py_buffer {
+    pub fn raw(&self) -> &Py_buffer {
         match &self.owner {
             Owner::Buffer { view, .. } => view,
             _ => unreachable!("a View always owns a buffer"),
@@ -105,6 +104,5 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
 
 /// Whether `obj` exports buffers.
 pub fn supports(obj: &Bound<'_, PyAny>) -> bool {
-    // SAFETY: `obj` is a live object; the check has no side effects.
-    unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) != 0 }
+    python::supports_buffer(obj)
 }

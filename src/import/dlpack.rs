@@ -10,9 +10,10 @@ use std::ptr::NonNull;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
-use pyo3::{PyTypeInfo, ffi, intern};
+use pyo3::{PyTypeInfo, intern};
 
 use crate::error::{Error, Result};
+use crate::ffi::python;
 use crate::ffi::{
     CAPSULE_LEGACY, CAPSULE_LEGACY_USED, CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED,
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
@@ -79,8 +80,9 @@ pub unsafe fn import_exchange_api(obj: &Bound<'_, PyAny>, table: usize) -> Optio
     // SAFETY: the producer's function, called with an object of its type and an out slot.
     let status = unsafe { export(obj.as_ptr().cast(), &mut managed) };
     if status != 0 || managed.is_null() {
-        // SAFETY: the producer may have set an exception; the Python path reports its own.
-        unsafe { ffi::PyErr_Clear() };
+        // SAFETY: the producer may have set an exception; the Python path reports its own. We
+        // hold the GIL (`obj` proves it).
+        unsafe { python::clear_error() };
         return None;
     }
     // SAFETY: on success the producer handed us ownership of a valid managed tensor.
@@ -103,11 +105,11 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
         )));
     }
     let ptr = capsule.as_ptr();
-    // SAFETY: `ptr` is a live capsule.
-    let name = unsafe { ffi::PyCapsule_GetName(ptr) };
+    // SAFETY: `ptr` is a live capsule, and we hold the GIL (`capsule` proves it).
+    let name = unsafe { python::capsule_name(ptr) };
     if name.is_null() {
-        // SAFETY: clears a possible error from GetName; always safe with the GIL.
-        unsafe { ffi::PyErr_Clear() };
+        // SAFETY: clears a possible error from GetName; we hold the GIL.
+        unsafe { python::clear_error() };
         return Err(Error::type_(
             "a PyCapsule without a name is not a DLPack capsule",
         ));
@@ -133,11 +135,11 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
     // SAFETY: the name matches, so GetPointer returns the managed tensor (never null for a
     // valid DLPack capsule, checked below); renaming marks it consumed, as the protocol asks.
     let managed = unsafe {
-        let managed = ffi::PyCapsule_GetPointer(ptr, current.as_ptr());
+        let managed = python::capsule_pointer(ptr, current.as_ptr());
         if managed.is_null() {
             return Err(PyErr::fetch(capsule.py()).into());
         }
-        if ffi::PyCapsule_SetName(ptr, used.as_ptr()) != 0 {
+        if !python::capsule_rename(ptr, used) {
             return Err(PyErr::fetch(capsule.py()).into());
         }
         NonNull::new_unchecked(managed)

@@ -19,6 +19,7 @@ use pyo3::{PyTypeInfo, intern};
 use super::AddressMap;
 use super::array_interface::resolve_dtype;
 use crate::error::Result;
+use crate::ffi::python;
 use crate::ffi::{DLDataType, NPY_ARRAY_WRITEABLE, NumpyArrayFields};
 use crate::tensor::dtype::Element;
 use crate::tensor::{DType, Device, Layout, Owner, Tensor};
@@ -32,10 +33,7 @@ pub fn is_ndarray_type(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
     };
     let is_ndarray =
         named(intern!(py, "__module__"), "numpy") && named(intern!(py, "__name__"), "ndarray");
-    // SAFETY: `ty` is a live type object.
-    let static_type = unsafe { pyo3::ffi::PyType_GetFlags(ty.as_type_ptr()) }
-        & pyo3::ffi::Py_TPFLAGS_HEAPTYPE
-        == 0;
+    let static_type = !python::is_heap_type(ty);
     if is_ndarray && static_type {
         NDARRAY.store(ty.as_type_ptr(), Ordering::Relaxed);
     }
@@ -44,13 +42,13 @@ pub fn is_ndarray_type(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
 
 /// numpy's ndarray type once a probe found it: a static type, which lives as long as the
 /// process, so its address identifies it (`import` checks it before any per-type lookup).
-static NDARRAY: AtomicPtr<pyo3::ffi::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
+static NDARRAY: AtomicPtr<python::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Whether `obj` is exactly numpy's ndarray, as a previous probe found it (false before).
 pub fn is_exact_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     let ndarray = NDARRAY.load(Ordering::Relaxed);
     // SAFETY: `obj` is a live object; reading its type pointer touches nothing else.
-    !ndarray.is_null() && unsafe { pyo3::ffi::Py_TYPE(obj.as_ptr()) } == ndarray
+    !ndarray.is_null() && unsafe { python::type_of(obj.as_ptr()) } == ndarray
 }
 
 /// Byte offset of the fields after the object header, once the self-check passed. (A
@@ -152,7 +150,7 @@ fn publish(key: usize, element: Option<Element>) {
     LAST_SEQ.fetch_add(1, Ordering::Release);
 }
 
-fn element(array: &Bound<'_, PyAny>, descr: *mut pyo3::ffi::PyObject) -> Option<Element> {
+fn element(array: &Bound<'_, PyAny>, descr: *mut python::PyObject) -> Option<Element> {
     let key = descr as usize;
     if let Some(element) = last(key) {
         return element;

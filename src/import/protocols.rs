@@ -8,8 +8,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyType};
 
 use super::AddressMap;
+use crate::ffi::python;
 use crate::ffi::{CAPSULE_EXCHANGE_API, DLPACK_MAJOR_VERSION, DLPackExchangeAPI};
-use pyo3::{ffi, intern};
+use pyo3::intern;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Protocols {
@@ -61,9 +62,7 @@ pub fn of_type(ty: &Bound<'_, PyType>) -> Protocols {
 fn probe(ty: &Bound<'_, PyType>) -> Protocols {
     let py = ty.py();
     let has = |name| ty.hasattr(name).unwrap_or(true);
-    // SAFETY: `ty` is a live type object.
-    let heap_type =
-        unsafe { ffi::PyType_GetFlags(ty.as_type_ptr()) } & ffi::Py_TPFLAGS_HEAPTYPE != 0;
+    let heap_type = python::is_heap_type(ty);
     let dict_offset = ty
         .getattr(intern!(py, "__dictoffset__"))
         .and_then(|v| v.extract::<isize>())
@@ -92,11 +91,12 @@ fn exchange_api(ty: &Bound<'_, PyType>) -> Option<usize> {
         .getattr_opt(intern!(py, "__dlpack_c_exchange_api__"))
         .ok()??;
     let capsule = capsule.cast::<PyCapsule>().ok()?;
-    // SAFETY: `capsule` is a live capsule; a wrong name gives NULL (and an error we clear).
+    // SAFETY: `capsule` is a live capsule, and we hold the GIL (`capsule` proves it); a wrong
+    // name gives NULL (and an error we clear).
     let table = unsafe {
-        let table = ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE_EXCHANGE_API.as_ptr());
+        let table = python::capsule_pointer(capsule.as_ptr(), CAPSULE_EXCHANGE_API.as_ptr());
         if table.is_null() {
-            ffi::PyErr_Clear();
+            python::clear_error();
             return None;
         }
         &*(table as *const DLPackExchangeAPI)

@@ -17,6 +17,7 @@ use pyo3::types::PyCapsule;
 use super::{self as object, DLPackObject};
 use crate::error::{Error, Result};
 use crate::export::capsule::{self, Source};
+use crate::ffi::python;
 use crate::ffi::{
     CAPSULE_EXCHANGE_API, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
     DLPackExchangeAPI, DLPackExchangeAPIHeader, DLPackSetError, DLPackVersion, DLTensor,
@@ -48,11 +49,9 @@ static TABLE: Table = Table(DLPackExchangeAPI {
 /// The capsule for `DLPackObject.__dlpack_c_exchange_api__`.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table: *const DLPackExchangeAPI = &TABLE.0;
-    // SAFETY: the pointer is to a 'static table, the name a 'static C string; no destructor is
-    // needed because nothing is owned.
+    // SAFETY: the pointer is to a 'static table, so no destructor is needed; we hold the GIL.
     unsafe {
-        let capsule =
-            pyo3::ffi::PyCapsule_New(table.cast_mut().cast(), CAPSULE_EXCHANGE_API.as_ptr(), None);
+        let capsule = python::capsule_new_static(table.cast_mut().cast(), CAPSULE_EXCHANGE_API);
         Ok(Bound::from_owned_ptr_or_err(py, capsule)?.cast_into_unchecked())
     }
 }
@@ -109,7 +108,7 @@ unsafe extern "C" fn managed_tensor_from_py_object(
         if py_object.is_null() {
             return false;
         }
-        let _gil = capsule::GilState::ensure();
+        let _gil = python::GilState::ensure();
         let py = Python::assume_attached();
         let any = pyo3::Borrowed::from_ptr(py, py_object.cast());
         match object::state(&any).and_then(|state| state.export_managed_in_place(&any)) {
@@ -198,10 +197,10 @@ fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorVersione
         .ok()
         .filter(|&n| n <= layout::MAX_NDIM && (n == 0 || !prototype.shape.is_null()))
         .ok_or_else(|| Error::value(format!("prototype with ndim {}", prototype.ndim)))?;
-    // SAFETY: a prototype's shape has `ndim` entries.
     let shape = if ndim == 0 {
         &[][..]
     } else {
+        // SAFETY: a prototype's shape has `ndim` entries.
         unsafe { std::slice::from_raw_parts(prototype.shape, ndim) }
     };
     let layout = Layout::from_byte_strides(shape, None, dtype.itemsize())?;

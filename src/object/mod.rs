@@ -1,6 +1,8 @@
 //! The Python face: `asdlpack(obj)` and the `DLPackObject` it returns, whose `__dlpack__`
-//! follows the array API standard's argument rules. `pytype` is the type's CPython side.
+//! follows the array API standard's argument rules, and `copyto`. `pytype` is the type's CPython
+//! side, `arguments` reads its calls' arguments, `exchange_api` is its DLPack C exchange API.
 
+mod arguments;
 mod exchange_api;
 mod pytype;
 
@@ -9,14 +11,14 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyTuple};
+use pyo3::types::PyTuple;
 
 use crate::copy;
 use crate::error::{Error, Result};
 use crate::export::capsule::{self, Kind, Source};
-use crate::export::policy::{self, MANAGED_REQUEST, Request, reported_minor};
-use crate::ffi::{DLDevice, DLManagedTensorVersioned, device_type};
+use crate::export::policy::{self, MANAGED_REQUEST, Request};
+use crate::ffi::python::{self, GilCell};
+use crate::ffi::{DLDevice, DLManagedTensorVersioned};
 use crate::import::{self, array_interface::to_i64, array_interface::type_name};
 use crate::tensor::{Device, Tensor, layout};
 
@@ -60,55 +62,6 @@ fn asdlpack_known<'py>(obj: &Bound<'py, PyAny>) -> Option<PyResult<Bound<'py, Py
             import::import_known_into(obj, &raw mut (*state).tensor)
         })
     }
-}
-
-/// `asdlpack(obj)` as CPython calls it (`METH_FASTCALL | METH_KEYWORDS`): one argument,
-/// positional or named `obj`, read by hand (PyO3's general parser cost a fifth of the call).
-///
-/// # Safety
-/// Called by CPython through PyO3's trampoline: `args` holds `nargs` positional arguments
-/// followed by one value per name in `kwnames` (a tuple of strings, or null).
-unsafe fn asdlpack_method(
-    py: Python<'_>,
-    _module: *mut pyo3::ffi::PyObject,
-    args: *const *mut pyo3::ffi::PyObject,
-    nargs: pyo3::ffi::Py_ssize_t,
-    kwnames: *mut pyo3::ffi::PyObject,
-) -> PyResult<*mut pyo3::ffi::PyObject> {
-    let keywords = if kwnames.is_null() {
-        0
-    } else {
-        // SAFETY: `kwnames` is a tuple.
-        unsafe { pyo3::ffi::PyTuple_Size(kwnames) }
-    };
-    let keyword = (keywords == 1).then(|| {
-        // SAFETY: with one keyword, `kwnames` holds one name, borrowed from the tuple.
-        unsafe { Bound::from_borrowed_ptr(py, pyo3::ffi::PyTuple_GetItem(kwnames, 0)) }
-    });
-    let type_error = |message: String| Err(pyo3::exceptions::PyTypeError::new_err(message));
-    match (nargs + keywords, &keyword) {
-        (0, _) => return type_error("asdlpack() missing required argument 'obj'".into()),
-        (1, Some(name))
-            if !name
-                .cast::<pyo3::types::PyString>()
-                .is_ok_and(|n| n == "obj") =>
-        {
-            return type_error(format!(
-                "asdlpack() got an unexpected keyword argument '{}'",
-                name.str()?
-            ));
-        }
-        (1, _) => {}
-        (given, _) => {
-            return type_error(format!(
-                "asdlpack() takes exactly one argument ({given} given)"
-            ));
-        }
-    }
-    // SAFETY: the one argument, positional or keyword, is the first value; the caller holds it
-    // for the call.
-    let obj = unsafe { pyo3::Borrowed::from_ptr(py, *args) };
-    Ok(asdlpack(&obj)?.into_ptr())
 }
 
 /// Copy `src` into the existing array `dst`, as `numpy.copyto(dst, src)` does: any supported
@@ -208,90 +161,6 @@ pub fn _footprint(ndim: usize) -> Vec<(&'static str, usize)> {
     ]
 }
 
-/// A pair of ints, as consumers pass `max_version` and `dl_device`: an exact tuple of two exact
-/// ints read in place, without the checks and conversions `int_pair` needs for anything else.
-fn exact_int_pair(value: &Bound<'_, PyAny>) -> Option<(i64, i64)> {
-    use pyo3::ffi;
-    let tuple = value.as_ptr();
-    // SAFETY: `value` is a live object; the tuple calls run only on an exact tuple of size 2,
-    // and give borrowed items that the tuple keeps alive. PyLong_AsLongAndOverflow on an exact
-    // int reports overflow in its flag and raises nothing.
-    unsafe {
-        if ffi::PyTuple_CheckExact(tuple) == 0 || ffi::PyTuple_Size(tuple) != 2 {
-            return None;
-        }
-        let item = |k| {
-            let item = ffi::PyTuple_GetItem(tuple, k);
-            if item.is_null() || ffi::PyLong_CheckExact(item) == 0 {
-                return None;
-            }
-            let mut overflow = 0;
-            let v = ffi::PyLong_AsLongAndOverflow(item, &mut overflow);
-            (overflow == 0 && (v != -1 || ffi::PyErr_Occurred().is_null())).then_some(v as i64)
-        };
-        Some((item(0)?, item(1)?))
-    }
-}
-
-fn int_pair(value: &Bound<'_, PyAny>, what: &str) -> Result<(i64, i64)> {
-    if let Some(pair) = exact_int_pair(value) {
-        return Ok(pair);
-    }
-    let bad_type = || {
-        Error::type_(format!(
-            "{what} must be a tuple of two ints, not {}",
-            type_name(value)
-        ))
-    };
-    let tuple = value.cast::<PyTuple>().map_err(|_| bad_type())?;
-    if tuple.len() != 2 {
-        return Err(bad_type());
-    }
-    Ok((
-        to_i64(&tuple.get_item(0)?, what)?,
-        to_i64(&tuple.get_item(1)?, what)?,
-    ))
-}
-
-/// `__dlpack__`'s keyword arguments, checked, as the export policy's request.
-fn parse_request(
-    stream: Option<&Bound<'_, PyAny>>,
-    max_version: Option<&Bound<'_, PyAny>>,
-    dl_device: Option<&Bound<'_, PyAny>>,
-    copy: Option<&Bound<'_, PyAny>>,
-) -> Result<Request> {
-    let stream = stream.map(|s| to_i64(s, "stream")).transpose()?;
-    let versioned_minor = match max_version {
-        None => None,
-        Some(v) => {
-            let (major, minor) = int_pair(v, "max_version")?;
-            reported_minor(major, minor).ok_or_else(|| {
-                Error::value(format!("max_version ({major}, {minor}) is negative"))
-            })?
-        }
-    };
-    let dl_device = dl_device
-        .map(|d| {
-            let (kind, id) = int_pair(d, "dl_device")?;
-            let kind =
-                i32::try_from(kind).map_err(|_| Error::value(format!("dl_device type {kind}")))?;
-            let id = i32::try_from(id).map_err(|_| Error::value(format!("dl_device id {id}")))?;
-            Ok::<_, Error>(DLDevice {
-                device_type: kind,
-                device_id: id,
-            })
-        })
-        .transpose()?;
-    let copy = copy
-        .map(|c| {
-            c.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
-                Error::type_(format!("copy must be a bool or None, not {}", type_name(c)))
-            })
-        })
-        .transpose()?;
-    Ok(Request::new(stream, versioned_minor, dl_device, copy))
-}
-
 impl DLPackObject {
     pub fn new(tensor: Tensor) -> Self {
         DLPackObject {
@@ -310,7 +179,7 @@ impl DLPackObject {
         self.producer.is_some()
             || self.tensor.owner.for_each_object(|object| {
                 // SAFETY: the owner's objects are live (it holds references to them).
-                unsafe { pyo3::ffi::PyType_IS_GC(pyo3::ffi::Py_TYPE(object)) }
+                c_int::from(unsafe { python::is_collected(object) })
             }) != 0
     }
 
@@ -318,7 +187,7 @@ impl DLPackObject {
     /// and returns, the first non-zero result.
     fn for_each_reference(
         &self,
-        mut visit: impl FnMut(*mut pyo3::ffi::PyObject) -> c_int,
+        mut visit: impl FnMut(*mut python::PyObject) -> c_int,
     ) -> c_int {
         if let Some(producer) = &self.producer {
             let code = visit(producer.as_ptr());
@@ -341,14 +210,14 @@ impl DLPackObject {
         unsafe {
             let DLPackObject { tensor, producer } = &mut *state;
             if let Some(producer) = std::ptr::read(producer) {
-                pyo3::ffi::Py_DecRef(producer.into_ptr());
+                python::decref(producer.into_ptr());
             }
             Tensor::release_attached_in_place(tensor);
         }
     }
 
     /// What the export of this object's tensor shares it through: a reference to the object.
-    fn held<'a>(&'a self, slf: &Bound<'_, PyAny>) -> Source<'a> {
+    pub(super) fn held<'a>(&'a self, slf: &Bound<'_, PyAny>) -> Source<'a> {
         Source::Held {
             holder: slf.clone().unbind(),
             tensor: &self.tensor,
@@ -402,201 +271,47 @@ impl DLPackObject {
     }
 }
 
-/// `__dlpack__`'s parameters, all keyword-only, in signature order.
-const KEYWORDS: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];
-
-/// `DLPackObject.__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`, with
-/// its keywords matched by hand: PyO3's general argument parser cost as much as the export
-/// itself. Consumers name keywords with interned strings (Python code) or with their own
-/// strings (numpy's C code), so names are matched by identity first, then by length (the four
-/// differ) and contents.
-///
-/// # Safety
-/// Called by CPython as a `METH_FASTCALL | METH_KEYWORDS` method of `DLPackObject` (through
-/// PyO3's trampoline, which holds the GIL count and catches panics): `slf` is the instance,
-/// `args` holds `nargs` positional arguments followed by one value per name in `kwnames` (a
-/// tuple of strings, or null).
-unsafe fn dlpack_method(
-    py: Python<'_>,
-    slf: *mut pyo3::ffi::PyObject,
-    args: *const *mut pyo3::ffi::PyObject,
-    nargs: pyo3::ffi::Py_ssize_t,
-    kwnames: *mut pyo3::ffi::PyObject,
-) -> PyResult<*mut pyo3::ffi::PyObject> {
-    // SAFETY: CPython's method descriptor checked that `slf` is a DLPackObject (a final class),
-    // which the caller holds for the call; the arguments are as the contract says.
-    let (object, values) = unsafe {
-        (
-            pytype::state_unchecked(slf),
-            dlpack_arguments(py, args, nargs, kwnames)?,
-        )
-    };
-    // SAFETY: as above.
-    let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
-    let [stream, max_version, dl_device, copy] = &values;
-    let request = parse_request(
-        stream.as_deref(),
-        max_version.as_deref(),
-        dl_device.as_deref(),
-        copy.as_deref(),
-    )?;
-    Ok(object.export(&slf, request)?.into_ptr())
-}
-
-/// `__dlpack__`'s fast path, for `pytype`'s entry point (outside PyO3's, so it runs no Python
-/// code and makes no errors of its own): the common request, as
-/// `DLPackObject::in_place` serves it. `None`: take `dlpack_method`, which also gives errors;
-/// `Some(Err)`: the capsule could not be made.
-///
-/// # Safety
-/// As for `dlpack_method`.
-unsafe fn dlpack_common(
-    py: Python<'_>,
-    slf: *mut pyo3::ffi::PyObject,
-    args: *const *mut pyo3::ffi::PyObject,
-    nargs: pyo3::ffi::Py_ssize_t,
-    kwnames: *mut pyo3::ffi::PyObject,
-) -> Option<Result<*mut pyo3::ffi::PyObject>> {
-    // SAFETY: as in `dlpack_method`.
-    let (object, [stream, max_version, dl_device, copy]) = unsafe {
-        (
-            pytype::state_unchecked(slf),
-            pytype::common_arguments(args, nargs, kwnames)?,
-        )
-    };
-    if !stream.is_null() || !dl_device.is_null() {
-        return None;
-    }
-    let versioned_minor = if max_version.is_null() {
-        None
-    } else {
-        // SAFETY: a live argument, and we hold the GIL.
-        unsafe { versioned_minor(py, max_version)? }
-    };
-    // SAFETY: reading the address of the False singleton.
-    let copy = match copy {
-        c if c.is_null() => None,
-        c if c == unsafe { pyo3::ffi::Py_False() } => Some(false),
-        _ => return None,
-    };
-    let request = Request::new(None, versioned_minor, None, copy);
-    let (device, kind) = policy::in_place(&object.tensor, &request)?;
-    // SAFETY: as above; the capsule takes a reference of its own.
-    let slf = unsafe { pyo3::Borrowed::from_ptr(py, slf) };
-    let source = object.held(&slf);
-    Some(capsule::to_capsule(py, source, device, kind).map(Bound::into_ptr))
-}
-
-/// The last `max_version` tuple `versioned_minor` read, held (so its address can't be reused)
-/// with what it asked for: consumers pass the same tuple on every call (numpy's is static).
-static LAST_MAX_VERSION: pytype::GilCell<(usize, Option<u32>)> = pytype::GilCell::new((0, None));
-
-/// `reported_minor` for `max_version`, an exact tuple of two ints that are not negative; `None`
-/// for anything else (the general parser then accepts or rejects it).
-///
-/// # Safety
-/// `max_version` is a live object; the caller holds the GIL.
-unsafe fn versioned_minor(
-    py: Python<'_>,
-    max_version: *mut pyo3::ffi::PyObject,
-) -> Option<Option<u32>> {
-    // SAFETY: per the contract, we hold the GIL, so the cache is ours for the call.
-    let last = unsafe { LAST_MAX_VERSION.get() };
-    if last.0 == max_version as usize {
-        return Some(last.1);
-    }
-    // SAFETY: per the contract.
-    let version = unsafe { pyo3::Borrowed::from_ptr(py, max_version) };
-    let (major, minor) = exact_int_pair(&version)?;
-    let minor = reported_minor(major, minor)?;
-    // SAFETY: the cache holds a strong reference to its tuple (an exact tuple of ints, whose
-    // release runs no Python code), taken here and released when replaced.
-    unsafe {
-        pyo3::ffi::Py_IncRef(max_version);
-        let old = std::mem::replace(last, (max_version as usize, minor)).0;
-        if old != 0 {
-            pyo3::ffi::Py_DecRef(old as *mut pyo3::ffi::PyObject);
-        }
-    }
-    Some(minor)
-}
-
-/// `__dlpack__`'s keyword values in `KEYWORDS` order (None for absent or None).
-///
-/// # Safety
-/// As for `dlpack_method`; the values borrow the caller's arguments.
-unsafe fn dlpack_arguments<'a, 'py>(
-    py: Python<'py>,
-    args: *const *mut pyo3::ffi::PyObject,
-    nargs: pyo3::ffi::Py_ssize_t,
-    kwnames: *mut pyo3::ffi::PyObject,
-) -> PyResult<[Option<pyo3::Borrowed<'a, 'py, PyAny>>; 4]> {
-    use pyo3::ffi;
-    if nargs != 0 {
-        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "DLPackObject.__dlpack__() takes 0 positional arguments but {nargs} {} given",
-            if nargs == 1 { "was" } else { "were" }
-        )));
-    }
-    let mut values: [Option<pyo3::Borrowed<'a, 'py, PyAny>>; 4] = [None, None, None, None];
-    if kwnames.is_null() {
-        return Ok(values);
-    }
-    // SAFETY: `kwnames` is a tuple (of strings, for any call CPython makes).
-    let names = unsafe { Bound::from_borrowed_ptr(py, kwnames) };
-    let names = names.cast::<PyTuple>()?;
-    for (k, name) in names.iter().enumerate() {
-        // SAFETY: we hold the GIL (`py`).
-        let slot = match unsafe { pytype::interned_keyword_slot(name.as_ptr()) } {
-            Some(slot) => Some(slot),
-            None => keyword_slot(&name),
-        };
-        let Some(slot) = slot else {
-            let name = name.str().map(|n| n.to_string()).unwrap_or_default();
-            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                "DLPackObject.__dlpack__() got an unexpected keyword argument '{name}'"
-            )));
-        };
-        // SAFETY: one value per keyword name follows the (zero) positional arguments.
-        let value = unsafe { *args.add(k) };
-        if values[slot].is_some() {
-            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                "DLPackObject.__dlpack__() got multiple values for argument '{}'",
-                KEYWORDS[slot]
-            )));
-        }
-        // SAFETY: the value is a live object the caller holds for the call; None means the
-        // argument's default.
-        if value != unsafe { ffi::Py_None() } {
-            values[slot] = Some(unsafe { pyo3::Borrowed::from_ptr(py, value) });
-        }
-    }
-    Ok(values)
-}
-
-/// The parameter a keyword names, for names that are not our interned strings.
-fn keyword_slot(name: &Bound<'_, PyAny>) -> Option<usize> {
-    let name = name.cast::<pyo3::types::PyString>().ok()?;
-    // SAFETY: `name` is a live str.
-    let length = unsafe { pyo3::ffi::PyUnicode_GetLength(name.as_ptr()) };
-    let slot = KEYWORDS.iter().position(|k| k.len() as isize == length)?;
-    (name.to_str().ok()? == KEYWORDS[slot]).then_some(slot)
-}
+/// `(1, 0)`, the device of CPU memory, once made (asked on every torch exchange).
+static CPU_DEVICE: GilCell<usize> = GilCell::new(0);
 
 /// The Python-visible behaviour behind `pytype`'s entry points.
 impl DLPackObject {
     /// `(device_type, device_id)`, for `__dlpack_device__()` and the `device` property.
     fn dlpack_device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let device = self.tensor.device.get()?;
-        if device.device_type == device_type::CPU && device.device_id == 0 {
-            // Asked on every torch exchange: the common answer is built once.
-            static CPU: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
-            let cpu = CPU.get_or_try_init(py, || {
-                PyTuple::new(py, [device_type::CPU, 0]).map(Bound::unbind)
-            })?;
-            return Ok(cpu.bind(py).clone());
+        let tuple = PyTuple::new(py, [device.device_type, device.device_id])?;
+        if device == DLDevice::CPU {
+            // SAFETY: we hold the GIL (`py`); the cache keeps a reference of its own (leaked:
+            // one tuple per process).
+            unsafe {
+                let cached = CPU_DEVICE.get();
+                if *cached == 0 {
+                    *cached = tuple.clone().into_ptr() as usize;
+                }
+            }
         }
-        PyTuple::new(py, [device.device_type, device.device_id])
+        Ok(tuple)
+    }
+
+    /// `__dlpack_device__()` of CPU memory once its tuple is made (a new reference to it);
+    /// `None` otherwise.
+    ///
+    /// # Safety
+    /// The caller holds the GIL.
+    #[inline(always)]
+    unsafe fn cached_dlpack_device(&self) -> Option<*mut python::PyObject> {
+        if !matches!(self.tensor.device, Device::Known(d) if d == DLDevice::CPU) {
+            return None;
+        }
+        // SAFETY: per the contract; the cached tuple is alive (the cache holds a reference).
+        unsafe {
+            let cached = *CPU_DEVICE.get() as *mut python::PyObject;
+            if cached.is_null() {
+                return None;
+            }
+            python::incref(cached);
+            Some(cached)
+        }
     }
 
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

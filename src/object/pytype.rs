@@ -1,69 +1,41 @@
-//! The `DLPackObject` Python type, written against CPython's type API instead of as a PyO3
-//! `#[pyclass]`: `asdlpack` makes one object per call, so its allocation, deallocation and entry
-//! points are part of every exchange. Here:
+//! The `DLPackObject` Python type, written against CPython's type API (through
+//! `crate::ffi::python`) instead of as a PyO3 `#[pyclass]`: `asdlpack` makes one object per
+//! call, so its allocation, deallocation and entry points are part of every exchange. Here:
 //! - instances come from a small free list (GIL-protected), and return to it;
 //! - an instance is tracked by the garbage collector only when it can be part of a cycle (it
 //!   references a garbage-collected object): a numpy array or bytes owner can't be;
-//! - deallocation releases Python references directly (CPython holds the GIL there), without
-//!   PyO3's attach bookkeeping;
-//! - `asdlpack` and `__dlpack__` read their arguments by hand.
-//!
-//! Every other entry point (getters, `__repr__`, `__dlpack_device__`) goes through PyO3's own
-//! trampolines, which count the GIL, turn errors into exceptions and stop panics.
+//! - deallocation releases Python references directly (CPython holds the GIL there);
+//! - `asdlpack`, `__dlpack__` and `__dlpack_device__` serve their common case directly, without
+//!   attaching through PyO3; everything else runs in `entry`, on PyO3's public API, which
+//!   raises errors and stops panics at the boundary.
 
-use std::cell::UnsafeCell;
 use std::ffi::{CStr, c_int, c_void};
 use std::mem::MaybeUninit;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use pyo3::ffi;
+use pyo3::panic::PanicException;
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyModule, PyString, PyType};
 
-use super::DLPackObject;
+use super::{DLPackObject, arguments};
+use crate::error::Result;
+use crate::export::capsule;
+use crate::export::policy::{self, Request};
+use crate::ffi::python::{self, GilCell, Py_ssize_t, PyObject, PyTypeObject};
 
 /// An instance's memory: the object header, then our state (initialised while the instance is
-/// alive; moved out when it dies).
+/// alive; released in place when it dies).
 #[repr(C)]
 struct Instance {
-    header: ffi::PyObject,
+    header: PyObject,
     state: MaybeUninit<DLPackObject>,
 }
 
 /// The type, once created (the module holds it, and so does the reference leaked here: it lives
 /// as long as the process).
-static TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(ptr::null_mut());
-
-unsafe extern "C" {
-    /// CPython's allocator for garbage-collected objects (stable ABI): unlike
-    /// `PyType_GenericAlloc` it neither zeroes nor tracks the object, so the state is written
-    /// before the collector can see it.
-    fn _PyObject_GC_New(ty: *mut ffi::PyTypeObject) -> *mut ffi::PyObject;
-}
-
-/// State shared by the entry points, guarded by the GIL (the extension is built for
-/// GIL-enabled CPython only: abi3) instead of a lock.
-pub struct GilCell<T>(UnsafeCell<T>);
-
-// SAFETY: the contents are only reached through `get`, whose callers hold the GIL, so by one
-// thread at a time.
-unsafe impl<T: Send> Sync for GilCell<T> {}
-
-impl<T> GilCell<T> {
-    pub const fn new(value: T) -> Self {
-        GilCell(UnsafeCell::new(value))
-    }
-
-    /// # Safety
-    /// The caller holds the GIL, and doesn't call `get` again (on this cell) while it uses the
-    /// result.
-    #[allow(clippy::mut_from_ref, reason = "the GIL is the lock")]
-    pub unsafe fn get(&self) -> &mut T {
-        // SAFETY: per the contract, this is the only reference for its lifetime.
-        unsafe { &mut *self.0.get() }
-    }
-}
+static TYPE: AtomicPtr<PyTypeObject> = AtomicPtr::new(ptr::null_mut());
 
 /// Dead instances kept for reuse, the way CPython keeps its own free lists.
 struct FreeList {
@@ -79,20 +51,20 @@ static FREE: FreeList = FreeList {
 impl FreeList {
     /// # Safety
     /// The caller holds the GIL.
-    unsafe fn pop(&self) -> Option<*mut ffi::PyObject> {
+    unsafe fn pop(&self) -> Option<*mut PyObject> {
         // SAFETY: per the contract, nobody else touches the list meanwhile.
         let (slots, len) = unsafe { self.slots.get() };
         (*len > 0).then(|| {
             *len -= 1;
-            slots[*len] as *mut ffi::PyObject
+            slots[*len] as *mut PyObject
         })
     }
 
-    /// Keep `instance` (dead: untracked, state moved out); false when the list is full.
+    /// Keep `instance` (dead: untracked, state released); false when the list is full.
     ///
     /// # Safety
     /// The caller holds the GIL.
-    unsafe fn push(&self, instance: *mut ffi::PyObject) -> bool {
+    unsafe fn push(&self, instance: *mut PyObject) -> bool {
         // SAFETY: per the contract, nobody else touches the list meanwhile.
         let (slots, len) = unsafe { self.slots.get() };
         if *len == FREE_LIST_SIZE {
@@ -104,68 +76,11 @@ impl FreeList {
     }
 }
 
-/// `__dlpack__`'s keyword names, interned (as CPython interns names in calls): `KEYWORDS`' order.
-static KEYWORD_NAMES: GilCell<[usize; 4]> = GilCell::new([0; 4]);
-
-/// The `KEYWORDS` slot `name` is, if it is one of our interned names (compared by address).
-///
-/// # Safety
-/// The caller holds the GIL.
-#[inline(always)]
-pub unsafe fn interned_keyword_slot(name: *mut ffi::PyObject) -> Option<usize> {
-    // SAFETY: per the contract; the table is read, not kept.
-    let names = unsafe { *KEYWORD_NAMES.get() };
-    names.iter().position(|&n| n == name as usize)
-}
-
-/// `__dlpack__`'s arguments when passed the common way, for its fast path: keywords only, each
-/// named by the interned string (as Python code and numpy name them) and given once. Values in
-/// `KEYWORDS` order, null for absent or None; `None` for any other call (the general parser then
-/// accepts or rejects it).
-///
-/// # Safety
-/// As CPython passes fast-call arguments (see `super::dlpack_method`), holding the GIL.
-#[inline(always)]
-pub unsafe fn common_arguments(
-    args: *const *mut ffi::PyObject,
-    nargs: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> Option<[*mut ffi::PyObject; 4]> {
-    let mut values = [ptr::null_mut(); 4];
-    if nargs != 0 {
-        return None;
-    }
-    if kwnames.is_null() {
-        return Some(values);
-    }
-    // SAFETY: per the contract: `kwnames` is a tuple of names, one value each after the
-    // (zero) positional arguments; we hold the GIL for the names table.
-    unsafe {
-        let none = ffi::Py_None();
-        for k in 0..ffi::PyTuple_Size(kwnames) {
-            let slot = interned_keyword_slot(ffi::PyTuple_GetItem(kwnames, k))?;
-            let value = *args.add(k as usize);
-            if !values[slot].is_null() {
-                return None;
-            }
-            if value != none {
-                values[slot] = value;
-            }
-        }
-    }
-    Some(values)
-}
-
 /// The `DLPackObject` type, created on first use (module initialisation).
 pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
     let mut ty = TYPE.load(Ordering::Acquire);
     if ty.is_null() {
-        for (slot, name) in super::KEYWORDS.iter().enumerate() {
-            let name = pyo3::types::PyString::intern(py, name);
-            // SAFETY: we hold the GIL; the interned name is kept alive by the reference leaked
-            // into the table.
-            unsafe { KEYWORD_NAMES.get()[slot] = name.into_ptr() as usize };
-        }
+        arguments::intern_keywords(py);
         ty = create_type(py)?;
         TYPE.store(ty, Ordering::Release);
     }
@@ -204,19 +119,19 @@ pub unsafe fn new_object_with(
             "dlpack._dlpack is not initialised",
         )));
     }
-    // SAFETY: we hold the GIL (`py`). A recycled instance is dead memory of our type's size,
-    // which `PyObject_Init` makes a live object again (with a reference to the type); a fresh
-    // one comes from the collector's allocator (likewise). The state is written before the
-    // object is tracked or shared; a declined instance is dead again (its type reference
-    // released) and goes back to the free list or the allocator.
+    // SAFETY: we hold the GIL (`py`). A recycled instance is dead memory of our type, which
+    // `revive_instance` makes a live object again (with a reference to the type); a fresh one
+    // comes live and untracked from `new_instance`. The state is written before the object is
+    // tracked or shared; a declined instance is dead again (its type reference released) and
+    // goes back to the free list or the allocator.
     unsafe {
         let object = match FREE.pop() {
             Some(object) => {
-                ffi::PyObject_Init(object, ty);
+                python::revive_instance(object, ty);
                 object
             }
             None => {
-                let object = _PyObject_GC_New(ty);
+                let object = python::new_instance(ty);
                 if object.is_null() {
                     return Some(Err(PyErr::fetch(py)));
                 }
@@ -226,13 +141,13 @@ pub unsafe fn new_object_with(
         let state = (*object.cast::<Instance>()).state.as_mut_ptr();
         if !init(state) {
             if !FREE.push(object) {
-                ffi::PyObject_GC_Del(object.cast());
+                python::free_instance(object);
             }
-            ffi::Py_DecRef(ty.cast());
+            python::decref(ty.cast());
             return None;
         }
         if (*state).references_collectable() {
-            ffi::PyObject_GC_Track(object.cast());
+            python::track(object);
         }
         Some(Ok(Bound::from_owned_ptr(py, object)))
     }
@@ -249,50 +164,50 @@ pub fn state<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a DLPackObject> {
 ///
 /// # Safety
 /// `object` is a live instance of our type, and outlives the returned reference.
-pub unsafe fn state_unchecked<'a>(object: *mut ffi::PyObject) -> &'a DLPackObject {
+pub unsafe fn state_unchecked<'a>(object: *mut PyObject) -> &'a DLPackObject {
     // SAFETY: per the contract, the state is initialised.
     unsafe { (*object.cast::<Instance>()).state.assume_init_ref() }
 }
 
 /// Whether `object` (a live object) is a `DLPackObject`; false before the type exists.
-pub fn is_instance(object: *mut ffi::PyObject) -> bool {
+pub fn is_instance(object: *mut PyObject) -> bool {
     // SAFETY: reading a live object's type (never null, unlike `TYPE` before module set-up).
-    unsafe { ffi::Py_TYPE(object) == TYPE.load(Ordering::Relaxed) }
+    unsafe { python::type_of(object) == TYPE.load(Ordering::Relaxed) }
 }
 
 /// `tp_dealloc`: untrack, release what the state holds (in place: the instance is unreachable,
 /// so the Python code this may run can't see it), then recycle or free the memory.
-unsafe extern "C" fn dealloc(object: *mut ffi::PyObject) {
+unsafe extern "C" fn dealloc(object: *mut PyObject) {
     // SAFETY: CPython calls this once, holding the GIL, on a dead instance of our type whose
     // state is initialised. The state is released exactly once; the memory then either joins
     // the free list or goes back to the collector's allocator; instances of a heap type own a
     // reference to it, released last.
     unsafe {
-        let ty = ffi::Py_TYPE(object);
-        ffi::PyObject_GC_UnTrack(object.cast());
+        let ty = python::type_of(object);
+        python::untrack(object);
         let state = (*object.cast::<Instance>()).state.as_mut_ptr();
         // A panic must not unwind into CPython; none is expected (leaking beats aborting).
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
             DLPackObject::release_attached_in_place(state);
         }));
         if !FREE.push(object) {
-            ffi::PyObject_GC_Del(object.cast());
+            python::free_instance(object);
         }
-        ffi::Py_DecRef(ty.cast());
+        python::decref(ty.cast());
     }
 }
 
 /// `tp_traverse`: the type (instances of heap types reference it), the producer and the
 /// objects that own the memory.
 unsafe extern "C" fn traverse(
-    object: *mut ffi::PyObject,
-    visit: ffi::visitproc,
+    object: *mut PyObject,
+    visit: python::visitproc,
     arg: *mut c_void,
 ) -> c_int {
     // SAFETY: the collector only traverses live, tracked instances (tracked after their state
     // was written); `visit` is its callback, called with live objects.
     unsafe {
-        let code = visit(ffi::Py_TYPE(object).cast(), arg);
+        let code = visit(python::type_of(object).cast(), arg);
         if code != 0 {
             return code;
         }
@@ -300,120 +215,205 @@ unsafe extern "C" fn traverse(
     }
 }
 
-/// Run a fast path outside PyO3's entry points (`None`: not taken), catching panics (which
-/// then send the call down the slow path) and raising its error, if any (attached to PyO3
-/// for that, so that the error's references are released now rather than queued).
+// -- entry points -----------------------------------------------------------------------------
+
+/// Run an entry point's body attached to Python through PyO3's public `Python::attach` (so the
+/// references it drops are released at once), raising its error or its panic (as PyO3 raises
+/// them, `PanicException`) and returning NULL for either.
+fn entry(body: impl FnOnce(Python<'_>) -> PyResult<*mut PyObject>) -> *mut PyObject {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        Python::attach(|py| {
+            body(py).unwrap_or_else(|err| {
+                err.restore(py);
+                ptr::null_mut()
+            })
+        })
+    }));
+    outcome.unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|m| m.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        Python::attach(|py| PanicException::new_err(message).restore(py));
+        ptr::null_mut()
+    })
+}
+
+/// Run a fast path without attaching through PyO3 (`None`: not taken), catching panics (which
+/// then send the call down the slow path) and raising its error, if any (attached for that, so
+/// that the error's references are released now rather than queued).
 ///
 /// # Safety
 /// The caller holds the GIL (CPython calling one of our functions).
-unsafe fn fast_path<T: Into<PyErr>>(
-    body: impl FnOnce(Python<'_>) -> Option<Result<*mut ffi::PyObject, T>>,
-) -> Option<*mut ffi::PyObject> {
+#[inline(always)]
+unsafe fn fast_path(
+    body: impl FnOnce(Python<'_>) -> Option<Result<*mut PyObject>>,
+) -> Option<*mut PyObject> {
     // SAFETY: per the contract.
     let py = unsafe { Python::assume_attached() };
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(py))) {
+    match catch_unwind(AssertUnwindSafe(|| body(py))) {
         Ok(Some(Ok(object))) => Some(object),
         Ok(Some(Err(err))) => {
-            Python::attach(|py| err.into().restore(py));
+            Python::attach(|py| PyErr::from(err).restore(py));
             Some(ptr::null_mut())
         }
         Ok(None) | Err(_) => None,
     }
 }
 
-/// `asdlpack`'s C entry point: the fast path (`asdlpack_known`) directly, anything else through
-/// PyO3's trampoline (`asdlpack_method`), which costs as much as the fast path's own work.
+/// `asdlpack`'s C entry point: a `DLPackObject` or an exact ndarray of a known dtype directly
+/// (`asdlpack_known`), anything else (and argument errors) through `entry`.
 unsafe extern "C" fn asdlpack_entry(
-    module: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargs: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
+    _module: *mut PyObject,
+    args: *const *mut PyObject,
+    nargs: Py_ssize_t,
+    kwnames: *mut PyObject,
+) -> *mut PyObject {
     if nargs == 1 && kwnames.is_null() {
         // SAFETY: CPython calls us holding the GIL, with one positional argument it holds.
         let fast = unsafe {
             fast_path(|py| {
-                let obj = pyo3::Borrowed::from_ptr(py, *args);
-                super::asdlpack_known(&obj).map(|r| r.map(Bound::into_ptr))
+                let obj = Borrowed::from_ptr(py, *args);
+                let made = super::asdlpack_known(&obj)?;
+                Some(made.map(Bound::into_ptr).map_err(Into::into))
             })
         };
         if let Some(result) = fast {
             return result;
         }
     }
-    let slow = pyo3::impl_::trampoline::get_trampoline_function!(
-        fastcall_cfunction_with_keywords,
-        super::asdlpack_method
-    );
-    // SAFETY: as CPython called us.
-    unsafe { slow(module, args, nargs, kwnames) }
+    entry(|py| {
+        // SAFETY: CPython calls us holding the GIL, with fast-call arguments.
+        let obj = unsafe { arguments::asdlpack_argument(py, args, nargs, kwnames)? };
+        Ok(super::asdlpack(&obj)?.into_ptr())
+    })
 }
 
 /// `__dlpack__`'s C entry point: the common request directly (`dlpack_common`), anything else
-/// through PyO3's trampoline (`dlpack_method`).
+/// through `entry` (`dlpack_general`).
 unsafe extern "C" fn dlpack_entry(
-    object: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargs: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
+    object: *mut PyObject,
+    args: *const *mut PyObject,
+    nargs: Py_ssize_t,
+    kwnames: *mut PyObject,
+) -> *mut PyObject {
     // SAFETY: CPython calls us holding the GIL, on an instance of our type (the method
-    // descriptor checks), with arguments as `dlpack_common` expects.
-    let fast = unsafe { fast_path(|py| super::dlpack_common(py, object, args, nargs, kwnames)) };
+    // descriptor checks), with fast-call arguments.
+    let fast = unsafe { fast_path(|py| dlpack_common(py, object, args, nargs, kwnames)) };
     if let Some(result) = fast {
         return result;
     }
-    let slow = pyo3::impl_::trampoline::get_trampoline_function!(
-        fastcall_cfunction_with_keywords,
-        super::dlpack_method
-    );
-    // SAFETY: as CPython called us.
-    unsafe { slow(object, args, nargs, kwnames) }
+    // SAFETY: as above.
+    entry(|py| unsafe { dlpack_general(py, object, args, nargs, kwnames) })
+}
+
+/// `__dlpack__`'s common request: keywords passed the common way, no stream or device, host
+/// memory exported in place (`policy::in_place`). Runs no Python code and makes no errors of
+/// its own. `None`: take `dlpack_general`, which also gives errors; `Some(Err)`: the capsule
+/// could not be made.
+///
+/// # Safety
+/// Called holding the GIL with `slf` a live instance of our type, and fast-call arguments.
+#[inline(always)]
+unsafe fn dlpack_common(
+    py: Python<'_>,
+    slf: *mut PyObject,
+    args: *const *mut PyObject,
+    nargs: Py_ssize_t,
+    kwnames: *mut PyObject,
+) -> Option<Result<*mut PyObject>> {
+    // SAFETY: per the contract.
+    let (object, [stream, max_version, dl_device, copy]) = unsafe {
+        (
+            state_unchecked(slf),
+            arguments::common_arguments(args, nargs, kwnames)?,
+        )
+    };
+    if !stream.is_null() || !dl_device.is_null() {
+        return None;
+    }
+    let versioned_minor = if max_version.is_null() {
+        None
+    } else {
+        // SAFETY: a live argument, and we hold the GIL.
+        unsafe { arguments::versioned_minor(py, max_version)? }
+    };
+    let (_, false_) = python::none_and_false();
+    let copy = match copy {
+        c if c.is_null() => None,
+        c if c == false_ => Some(false),
+        _ => return None,
+    };
+    let request = Request::new(None, versioned_minor, None, copy);
+    let (device, kind) = policy::in_place(object.tensor(), &request)?;
+    // SAFETY: as above; the capsule takes a reference of its own.
+    let slf = unsafe { Borrowed::from_ptr(py, slf) };
+    let source = object.held(&slf);
+    Some(capsule::to_capsule(py, source, device, kind).map(Bound::into_ptr))
+}
+
+/// `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)` in general: the
+/// arguments checked as the array API standard says, then exported as the policy decides.
+///
+/// # Safety
+/// As for `dlpack_common`.
+unsafe fn dlpack_general(
+    py: Python<'_>,
+    slf: *mut PyObject,
+    args: *const *mut PyObject,
+    nargs: Py_ssize_t,
+    kwnames: *mut PyObject,
+) -> PyResult<*mut PyObject> {
+    // SAFETY: per the contract.
+    let (object, values) = unsafe {
+        (
+            state_unchecked(slf),
+            arguments::dlpack_arguments(py, args, nargs, kwnames)?,
+        )
+    };
+    // SAFETY: as above.
+    let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
+    let [stream, max_version, dl_device, copy] = &values;
+    let request = arguments::parse_request(
+        stream.as_deref(),
+        max_version.as_deref(),
+        dl_device.as_deref(),
+        copy.as_deref(),
+    )?;
+    Ok(object.export(&slf, request)?.into_ptr())
+}
+
+/// `__dlpack_device__()`: asked on every torch exchange, so CPU memory's answer (one shared
+/// tuple, once made) is given directly.
+unsafe extern "C" fn dlpack_device_entry(
+    object: *mut PyObject,
+    _unused: *mut PyObject,
+) -> *mut PyObject {
+    // SAFETY: CPython calls us holding the GIL, on a live instance of our type.
+    let state = unsafe { state_unchecked(object) };
+    // SAFETY: as above.
+    if let Some(tuple) = unsafe { state.cached_dlpack_device() } {
+        return tuple;
+    }
+    entry(|py| Ok(state.dlpack_device(py)?.into_ptr()))
+}
+
+unsafe extern "C" fn repr_entry(object: *mut PyObject) -> *mut PyObject {
+    // SAFETY: CPython calls us holding the GIL, on a live instance of our type.
+    let state = unsafe { state_unchecked(object) };
+    entry(|py| Ok(PyString::new(py, &state.repr()).into_ptr()))
 }
 
 /// A getter's body: the property's value.
 type Getter = for<'py> fn(&DLPackObject, Python<'py>) -> PyResult<Bound<'py, PyAny>>;
 
 /// `tp_getset` entry point: the closure is the `Getter` to call.
-unsafe extern "C" fn get_property(
-    object: *mut ffi::PyObject,
-    getter: *mut c_void,
-) -> *mut ffi::PyObject {
-    let trampoline = pyo3::impl_::trampoline::get_trampoline_function!(binaryfunc, property_body);
-    // SAFETY: CPython calls getters holding the GIL, on an instance of our type; the closure is
-    // one of our `Getter`s (see `create_type`), passed through as the second argument.
-    unsafe { trampoline(object, getter.cast()) }
-}
-
-/// # Safety
-/// `object` is a live instance of our type; `getter` points at a `Getter`.
-unsafe fn property_body(
-    py: Python<'_>,
-    object: *mut ffi::PyObject,
-    getter: *mut ffi::PyObject,
-) -> PyResult<*mut ffi::PyObject> {
-    // SAFETY: per the contract.
+unsafe extern "C" fn get_property(object: *mut PyObject, getter: *mut c_void) -> *mut PyObject {
+    // SAFETY: CPython calls getters holding the GIL, on a live instance of our type; the
+    // closure is one of our `Getter`s (see `create_type`).
     let (state, getter) = unsafe { (state_unchecked(object), &*getter.cast::<Getter>()) };
-    Ok(getter(state, py)?.into_ptr())
-}
-
-/// # Safety
-/// `object` is a live instance of our type.
-unsafe fn repr_body(py: Python<'_>, object: *mut ffi::PyObject) -> PyResult<*mut ffi::PyObject> {
-    // SAFETY: per the contract.
-    let state = unsafe { state_unchecked(object) };
-    Ok(pyo3::types::PyString::new(py, &state.repr()).into_ptr())
-}
-
-/// # Safety
-/// `object` is a live instance of our type.
-unsafe fn dlpack_device_body(
-    py: Python<'_>,
-    object: *mut ffi::PyObject,
-) -> PyResult<*mut ffi::PyObject> {
-    // SAFETY: per the contract.
-    let state = unsafe { state_unchecked(object) };
-    Ok(state.dlpack_device(py)?.into_ptr())
+    entry(|py| Ok(getter(state, py)?.into_ptr()))
 }
 
 /// The properties: name, doc, body. The getter table points into this static.
@@ -432,32 +432,32 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 14] = [
     (
         c"copy_reason",
         c"Why exporting needs a copy (memory DLPack can't express as it is), or None.",
-        |s, py| Ok(s.tensor.exportable().err().into_pyobject(py)?.into_any()),
+        |s, py| Ok(s.tensor().exportable().err().into_pyobject(py)?.into_any()),
     ),
     (c"ndim", c"Number of dimensions.", |s, py| {
-        Ok(s.tensor.layout.ndim().into_pyobject(py)?.into_any())
+        Ok(s.tensor().layout.ndim().into_pyobject(py)?.into_any())
     }),
     (c"dtype", c"Element type name, e.g. \"float32\" or \"bfloat16\".", |s, py| {
-        Ok(s.tensor.dtype.name().into_pyobject(py)?.into_any())
+        Ok(s.tensor().dtype.name().into_pyobject(py)?.into_any())
     }),
     (c"itemsize", c"Bytes per element.", |s, py| {
-        Ok(s.tensor.dtype.itemsize().into_pyobject(py)?.into_any())
+        Ok(s.tensor().dtype.itemsize().into_pyobject(py)?.into_any())
     }),
     (c"nbytes", c"Bytes of the elements, if stored densely.", |s, py| {
-        Ok(s.tensor.nbytes().into_pyobject(py)?.into_any())
+        Ok(s.tensor().nbytes().into_pyobject(py)?.into_any())
     }),
     (
         c"c_contiguous",
         c"Whether the elements are dense in C (row-major) order.",
-        |s, py| Ok(pyo3::types::PyBool::new(py, s.tensor.layout.is_c_contiguous()).to_owned().into_any()),
+        |s, py| Ok(pyo3::types::PyBool::new(py, s.tensor().layout.is_c_contiguous()).to_owned().into_any()),
     ),
     (
         c"f_contiguous",
         c"Whether the elements are dense in Fortran (column-major) order.",
-        |s, py| Ok(pyo3::types::PyBool::new(py, s.tensor.layout.is_f_contiguous()).to_owned().into_any()),
+        |s, py| Ok(pyo3::types::PyBool::new(py, s.tensor().layout.is_f_contiguous()).to_owned().into_any()),
     ),
     (c"readonly", c"Whether the memory is read-only.", |s, py| {
-        Ok(pyo3::types::PyBool::new(py, s.tensor.readonly).to_owned().into_any())
+        Ok(pyo3::types::PyBool::new(py, s.tensor().readonly).to_owned().into_any())
     }),
     (
         c"device",
@@ -465,122 +465,101 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 14] = [
         |s, py| s.dlpack_device(py).map(Bound::into_any),
     ),
     (c"data_ptr", c"Address of the first element.", |s, py| {
-        Ok((s.tensor.data as usize).into_pyobject(py)?.into_any())
+        Ok((s.tensor().data as usize).into_pyobject(py)?.into_any())
     }),
     (
         c"stream",
         c"The CUDA stream a __cuda_array_interface__ producer declared, or None.",
-        |s, py| Ok(s.tensor.stream.map(|s| s as i64).into_pyobject(py)?.into_any()),
+        |s, py| Ok(s.tensor().stream.map(|s| s as i64).into_pyobject(py)?.into_any()),
     ),
 ];
 
 /// Create the type (once per process: the definitions it points to are leaked).
-fn create_type(py: Python<'_>) -> PyResult<*mut ffi::PyTypeObject> {
-    let dlpack_device =
-        pyo3::impl_::trampoline::get_trampoline_function!(noargs, dlpack_device_body);
-    let methods: &'static mut [ffi::PyMethodDef] = Box::leak(Box::new([
-        ffi::PyMethodDef {
+fn create_type(py: Python<'_>) -> PyResult<*mut PyTypeObject> {
+    let methods: &'static mut [python::PyMethodDef] = Box::leak(Box::new([
+        python::PyMethodDef {
             ml_name: c"__dlpack__".as_ptr(),
-            ml_meth: ffi::PyMethodDefPointer {
+            ml_meth: python::PyMethodDefPointer {
                 PyCFunctionFastWithKeywords: dlpack_entry,
             },
-            ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
             ml_doc: c"__dlpack__($self, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\nA DLPack capsule of this object's memory (array API standard arguments).".as_ptr(),
         },
-        ffi::PyMethodDef {
+        python::PyMethodDef {
             ml_name: c"__dlpack_device__".as_ptr(),
-            ml_meth: ffi::PyMethodDefPointer {
-                PyCFunction: dlpack_device,
+            ml_meth: python::PyMethodDefPointer {
+                PyCFunction: dlpack_device_entry,
             },
-            ml_flags: ffi::METH_NOARGS,
+            ml_flags: python::METH_NOARGS,
             ml_doc: c"__dlpack_device__($self, /)\n--\n\n(device_type, device_id) of the memory.".as_ptr(),
         },
-        ffi::PyMethodDef::zeroed(),
+        python::PyMethodDef::zeroed(),
     ]));
-    let getset: &'static mut [ffi::PyGetSetDef] = Box::leak(
+    let getset: &'static mut [python::PyGetSetDef] = Box::leak(
         PROPERTIES
             .iter()
-            .map(|(name, doc, getter)| ffi::PyGetSetDef {
+            .map(|(name, doc, getter)| python::PyGetSetDef {
                 name: name.as_ptr(),
                 get: Some(get_property),
                 set: None,
                 doc: doc.as_ptr(),
                 closure: ptr::from_ref(getter).cast_mut().cast(),
             })
-            .chain([ffi::PyGetSetDef::default()])
+            .chain([python::PyGetSetDef::default()])
             .collect::<Box<[_]>>(),
     );
-    let repr = pyo3::impl_::trampoline::get_trampoline_function!(reprfunc, repr_body);
+    let slot = |slot, pfunc: *mut c_void| python::PyType_Slot { slot, pfunc };
     let mut slots = [
-        ffi::PyType_Slot {
-            slot: ffi::Py_tp_dealloc,
-            pfunc: dealloc as *mut c_void,
-        },
-        ffi::PyType_Slot {
-            slot: ffi::Py_tp_traverse,
-            pfunc: traverse as *mut c_void,
-        },
-        ffi::PyType_Slot {
-            slot: ffi::Py_tp_free,
-            pfunc: ffi::PyObject_GC_Del as *mut c_void,
-        },
-        ffi::PyType_Slot {
-            slot: ffi::Py_tp_repr,
-            pfunc: repr as *mut c_void,
-        },
-        ffi::PyType_Slot {
-            slot: ffi::Py_tp_methods,
-            pfunc: methods.as_mut_ptr().cast(),
-        },
-        ffi::PyType_Slot {
-            slot: ffi::Py_tp_getset,
-            pfunc: getset.as_mut_ptr().cast(),
-        },
-        ffi::PyType_Slot {
-            slot: ffi::Py_tp_doc,
-            pfunc: c"A DLPack view of another object's memory: pass it to any from_dlpack."
+        slot(python::Py_tp_dealloc, dealloc as *mut c_void),
+        slot(python::Py_tp_traverse, traverse as *mut c_void),
+        slot(python::Py_tp_free, python::FREE_INSTANCE as *mut c_void),
+        slot(python::Py_tp_repr, repr_entry as *mut c_void),
+        slot(python::Py_tp_methods, methods.as_mut_ptr().cast()),
+        slot(python::Py_tp_getset, getset.as_mut_ptr().cast()),
+        slot(
+            python::Py_tp_doc,
+            c"A DLPack view of another object's memory: pass it to any from_dlpack."
                 .as_ptr()
                 .cast_mut()
                 .cast(),
-        },
-        ffi::PyType_Slot::default(),
+        ),
+        python::PyType_Slot::default(),
     ];
-    let mut spec = ffi::PyType_Spec {
+    let mut spec = python::PyType_Spec {
         name: c"dlpack.DLPackObject".as_ptr(),
         basicsize: std::mem::size_of::<Instance>() as c_int,
         itemsize: 0,
         // Final (no BASETYPE), made only by asdlpack (no constructor).
-        flags: (ffi::Py_TPFLAGS_DEFAULT
-            | ffi::Py_TPFLAGS_HAVE_GC
-            | ffi::Py_TPFLAGS_DISALLOW_INSTANTIATION) as _,
+        flags: (python::Py_TPFLAGS_DEFAULT
+            | python::Py_TPFLAGS_HAVE_GC
+            | python::Py_TPFLAGS_DISALLOW_INSTANTIATION) as _,
         slots: slots.as_mut_ptr(),
     };
     // SAFETY: the spec and slots are valid for the call (CPython copies what it keeps, except
-    // the method and getset tables, which are leaked above and so live forever).
-    let ty = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyType_FromSpec(&mut spec))? };
+    // the method and getset tables, which are leaked above and so live forever); we hold the
+    // GIL (`py`).
+    let ty = unsafe { Bound::from_owned_ptr_or_err(py, python::type_from_spec(&mut spec))? };
     Ok(ty.into_ptr().cast())
 }
 
 /// The module function `asdlpack`, bound to `module` (a plain CPython function: see
-/// `asdlpack_method` for why its arguments are read by hand).
-pub fn asdlpack_function<'py>(
-    module: &Bound<'py, pyo3::types::PyModule>,
-) -> PyResult<Bound<'py, PyAny>> {
+/// `arguments` for why its arguments are read by hand).
+pub fn asdlpack_function<'py>(module: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
     // The definition must outlive the function: one leaked per module initialisation.
-    let def: &'static mut ffi::PyMethodDef = Box::leak(Box::new(ffi::PyMethodDef {
+    let def: &'static mut python::PyMethodDef = Box::leak(Box::new(python::PyMethodDef {
         ml_name: c"asdlpack".as_ptr(),
-        ml_meth: ffi::PyMethodDefPointer {
+        ml_meth: python::PyMethodDefPointer {
             PyCFunctionFastWithKeywords: asdlpack_entry,
         },
-        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
         ml_doc: c"asdlpack(obj)\n--\n\nWrap obj (anything with DLPack, the CUDA array interface, the array interface or the buffer protocol) in a DLPackObject, without copying.".as_ptr(),
     }));
     let name = module.name()?;
-    // SAFETY: `def` lives forever; the module and its name are live objects.
+    // SAFETY: `def` lives forever; the module and its name are live objects; we hold the GIL.
     unsafe {
         Bound::from_owned_ptr_or_err(
             module.py(),
-            ffi::PyCFunction_NewEx(def, module.as_ptr(), name.as_ptr()),
+            python::new_function(def, module.as_ptr(), name.as_ptr()),
         )
     }
 }

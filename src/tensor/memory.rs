@@ -57,8 +57,8 @@ impl DeviceBuffer {
         let ctx = cuda::primary_context(device_id).map_err(Error::Runtime)?;
         let mut ptr: sys::CUdeviceptr = 0;
         if bytes > 0 {
-            // SAFETY: the device's context is current; `ptr` is a live out-parameter.
             with_context(ctx, || {
+                // SAFETY: the device's context is current; `ptr` is a live out-parameter.
                 check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")
             })
             .map_err(Error::Runtime)?;
@@ -74,8 +74,8 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if self.ptr != 0 {
-            // SAFETY: allocated by cuMemAlloc in this context and freed once, here.
             let _ = with_context(self.ctx, || {
+                // SAFETY: allocated by cuMemAlloc in this context and freed once, here.
                 check(unsafe { sys::cuMemFree_v2(self.ptr) }, "cuMemFree")
             });
         }

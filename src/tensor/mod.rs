@@ -10,9 +10,10 @@ use std::ffi::{c_int, c_void};
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
-use pyo3::{Py, PyAny, Python, ffi};
+use pyo3::{Py, PyAny, Python};
 
 use crate::error::{Error, Result};
+use crate::ffi::python::{self, Py_buffer, PyObject};
 use crate::ffi::{DLDevice, DLManagedTensor, DLManagedTensorVersioned};
 pub use dtype::DType;
 pub use layout::Layout;
@@ -46,7 +47,7 @@ pub enum Owner {
     /// A buffer-protocol view, `PyBuffer_Release`d on drop, and its exporter (the view holds a
     /// reference too; this one lets the garbage collector see it).
     Buffer {
-        view: Box<ffi::Py_buffer>,
+        view: Box<Py_buffer>,
         exporter: ManuallyDrop<Py<PyAny>>,
     },
     /// A Python object that owns the memory (array interface, CUDA array interface).
@@ -73,8 +74,8 @@ impl Owner {
 
     /// Call `visit` on each Python object this owner holds a reference to (for the garbage
     /// collector); stops at, and returns, the first non-zero result.
-    pub fn for_each_object(&self, mut visit: impl FnMut(*mut ffi::PyObject) -> c_int) -> c_int {
-        let mut each = |objects: &[*mut ffi::PyObject]| {
+    pub fn for_each_object(&self, mut visit: impl FnMut(*mut PyObject) -> c_int) -> c_int {
+        let mut each = |objects: &[*mut PyObject]| {
             objects
                 .iter()
                 .map(|&o| visit(o))
@@ -102,26 +103,29 @@ impl Owner {
     /// Called once, by a thread holding the GIL; the owner is not used afterwards except to
     /// drop its non-Python fields (`Allocation`, `DeviceAllocation`), which this leaves alone.
     unsafe fn release_python(&mut self) {
-        // SAFETY (all arms): per the contract, this runs once, holding the GIL, so the decrefs
-        // and releases happen now and only once.
+        // Per the contract, this runs once, holding the GIL, so the decrefs and releases happen
+        // now and only once.
         match self {
+            // SAFETY: as said; the view was filled by a successful `get_buffer`.
             Owner::Buffer { view, exporter } => unsafe {
-                // The view was filled by a successful PyObject_GetBuffer.
-                ffi::PyBuffer_Release(&mut **view);
-                ffi::Py_DecRef(exporter.as_ptr());
+                python::release_buffer(&mut **view);
+                python::decref(exporter.as_ptr());
             },
-            Owner::Object(obj) => unsafe { ffi::Py_DecRef(obj.as_ptr()) },
+            // SAFETY: as said.
+            Owner::Object(obj) => unsafe { python::decref(obj.as_ptr()) },
+            // SAFETY: as said.
             Owner::ArrayStruct { capsule, source } => unsafe {
-                ffi::Py_DecRef(capsule.as_ptr());
-                ffi::Py_DecRef(source.as_ptr());
+                python::decref(capsule.as_ptr());
+                python::decref(source.as_ptr());
             },
-            // We took the managed tensor from a capsule we renamed "used_"; nobody else will
-            // call its deleter.
+            // SAFETY: we took the managed tensor from a capsule we renamed "used_" (or from the
+            // producer's exchange API); nobody else will call its deleter.
             Owner::Legacy(managed) => unsafe {
                 if let Some(deleter) = (*managed.as_ptr()).deleter {
                     deleter(managed.as_ptr());
                 }
             },
+            // SAFETY: as for `Legacy`.
             Owner::Versioned(managed) => unsafe {
                 if let Some(deleter) = (*managed.as_ptr()).deleter {
                     deleter(managed.as_ptr());

@@ -195,7 +195,7 @@ impl Elem for Dyn {
 unsafe fn row<E: Elem>(e: E, dst: *mut u8, src: *const u8, n: usize, d: isize, s: isize) {
     let size = e.size();
     let z = size as isize;
-    // SAFETY (all loops): element i of the row, valid per the contract.
+    // SAFETY: in every loop, element i of the row, valid per the contract.
     unsafe {
         if d == z {
             if s == z {

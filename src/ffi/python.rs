@@ -1,0 +1,450 @@
+//! Every raw call we make into CPython's C API (through `pyo3::ffi`), each behind a small
+//! function whose contract says what it needs. Everything else in the crate reaches Python
+//! through these or through PyO3's safe API.
+//!
+//! The extension is built for GIL-enabled CPython only (abi3): several of our caches are guarded
+//! by the GIL instead of a lock, so a free-threaded build is refused outright.
+
+#[cfg(Py_GIL_DISABLED)]
+compile_error!(
+    "dlpack-adapter supports GIL-enabled CPython only: its caches and free list are guarded by \
+     the GIL (build for a GIL-enabled interpreter, e.g. abi3)"
+);
+
+use std::cell::UnsafeCell;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ptr;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+pub use ffi::{PyObject, PyTypeObject};
+
+// -- state guarded by the GIL ----------------------------------------------------------------
+
+/// State shared by our entry points, guarded by the GIL instead of a lock (the extension runs
+/// on GIL-enabled CPython only: see the `compile_error!` above).
+pub struct GilCell<T>(UnsafeCell<T>);
+
+// SAFETY: the contents are only reached through `get`, whose callers hold the GIL, so by one
+// thread at a time.
+unsafe impl<T: Send> Sync for GilCell<T> {}
+
+impl<T> GilCell<T> {
+    pub const fn new(value: T) -> Self {
+        GilCell(UnsafeCell::new(value))
+    }
+
+    /// # Safety
+    /// The caller holds the GIL, and doesn't call `get` again (on this cell) while it uses the
+    /// result.
+    #[allow(clippy::mut_from_ref, reason = "the GIL is the lock")]
+    #[inline(always)]
+    pub unsafe fn get(&self) -> &mut T {
+        // SAFETY: per the contract, this is the only reference for its lifetime.
+        unsafe { &mut *self.0.get() }
+    }
+}
+
+// -- references and types ---------------------------------------------------------------------
+
+/// Take a strong reference to `object`.
+///
+/// # Safety
+/// `object` is a live object; the calling thread holds the GIL.
+#[inline(always)]
+pub unsafe fn incref(object: *mut PyObject) {
+    // SAFETY: per the contract.
+    unsafe { ffi::Py_IncRef(object) }
+}
+
+/// Release a strong reference to `object` (which may run its deallocator, so any Python code).
+///
+/// # Safety
+/// The caller owns a reference to `object` and gives it up; the calling thread holds the GIL.
+#[inline(always)]
+pub unsafe fn decref(object: *mut PyObject) {
+    // SAFETY: per the contract.
+    unsafe { ffi::Py_DecRef(object) }
+}
+
+/// The type of `object`.
+///
+/// # Safety
+/// `object` is a live object.
+#[inline(always)]
+pub unsafe fn type_of(object: *mut PyObject) -> *mut PyTypeObject {
+    // SAFETY: per the contract: reading a live object's header.
+    unsafe { ffi::Py_TYPE(object) }
+}
+
+/// Whether `object`'s type is one the garbage collector tracks instances of.
+///
+/// # Safety
+/// `object` is a live object.
+pub unsafe fn is_collected(object: *mut PyObject) -> bool {
+    // SAFETY: per the contract; the type of a live object is a live type.
+    unsafe { ffi::PyType_IS_GC(ffi::Py_TYPE(object)) != 0 }
+}
+
+/// Whether `ty` is a heap type (made at run time: its attributes may change later).
+pub fn is_heap_type(ty: &Bound<'_, PyType>) -> bool {
+    // SAFETY: `ty` is a live type object.
+    unsafe { ffi::PyType_GetFlags(ty.as_type_ptr()) & ffi::Py_TPFLAGS_HEAPTYPE != 0 }
+}
+
+/// `None` and `False`, by address (borrowed: the interpreter keeps them).
+pub fn none_and_false() -> (*mut PyObject, *mut PyObject) {
+    // SAFETY: reading the addresses of two singletons, which live as long as the interpreter.
+    unsafe { (ffi::Py_None(), ffi::Py_False()) }
+}
+
+// -- the GIL and the interpreter --------------------------------------------------------------
+
+/// The GIL, held (taken if need be, as numpy's capsule deleters take it: cheaper than PyO3's
+/// attach) until dropped, even when unwinding.
+pub struct GilState(ffi::PyGILState_STATE);
+
+impl GilState {
+    /// # Safety
+    /// The interpreter is initialised and not finalizing past the point where threads may take
+    /// the GIL (see `interpreter_alive`).
+    pub unsafe fn ensure() -> GilState {
+        // SAFETY: per the contract.
+        GilState(unsafe { ffi::PyGILState_Ensure() })
+    }
+}
+
+impl Drop for GilState {
+    fn drop(&mut self) {
+        // SAFETY: matches the `PyGILState_Ensure` of `ensure`, on the same thread.
+        unsafe { ffi::PyGILState_Release(self.0) }
+    }
+}
+
+/// Whether the interpreter is (still) initialised: once it is finalised, nothing of Python may
+/// be touched, and memory is left to the process' exit.
+pub fn interpreter_alive() -> bool {
+    // SAFETY: callable at any time, from any thread.
+    unsafe { ffi::Py_IsInitialized() != 0 }
+}
+
+// -- errors -----------------------------------------------------------------------------------
+
+/// Drop the exception being raised, if any.
+///
+/// # Safety
+/// The calling thread holds the GIL.
+pub unsafe fn clear_error() {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyErr_Clear() }
+}
+
+/// Whether an exception is being raised.
+///
+/// # Safety
+/// The calling thread holds the GIL.
+pub unsafe fn error_occurred() -> bool {
+    // SAFETY: per the contract.
+    unsafe { !ffi::PyErr_Occurred().is_null() }
+}
+
+// -- Python's allocator -----------------------------------------------------------------------
+
+/// `size` bytes (not zero) from Python's small-object allocator, 16-byte aligned; null when
+/// out of memory.
+///
+/// # Safety
+/// The calling thread holds the GIL (this allocator is only safe under it), as it must when
+/// the memory is freed with `mem_free`.
+pub unsafe fn mem_alloc(size: usize) -> *mut u8 {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyMem_Malloc(size).cast() }
+}
+
+/// Free memory from `mem_alloc`.
+///
+/// # Safety
+/// `memory` came from `mem_alloc` and is freed once; the calling thread holds the GIL.
+pub unsafe fn mem_free(memory: *mut u8) {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyMem_Free(memory.cast()) }
+}
+
+// -- capsules ---------------------------------------------------------------------------------
+
+/// A capsule's destructor.
+pub type CapsuleDestructor = unsafe extern "C" fn(capsule: *mut PyObject);
+
+/// A new capsule of `pointer` (not null) named `name`, or null with an exception raised.
+///
+/// # Safety
+/// The calling thread holds the GIL; `destructor`, if any, may be called with the capsule when
+/// it dies (with the GIL held).
+pub unsafe fn capsule_new(
+    pointer: *mut c_void,
+    name: &'static CStr,
+    destructor: CapsuleDestructor,
+) -> *mut PyObject {
+    // SAFETY: per the contract; the name lives forever, as the capsule needs.
+    unsafe { ffi::PyCapsule_New(pointer, name.as_ptr(), Some(destructor)) }
+}
+
+/// A new capsule without a destructor (its pointer is to something that lives forever).
+///
+/// # Safety
+/// The calling thread holds the GIL; `pointer` is not null and outlives the capsule.
+pub unsafe fn capsule_new_static(pointer: *mut c_void, name: &'static CStr) -> *mut PyObject {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyCapsule_New(pointer, name.as_ptr(), None) }
+}
+
+/// The capsule's name, null for a nameless one (or, with an exception raised, a non-capsule).
+///
+/// # Safety
+/// `capsule` is a live object; the calling thread holds the GIL.
+pub unsafe fn capsule_name(capsule: *mut PyObject) -> *const c_char {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyCapsule_GetName(capsule) }
+}
+
+/// Whether `capsule` is a valid capsule named `name` (raises nothing).
+///
+/// # Safety
+/// `capsule` is a live object; `name` is a NUL-terminated string (or null); the calling thread
+/// holds the GIL.
+pub unsafe fn capsule_is_valid(capsule: *mut PyObject, name: *const c_char) -> bool {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyCapsule_IsValid(capsule, name) == 1 }
+}
+
+/// The capsule's pointer if it is named `name` (compared by contents), else null with an
+/// exception raised.
+///
+/// # Safety
+/// `capsule` is a live object; `name` is a NUL-terminated string (or null); the calling thread
+/// holds the GIL.
+pub unsafe fn capsule_pointer(capsule: *mut PyObject, name: *const c_char) -> *mut c_void {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyCapsule_GetPointer(capsule, name) }
+}
+
+/// Rename a capsule (consumers rename DLPack capsules they take); false with an exception
+/// raised if that failed.
+///
+/// # Safety
+/// `capsule` is a live capsule; the calling thread holds the GIL.
+pub unsafe fn capsule_rename(capsule: *mut PyObject, name: &'static CStr) -> bool {
+    // SAFETY: per the contract; the name lives forever, as the capsule needs.
+    unsafe { ffi::PyCapsule_SetName(capsule, name.as_ptr()) == 0 }
+}
+
+// -- the buffer protocol ----------------------------------------------------------------------
+
+pub use ffi::{Py_buffer, PyBUF_FULL_RO};
+
+/// Whether `object` exports buffers.
+pub fn supports_buffer(object: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: `object` is a live object (and the GIL held); the check has no side effects.
+    unsafe { ffi::PyObject_CheckBuffer(object.as_ptr()) != 0 }
+}
+
+/// Fill `view` with a buffer of `object` as `flags` ask; false with an exception raised if the
+/// object refuses.
+///
+/// # Safety
+/// `view` is writable storage for one `Py_buffer`; a filled view is released once, with
+/// `release_buffer`.
+pub unsafe fn get_buffer(object: &Bound<'_, PyAny>, view: *mut Py_buffer, flags: c_int) -> bool {
+    // SAFETY: per the contract; `object` is live and the GIL held.
+    unsafe { ffi::PyObject_GetBuffer(object.as_ptr(), view, flags) == 0 }
+}
+
+/// Release a view `get_buffer` filled.
+///
+/// # Safety
+/// `view` was filled by `get_buffer` and is released once; the calling thread holds the GIL.
+pub unsafe fn release_buffer(view: *mut Py_buffer) {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyBuffer_Release(view) }
+}
+
+/// Copy a view's elements, following its suboffsets, into `len` bytes at `dst` in C order;
+/// false with an exception raised on failure.
+///
+/// # Safety
+/// `view` is a live filled view; `dst` is writable for `len` bytes, the view's element count
+/// times its item size; the calling thread holds the GIL.
+pub unsafe fn buffer_to_c_order(dst: *mut u8, view: *const Py_buffer, len: isize) -> bool {
+    // SAFETY: per the contract (CPython only reads the view).
+    unsafe { ffi::PyBuffer_ToContiguous(dst.cast(), view.cast_mut(), len, b'C' as c_char) == 0 }
+}
+
+// -- tuples, ints and strings -----------------------------------------------------------------
+
+/// The items of an exact tuple of `N` items, borrowed from it; `None` for anything else.
+///
+/// # Safety
+/// `tuple` is a live object; the calling thread holds the GIL.
+#[inline(always)]
+pub unsafe fn exact_tuple_items<const N: usize>(
+    tuple: *mut PyObject,
+) -> Option<[*mut PyObject; N]> {
+    // SAFETY: per the contract; the item reads happen only on an exact tuple of N items.
+    unsafe {
+        if ffi::PyTuple_CheckExact(tuple) == 0 || ffi::PyTuple_Size(tuple) != N as isize {
+            return None;
+        }
+        let mut items = [ptr::null_mut(); N];
+        for (k, item) in items.iter_mut().enumerate() {
+            *item = ffi::PyTuple_GetItem(tuple, k as isize);
+        }
+        Some(items)
+    }
+}
+
+/// The size of a tuple.
+///
+/// # Safety
+/// `tuple` is a live tuple; the calling thread holds the GIL.
+#[inline(always)]
+pub unsafe fn tuple_size(tuple: *mut PyObject) -> isize {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyTuple_Size(tuple) }
+}
+
+/// Item `k` of a tuple, borrowed from it.
+///
+/// # Safety
+/// `tuple` is a live tuple with more than `k` items; the calling thread holds the GIL.
+#[inline(always)]
+pub unsafe fn tuple_item(tuple: *mut PyObject, k: isize) -> *mut PyObject {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyTuple_GetItem(tuple, k) }
+}
+
+/// The value of an exact int that fits in a C long; `None` for anything else (no exception
+/// is left raised).
+///
+/// # Safety
+/// `value` is a live object; the calling thread holds the GIL.
+#[inline(always)]
+pub unsafe fn exact_int(value: *mut PyObject) -> Option<i64> {
+    // SAFETY: per the contract; on an exact int PyLong_AsLongAndOverflow reports overflow in
+    // its flag and raises nothing.
+    unsafe {
+        if value.is_null() || ffi::PyLong_CheckExact(value) == 0 {
+            return None;
+        }
+        let mut overflow = 0;
+        let v = ffi::PyLong_AsLongAndOverflow(value, &mut overflow);
+        (overflow == 0 && (v != -1 || ffi::PyErr_Occurred().is_null())).then_some(v as i64)
+    }
+}
+
+/// The number of code points of a str.
+///
+/// # Safety
+/// `text` is a live str; the calling thread holds the GIL.
+pub unsafe fn str_length(text: *mut PyObject) -> isize {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyUnicode_GetLength(text) }
+}
+
+// -- our hand-written type --------------------------------------------------------------------
+
+pub use ffi::{
+    METH_FASTCALL, METH_KEYWORDS, METH_NOARGS, Py_TPFLAGS_DEFAULT,
+    Py_TPFLAGS_DISALLOW_INSTANTIATION, Py_TPFLAGS_HAVE_GC, Py_ssize_t, Py_tp_dealloc, Py_tp_doc,
+    Py_tp_free, Py_tp_getset, Py_tp_methods, Py_tp_repr, Py_tp_traverse, PyGetSetDef, PyMethodDef,
+    PyMethodDefPointer, PyType_Slot, PyType_Spec, visitproc,
+};
+
+/// A new type from `spec`, or null with an exception raised.
+///
+/// # Safety
+/// `spec` and what it points to are valid for the call, except the method and getset tables,
+/// which must live as long as the type; the calling thread holds the GIL.
+pub unsafe fn type_from_spec(spec: *mut PyType_Spec) -> *mut PyObject {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyType_FromSpec(spec) }
+}
+
+/// A new instance of `ty`, zeroed, untracked by the garbage collector (so its state can be
+/// written before the collector sees it), with a reference to `ty` (a heap type); null with an
+/// exception raised when out of memory.
+///
+/// # Safety
+/// `ty` is a live garbage-collected type whose instances have no items; the calling thread holds
+/// the GIL.
+pub unsafe fn new_instance(ty: *mut PyTypeObject) -> *mut PyObject {
+    // SAFETY: per the contract. The generic allocator zeroes the instance and tracks it; it is
+    // untracked before any Python code can run (so before any collection).
+    unsafe {
+        let object = ffi::PyType_GenericAlloc(ty, 0);
+        if !object.is_null() {
+            ffi::PyObject_GC_UnTrack(object.cast());
+        }
+        object
+    }
+}
+
+/// Make a dead instance of `ty` (kept for reuse) a live object again: reference count 1, and a
+/// reference to its heap type.
+///
+/// # Safety
+/// `object` is the memory of a dead, untracked instance of `ty` whose type reference was
+/// released; the calling thread holds the GIL.
+pub unsafe fn revive_instance(object: *mut PyObject, ty: *mut PyTypeObject) {
+    // SAFETY: per the contract.
+    unsafe {
+        ffi::PyObject_Init(object, ty);
+    }
+}
+
+/// Let the garbage collector see `object` (its state is complete).
+///
+/// # Safety
+/// `object` is a live, untracked instance of a garbage-collected type whose traversal is valid
+/// now; the calling thread holds the GIL.
+pub unsafe fn track(object: *mut PyObject) {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyObject_GC_Track(object.cast()) }
+}
+
+/// Hide `object` from the garbage collector (tracked or not).
+///
+/// # Safety
+/// `object` is an instance of a garbage-collected type; the calling thread holds the GIL.
+pub unsafe fn untrack(object: *mut PyObject) {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyObject_GC_UnTrack(object.cast()) }
+}
+
+/// Give a dead, untracked instance's memory back to the collector's allocator.
+///
+/// # Safety
+/// `object` came from `new_instance`, is dead and untracked, and is not used again; the calling
+/// thread holds the GIL.
+pub unsafe fn free_instance(object: *mut PyObject) {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyObject_GC_Del(object.cast()) }
+}
+
+/// The deallocator for `tp_free` of our type.
+pub const FREE_INSTANCE: unsafe extern "C" fn(*mut c_void) = ffi::PyObject_GC_Del;
+
+/// A built-in function of `def`, bound to `module`; null with an exception raised on failure.
+///
+/// # Safety
+/// `def` lives as long as the function; `module` and `module_name` are live objects; the
+/// calling thread holds the GIL.
+pub unsafe fn new_function(
+    def: *mut PyMethodDef,
+    module: *mut PyObject,
+    module_name: *mut PyObject,
+) -> *mut PyObject {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyCFunction_NewEx(def, module, module_name) }
+}
