@@ -10,6 +10,21 @@ pub mod python;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
 
+/// The `len` items of a C array at `ptr`, which may be null (or dangling) when `len` is 0, as C
+/// allows (for a 0-d shape, say); a Rust slice may not be, even an empty one.
+///
+/// # Safety
+/// When `len > 0`, `ptr` points at `len` initialised, aligned items that live for `'a` and are
+/// not written meanwhile.
+#[inline(always)]
+pub unsafe fn c_array<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: per the contract.
+    unsafe { std::slice::from_raw_parts(ptr, len) }
+}
+
 /// The DLPack version this crate implements and reports in versioned capsules.
 pub const DLPACK_MAJOR_VERSION: u32 = 1;
 pub const DLPACK_MINOR_VERSION: u32 = 3;

@@ -322,13 +322,13 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
         let shape: Vec<i64> = if ndim == 0 {
             Vec::new()
         } else {
-            std::slice::from_raw_parts(info.shape, ndim)
+            crate::ffi::c_array(info.shape, ndim)
                 .iter()
                 .map(|&n| n as i64)
                 .collect()
         };
         let strides = (ndim > 0 && !info.strides.is_null()).then(|| {
-            std::slice::from_raw_parts(info.strides, ndim)
+            crate::ffi::c_array(info.strides, ndim)
                 .iter()
                 .map(|&n| n as i64)
                 .collect::<Vec<_>>()

@@ -58,7 +58,7 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
     let ndim = usize::try_from(raw.ndim).map_err(|_| Error::value("negative buffer ndim"))?;
     // SAFETY: a non-null suboffsets array has `ndim` entries.
     let indirect = !raw.suboffsets.is_null()
-        && unsafe { std::slice::from_raw_parts(raw.suboffsets, ndim) }
+        && unsafe { crate::ffi::c_array(raw.suboffsets, ndim) }
             .iter()
             .any(|&s| s >= 0);
     let itemsize = usize::try_from(raw.itemsize).unwrap_or(0);
@@ -77,8 +77,8 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
         // SAFETY: shape (and strides, when present) have `ndim` entries while the view lives.
         let (shape, strides) = unsafe {
             (
-                std::slice::from_raw_parts(raw.shape, ndim),
-                (!raw.strides.is_null()).then(|| std::slice::from_raw_parts(raw.strides, ndim)),
+                crate::ffi::c_array(raw.shape, ndim),
+                (!raw.strides.is_null()).then(|| crate::ffi::c_array(raw.strides, ndim)),
             )
         };
         Layout::build(

@@ -196,10 +196,10 @@ fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
         let shape = if ndim == 0 {
             &[][..]
         } else {
-            std::slice::from_raw_parts(t.shape, ndim)
+            crate::ffi::c_array(t.shape, ndim)
         };
         let strides =
-            (ndim > 0 && !t.strides.is_null()).then(|| std::slice::from_raw_parts(t.strides, ndim));
+            (ndim > 0 && !t.strides.is_null()).then(|| crate::ffi::c_array(t.strides, ndim));
         (shape, strides)
     };
     let item = dtype.itemsize() as i64;

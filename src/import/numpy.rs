@@ -93,8 +93,8 @@ fn self_check(array: &Bound<'_, PyAny>) -> Option<usize> {
         && f.descr == descr.as_ptr()
         && (nd == 0
             || unsafe {
-                std::slice::from_raw_parts(f.dimensions, nd) == shape.as_slice()
-                    && std::slice::from_raw_parts(f.strides, nd) == strides.as_slice()
+                crate::ffi::c_array(f.dimensions, nd) == shape.as_slice()
+                    && crate::ffi::c_array(f.strides, nd) == strides.as_slice()
             });
     agrees.then_some(offset)
 }
@@ -265,8 +265,8 @@ unsafe fn describe_into(
             (&[][..], &[][..])
         } else {
             (
-                std::slice::from_raw_parts(f.dimensions, ndim),
-                std::slice::from_raw_parts(f.strides, ndim),
+                crate::ffi::c_array(f.dimensions, ndim),
+                crate::ffi::c_array(f.strides, ndim),
             )
         }
     };

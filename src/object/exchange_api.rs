@@ -201,7 +201,7 @@ fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorVersione
         &[][..]
     } else {
         // SAFETY: a prototype's shape has `ndim` entries.
-        unsafe { std::slice::from_raw_parts(prototype.shape, ndim) }
+        unsafe { crate::ffi::c_array(prototype.shape, ndim) }
     };
     let layout = Layout::from_byte_strides(shape, None, dtype.itemsize())?;
     let bytes = usize::try_from(layout.numel() * dtype.itemsize() as i64)

@@ -185,10 +185,7 @@ impl DLPackObject {
 
     /// Call `visit` on each object this one references (for the garbage collector); stops at,
     /// and returns, the first non-zero result.
-    fn for_each_reference(
-        &self,
-        mut visit: impl FnMut(*mut python::PyObject) -> c_int,
-    ) -> c_int {
+    fn for_each_reference(&self, mut visit: impl FnMut(*mut python::PyObject) -> c_int) -> c_int {
         if let Some(producer) = &self.producer {
             let code = visit(producer.as_ptr());
             if code != 0 {
