@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint bench build rust-test py-test stubtest venv clean
+.PHONY: demo test lint bench build rust-test py-test py-test-checked stubtest venv clean
 
 venv: $(PY)
 $(PY):
@@ -38,8 +38,18 @@ py-test:
 stubtest:
 	cd $(VENV) && $(abspath $(PY)) -P -m mypy.stubtest dlpack._dlpack
 
+# The Python suite against a build with debug assertions and overflow checks on (the `checked`
+# profile), installed in place of the release wheel for the run: undefined behaviour that Rust's
+# checks can see (null slices, overflows) fails the suite instead of passing silently.
+py-test-checked: venv
+	rm -rf dist-checked
+	$(PY) -m maturin build --profile checked --quiet -o dist-checked
+	$(PIP) install --force-reinstall --no-deps dist-checked/*.whl
+	$(MAKE) py-test
+
 test: venv
 	$(PIP) install -r requirements/test.txt
+	$(MAKE) py-test-checked
 	$(MAKE) build
 	$(MAKE) rust-test
 	$(MAKE) stubtest
@@ -60,4 +70,4 @@ bench: venv
 	$(PY) -P bench/bench_exchange.py $(BENCH_ARGS)
 
 clean:
-	rm -rf dist target $(VENV)
+	rm -rf dist dist-checked target $(VENV)
