@@ -796,7 +796,7 @@ def report(out=None) -> int:
     for line in _table(rows):
         say(line)
     if not library("pytest").ok:
-        say("  (without pytest, `python -m dlpack.tests` uses its built-in runner)")
+        say('  (`python -m dlpack.tests` needs pytest: pip install "dlpack-adapter[test]")')
     say()
 
     cuda, how = cuda_devices()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import subprocess
 import sys
 
 # ---------------------------------------------------------------------------
@@ -94,6 +95,29 @@ def package_root():
     import dlpack
 
     return os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
+
+
+def run_python(*args, path=(), env=None, timeout=300) -> subprocess.CompletedProcess:
+    """``python ARGS`` in a child process started in :func:`package_root` (so it imports the same
+    ``dlpack``), with the folders in ``path`` first on ``PYTHONPATH`` and ``env`` added to the
+    environment. pytest's own variables are dropped, so a pytest run in the child is its own."""
+    child_env = dict(os.environ)
+    child_env.pop("PYTEST_ADDOPTS", None)
+    child_env.pop("PYTEST_CURRENT_TEST", None)
+    if path:
+        folders = [os.fspath(p) for p in path]
+        if child_env.get("PYTHONPATH"):
+            folders.append(child_env["PYTHONPATH"])
+        child_env["PYTHONPATH"] = os.pathsep.join(folders)
+    child_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, *map(os.fspath, args)],
+        cwd=package_root(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child_env,
+    )
 
 
 class DLPackVersion(ctypes.Structure):

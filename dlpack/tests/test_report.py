@@ -1,0 +1,58 @@
+"""The environment report, ``python -m dlpack``."""
+
+import dlpack
+
+from ._helpers import run_python
+
+
+def test_report_runs_and_shows_the_table():
+    proc = run_python("-m", "dlpack")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert f"dlpack-adapter {dlpack.__version__}" in out
+    assert f"DLPack {dlpack.DLPACK_VERSION[0]}.{dlpack.DLPACK_VERSION[1]}" in out
+    assert "Array libraries:" in out and "Devices:" in out
+    assert "CPU exchanges" in out
+    if "provider \\ consumer" in out:
+        row = next(line for line in out.splitlines() if line.strip().startswith("bytearray"))
+        assert "zero-copy" in row
+    else:
+        assert "no consumer library is installed" in out
+    assert "Traceback" not in proc.stderr
+
+
+def test_report_survives_a_broken_library(tmp_path):
+    broken = tmp_path / "paddle"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise RuntimeError('broken on purpose')\n")
+    half = tmp_path / "mlx"
+    half.mkdir()
+    (half / "__init__.py").write_text("")
+    (half / "core.py").write_text("import no_such_dependency_of_mlx\n")
+    proc = run_python("-m", "dlpack", path=[tmp_path])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    paddle = next(line for line in lines if line.strip().startswith("paddle "))
+    assert "import failed: RuntimeError: broken on purpose" in paddle
+    mlx = next(line for line in lines if line.strip().startswith("mlx "))
+    assert "import failed" in mlx and "no_such_dependency_of_mlx" in mlx
+
+
+def test_exchange_never_raises():
+    from dlpack._report import Consumer, Provider, _bytearray, exchange
+
+    def bad_make(device):
+        raise RuntimeError("provider exploded")
+
+    def bad_consume(obj, device):
+        raise ValueError("consumer exploded")
+
+    good = Provider("good", None, ("cpu",), _bytearray)
+    bad = Provider("bad", None, ("cpu",), bad_make)
+    out = exchange(bad, Consumer("c", "os", ("cpu",), bad_consume))
+    assert out.status == "fails" and "provider exploded" in out.reason
+    out = exchange(good, Consumer("c", "os", ("cpu",), bad_consume))
+    assert out.status == "fails" and out.stage == "consumer"
+    assert out.reason == "ValueError: consumer exploded"
+    out = exchange(good, Consumer("c", "no_such_module_xyz", ("cpu",), bad_consume))
+    assert out.status == "skip" and "not installed" in out.reason
