@@ -56,3 +56,19 @@ def test_exchange_never_raises():
     assert out.reason == "ValueError: consumer exploded"
     out = exchange(good, Consumer("c", "no_such_module_xyz", ("cpu",), bad_consume))
     assert out.status == "skip" and "not installed" in out.reason
+
+
+def test_help_comes_from_argparse():
+    proc = run_python("-m", "dlpack", "--help")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("usage: python -m dlpack [-h]")
+    assert "A report of this environment." in proc.stdout
+    assert "Array libraries:" not in proc.stdout  # help only, no report
+    assert run_python("-m", "dlpack", "-h").stdout == proc.stdout
+
+
+def test_unknown_option_is_a_usage_error():
+    proc = run_python("-m", "dlpack", "--no-such-option")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "unrecognized arguments: --no-such-option" in proc.stderr
+    assert proc.stdout == ""
