@@ -4,6 +4,16 @@
 against whatever array libraries are importable here; a missing library or device is a skip with
 its reason. It needs pytest (and hypothesis for the property tests):
 ``pip install "dlpack-adapter[test]"``.
+
+Before the first array library is imported, child processes check which of them import without
+crashing the interpreter (:mod:`dlpack._probe`; about the time of importing them all once): a
+library that crashes it, alone or together with another, is never imported, and its tests are
+skipped with that reason while the others run. Tests import libraries through
+``dlpack.tests._helpers.need``.
+
+``DLPACK_TESTS_REQUIRE``: comma-separated import names (``numpy,torch,jax,...``) of libraries
+that must be usable here: for those, a library that is missing, fails to import or crashes the
+interpreter makes its tests fail instead of skip (CI sets it to what it installs).
 """
 
 from __future__ import annotations

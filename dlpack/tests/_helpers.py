@@ -1,4 +1,5 @@
-"""Shared helpers for the dlpack test suite (ctypes views of DLPack capsules, interface shims)."""
+"""Shared helpers for the dlpack test suite: importing array libraries (:func:`need`), ctypes
+views of DLPack capsules, objects that expose exactly one protocol, child processes."""
 
 from __future__ import annotations
 
@@ -7,6 +8,51 @@ import gc
 import os
 import subprocess
 import sys
+
+import pytest
+
+from dlpack import _report
+
+# ---------------------------------------------------------------------------
+# array libraries: every test imports them through need() or optional()
+# ---------------------------------------------------------------------------
+
+REQUIRE_ENV = "DLPACK_TESTS_REQUIRE"
+
+
+def required(name: str) -> bool:
+    """Whether ``DLPACK_TESTS_REQUIRE`` names this library (by import name, its top-level
+    package, or its common name: ``PIL.Image``, ``PIL`` or ``pillow``)."""
+    names = {n.strip() for n in os.environ.get(REQUIRE_ENV, "").split(",") if n.strip()}
+    return bool(names & {name, name.partition(".")[0], _report.label(name)})
+
+
+def need(name: str, what: str | None = None):
+    """The module ``name``, imported as the report does (once, guarded, after the crash probe
+    of :mod:`dlpack._probe`); when it is missing, fails to import, or crashes the interpreter,
+    the calling test (or module, at module level) is skipped with the reason, or fails when
+    ``DLPACK_TESTS_REQUIRE`` names it."""
+    __tracebackhide__ = True  # pytest reports the skip or failure at the caller's line
+    try:
+        return _report.need(name, what)
+    except _report.Unavailable as exc:
+        reason = str(exc)
+    if required(name):
+        pytest.fail(f"{reason}, and {REQUIRE_ENV} requires it", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def optional(name: str):
+    """The module ``name`` as :func:`need` imports it, or None where a test can do without it
+    (still a failure when ``DLPACK_TESTS_REQUIRE`` names it)."""
+    __tracebackhide__ = True
+    lib = _report.library(name)
+    if lib.ok:
+        return lib.module
+    if required(name):
+        need(name)  # fails, with the reason
+    return None
+
 
 # ---------------------------------------------------------------------------
 # DLPack ABI mirrored with ctypes

@@ -12,10 +12,11 @@ from ._helpers import (
     ArrayStruct,
     CapsuleInfo,
     array_interface_of,
+    need,
     np_data_ptr,
 )
 
-np = pytest.importorskip("numpy")
+np = need("numpy")
 
 
 def _sample(dtype, shape=(2, 3)):
@@ -89,7 +90,7 @@ def test_native_byte_order_prefixes(typestr):
 
 @pytest.mark.parametrize("name", ML_DTYPES_NAMES)
 def test_ml_dtypes(name):
-    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ml_dtypes = need("ml_dtypes")
     if not hasattr(ml_dtypes, name):
         pytest.skip(f"ml_dtypes has no {name}")
     dt = np.dtype(getattr(ml_dtypes, name))
@@ -108,7 +109,7 @@ def test_ml_dtypes(name):
 
 @pytest.mark.parametrize("name", ML_DTYPES_NAMES)
 def test_ml_dtypes_strided_and_readonly(name):
-    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ml_dtypes = need("ml_dtypes")
     if not hasattr(ml_dtypes, name):
         pytest.skip(f"ml_dtypes has no {name}")
     dt = np.dtype(getattr(ml_dtypes, name))
@@ -134,8 +135,8 @@ TORCH_NAMES = {
 
 @pytest.mark.parametrize("name", list(TORCH_NAMES))
 def test_ml_dtypes_to_torch(name):
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    torch = pytest.importorskip("torch")
+    ml_dtypes = need("ml_dtypes")
+    torch = need("torch")
     tdt = getattr(torch, TORCH_NAMES[name], None)
     if tdt is None:
         pytest.skip(f"torch has no {name}")
@@ -154,7 +155,7 @@ def test_ml_dtypes_to_torch(name):
 
 
 def test_bfloat16_numpy_consumer_refuses_cleanly():
-    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ml_dtypes = need("ml_dtypes")
     src = np.ones(3, dtype=ml_dtypes.bfloat16)
     obj = asdlpack(src)
     # numpy has no bfloat16; it must refuse the capsule with an exception

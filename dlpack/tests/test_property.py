@@ -1,17 +1,21 @@
 """Property test: random numpy views survive asdlpack -> numpy.from_dlpack unchanged and shared."""
 
-import pytest
-
 from dlpack import asdlpack
 
-from ._helpers import ArrayInterface, ArrayStruct, array_interface_of, element_strides, np_data_ptr
+from ._helpers import (
+    NUMPY_NATIVE_DTYPES,
+    ArrayInterface,
+    ArrayStruct,
+    array_interface_of,
+    element_strides,
+    need,
+    np_data_ptr,
+)
 
-np = pytest.importorskip("numpy")
-hypothesis = pytest.importorskip("hypothesis")
-st = pytest.importorskip("hypothesis.strategies")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-
-from ._helpers import NUMPY_NATIVE_DTYPES  # noqa: E402
+np = need("numpy")
+hypothesis = need("hypothesis")
+st = need("hypothesis.strategies")
+HealthCheck, given, settings = hypothesis.HealthCheck, hypothesis.given, hypothesis.settings
 
 WRAPPERS = {
     "self": lambda a: a,

@@ -2,7 +2,7 @@
 
 import dlpack
 
-from ._helpers import run_python
+from ._helpers import optional, run_python
 
 
 def test_report_runs_and_shows_the_table():
@@ -13,29 +13,15 @@ def test_report_runs_and_shows_the_table():
     assert f"DLPack {dlpack.DLPACK_VERSION[0]}.{dlpack.DLPACK_VERSION[1]}" in out
     assert "Array libraries:" in out and "Devices:" in out
     assert "CPU exchanges" in out
+    if optional("numpy") is not None:  # numpy says hello and is a consumer in the table
+        assert "numpy.from_dlpack(asdlpack(bytearray(b'Hello!'))) -> 'Hello!'" in out
+        assert "provider \\ consumer" in out
     if "provider \\ consumer" in out:
         row = next(line for line in out.splitlines() if line.strip().startswith("bytearray"))
         assert "zero-copy" in row
     else:
         assert "no consumer library is installed" in out
     assert "Traceback" not in proc.stderr
-
-
-def test_report_survives_a_broken_library(tmp_path):
-    broken = tmp_path / "paddle"
-    broken.mkdir()
-    (broken / "__init__.py").write_text("raise RuntimeError('broken on purpose')\n")
-    half = tmp_path / "mlx"
-    half.mkdir()
-    (half / "__init__.py").write_text("")
-    (half / "core.py").write_text("import no_such_dependency_of_mlx\n")
-    proc = run_python("-m", "dlpack", path=[tmp_path])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    paddle = next(line for line in lines if line.strip().startswith("paddle "))
-    assert "import failed: RuntimeError: broken on purpose" in paddle
-    mlx = next(line for line in lines if line.strip().startswith("mlx "))
-    assert "import failed" in mlx and "no_such_dependency_of_mlx" in mlx
 
 
 def test_exchange_never_raises():
