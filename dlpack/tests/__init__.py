@@ -13,7 +13,8 @@ skipped with that reason while the others run. Tests import libraries through
 
 ``DLPACK_TESTS_REQUIRE``: comma-separated import names (``numpy,torch,jax,...``) of libraries
 that must be usable here: for those, a library that is missing, fails to import or crashes the
-interpreter makes its tests fail instead of skip (CI sets it to what it installs).
+interpreter makes its tests fail instead of skip (CI sets it to what it installs). ``cuda`` in
+the list does the same for the tests that need a CUDA device (for a run on a GPU machine).
 """
 
 from __future__ import annotations

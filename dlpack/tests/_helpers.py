@@ -22,7 +22,7 @@ REQUIRE_ENV = "DLPACK_TESTS_REQUIRE"
 
 def required(name: str) -> bool:
     """Whether ``DLPACK_TESTS_REQUIRE`` names this library (by import name, its top-level
-    package, or its common name: ``PIL.Image``, ``PIL`` or ``pillow``)."""
+    package, or its common name: ``PIL.Image``, ``PIL`` or ``pillow``), or ``cuda``."""
     names = {n.strip() for n in os.environ.get(REQUIRE_ENV, "").split(",") if n.strip()}
     return bool(names & {name, name.partition(".")[0], _report.label(name)})
 
@@ -40,6 +40,17 @@ def need(name: str, what: str | None = None):
     if required(name):
         pytest.fail(f"{reason}, and {REQUIRE_ENV} requires it", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
+
+
+def need_cuda(available: bool, reason: str) -> None:
+    """Skip a test that needs a CUDA device where there is none (fail instead where
+    ``DLPACK_TESTS_REQUIRE`` names ``cuda``: a GPU machine's run must not skip them all)."""
+    __tracebackhide__ = True
+    if available:
+        return
+    if required("cuda"):
+        pytest.fail(f"{reason}, and {REQUIRE_ENV} requires cuda", pytrace=False)
+    pytest.skip(reason)
 
 
 def optional(name: str):
@@ -346,7 +357,8 @@ class CudaArrayInterface:
 
 
 class DLPackProducer:
-    """Exposes only ``__dlpack__``/``__dlpack_device__``, forwarding to ``inner``."""
+    """Exposes only ``__dlpack__``/``__dlpack_device__``, forwarding to ``inner``; ``calls``
+    records the keyword arguments of each ``__dlpack__`` call."""
 
     def __init__(self, inner, record=None):
         self._inner = inner
@@ -358,6 +370,18 @@ class DLPackProducer:
 
     def __dlpack_device__(self):
         return self._inner.__dlpack_device__()
+
+
+def asks_for_legacy_capsule(from_dlpack, source) -> bool:
+    """Whether ``from_dlpack`` asks its producer for an unversioned (legacy) capsule, which can't
+    say the memory is read-only: seen through a producer over ``asdlpack(source)`` that records
+    what it is asked (the last request counts: a consumer may retry with other arguments)."""
+    from dlpack import asdlpack
+
+    producer = DLPackProducer(asdlpack(source))
+    from_dlpack(producer)
+    assert producer.calls, "the consumer never called __dlpack__"
+    return producer.calls[-1].get("max_version") is None
 
 
 def array_interface_of(np_array, **overrides):

@@ -1,15 +1,18 @@
-"""CUDA exchanges; skipped unless torch sees a CUDA device."""
+"""CUDA exchanges; skipped unless torch sees a CUDA device (failed instead where
+``DLPACK_TESTS_REQUIRE`` names ``cuda``)."""
 
 import pytest
 
 from dlpack import asdlpack, copyto
 
-from ._helpers import CapsuleInfo, CudaArrayInterface, need, torch_cuda_available
+from ._helpers import CapsuleInfo, CudaArrayInterface, need, need_cuda, torch_cuda_available
 
 torch = need("torch")
 
 
-pytestmark = pytest.mark.skipif(not torch_cuda_available(), reason="needs a CUDA device")
+@pytest.fixture(autouse=True)
+def _cuda_device():
+    need_cuda(torch_cuda_available(), "needs a CUDA device")
 
 
 def test_torch_cuda_tensor_roundtrip():

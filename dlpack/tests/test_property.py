@@ -71,8 +71,9 @@ def test_roundtrip_numpy(view, wrapper):
         assert np_data_ptr(out) == np_data_ptr(view)
     if view.size and view.flags.writeable:
         idx = (0,) * view.ndim
-        out[idx] = out[idx] if view.dtype == np.bool_ else out[idx] + 1
-        assert view[idx] == out[idx]
+        before = view[idx]
+        out[idx] = not out[idx] if view.dtype == np.bool_ else out[idx] + 1
+        assert view[idx] == out[idx] != before
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
