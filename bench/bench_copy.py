@@ -8,10 +8,11 @@ Run from the repository root with the python that has ``dlpack-adapter`` install
     python -P bench/bench_copy.py --json out.json
 
 Cases (float32): a contiguous 64 MiB copy, a 4096x4096 transpose, a 64**4 permute (3, 1, 2, 0)
-and a stride-2 gather. Each competitor writes into its own preallocated destination; repeats of
-the competitors are interleaved so they see the same machine noise, and the table shows the best
-repeat. GB/s is 2 x the destination's bytes per second (what a copy reads and writes; the
-stride-2 gather really reads twice that). Every result is checked against numpy's.
+and a stride-2 gather. Each competitor writes into its own preallocated destination; timeit times
+it (``bench/_bench_timing.py``: ``Timer.autorange`` picks the loop count, ``Timer.repeat`` times
+it), repeats of the competitors are interleaved so they see the same machine noise, and the table
+shows the best repeat. GB/s is 2 x the destination's bytes per second (what a copy reads and
+writes; the stride-2 gather really reads twice that). Every result is checked against numpy's.
 
 A row whose library is missing, or whose call raises (``dlpack.copyto`` before the build that has
 it), is skipped with a printed reason.
@@ -21,8 +22,9 @@ import argparse
 import json
 import os
 import platform
+import runpy
 import sys
-import time
+import timeit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -53,25 +55,7 @@ else:
     DLPACK_MISSING = "" if hasattr(dlpack, "copyto") else "this build has no dlpack.copyto"
 
 
-def best_time(fn, repeats: int, min_time: float) -> list[float]:
-    """Seconds per call of each repeat; a repeat loops until it has run ``min_time``."""
-    fn()  # warm up: page faults, lazy init
-    number = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_time or number >= 1 << 16:
-            break
-        number *= 2
-    out = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        out.append((time.perf_counter() - start) / number)
-    return out
+interleaved = runpy.run_path(os.path.join(HERE, "_bench_timing.py"))["interleaved"]
 
 
 def case_inputs(name: str):
@@ -142,10 +126,7 @@ def run_case(name: str, repeats: int, min_time: float) -> dict:
         if not np.array_equal(outputs[key], expected):
             raise AssertionError(f"{name}: {key} produced a wrong result")
 
-    times: dict[str, list[float]] = {key: [] for key in fns}
-    for _ in range(repeats):
-        for key, fn in fns.items():
-            times[key].extend(best_time(fn, 1, min_time))
+    _, times = interleaved({key: timeit.Timer(fn) for key, fn in fns.items()}, repeats, min_time)
     return {"bytes": nbytes, "times": times, "skipped": skipped}
 
 

@@ -11,27 +11,35 @@ pinned host to device, a column slice (one 2-D pitched copy), a 3-D slice (one 3
 and a transpose (staged through the host: there is no device kernel yet).
 Goals (issue #3): D2D and pinned H2D at >= 0.9x of the plain copy. Exits 0 with a message when no
 GPU is present.
+
+Each timed call ends with a device synchronisation, so it is timed until the copy is done; timeit
+times the calls (``bench/_bench_timing.py``: ``Timer.autorange`` picks the loop count for repeats
+of about 50 ms, ``Timer.repeat`` times them, ours and the plain copy in turns).
 """
 
 import argparse
 import os
+import runpy
 import sys
-import time
+import timeit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
+interleaved = runpy.run_path(os.path.join(HERE, "_bench_timing.py"))["interleaved"]
+SECONDS_PER_REPEAT = 0.05
 
 
-def best_time(fn, sync, repeats: int) -> float:
-    fn()
-    sync()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        best = min(best, time.perf_counter() - start)
-    return best
+def best_times(ours, plain, sync, repeats: int) -> tuple[float, float]:
+    """Best seconds per call of ``ours`` and ``plain``, each call followed by ``sync()``."""
+
+    def synced(fn):
+        return timeit.Timer(lambda: (fn(), sync()))
+
+    sync()  # the setup's work is not the first call's
+    _, per_call = interleaved(
+        {"ours": synced(ours), "plain": synced(plain)}, repeats, SECONDS_PER_REPEAT
+    )
+    return min(per_call["ours"]), min(per_call["plain"])
 
 
 def main() -> int:
@@ -106,8 +114,7 @@ def main() -> int:
     print("| copy | dlpack | plain copy_ | plain / ours |\n|---|---:|---:|---:|")
     for name, ours, plain in rows:
         gb = plain().numel() * 4 / 1e9 if name.startswith("copyto") else n * 4 / 1e9
-        t_ours = best_time(ours, sync, args.repeats)
-        t_plain = best_time(plain, sync, args.repeats)
+        t_ours, t_plain = best_times(ours, plain, sync, args.repeats)
         print(
             f"| {name} | {t_ours * 1e3:.2f} ms ({gb / t_ours:.1f} GB/s) | "
             f"{t_plain * 1e3:.2f} ms ({gb / t_plain:.1f} GB/s) | {t_plain / t_ours:.2f}x |"

@@ -4,14 +4,15 @@
 Run from the repository root with the python that has ``dlpack-adapter`` installed::
 
     python bench/bench_exchange.py            # full run, about a minute and a half
-    python bench/bench_exchange.py --quick    # smoke run, well under 20 s
+    python bench/bench_exchange.py --quick    # smoke run, under 20 s
     python bench/bench_exchange.py --json out.json
 
 Every row times a small numpy float32 array of shape (12,) (or a torch CPU tensor over the same
 data), so the numbers are the fixed per-call overhead of the exchange, not memory traffic.
-Each statement is compiled inline by ``timeit`` (no lambda), calibrated to a target time per
-repeat, and repeated several times; "ours" and its anchor are repeated alternately so both see
-the same machine noise. The table shows the best repeat; ``--json`` also keeps the median and
+Each statement is compiled inline by ``timeit`` (no lambda); ``Timer.autorange`` picks its loop
+count (scaled to the target time per repeat) and ``Timer.repeat`` times it several times (see
+``bench/_bench_timing.py``); "ours" and its anchor are repeated alternately so both see the same
+machine noise. The table shows the best repeat; ``--json`` also keeps the median and
 every repeat.
 
 The competitor ``pydlpack`` also has the import name ``dlpack``, so it is timed in a separate
@@ -25,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import runpy
 import statistics
 import subprocess
 import sys
@@ -59,34 +61,24 @@ def _guard_sys_path(child: bool) -> None:
 # timing
 
 
-def _calibrate(timer: timeit.Timer, target_s: float) -> int:
-    """Loop count so that one repeat of ``timer`` takes about ``target_s`` seconds."""
-    number = 1
-    while True:
-        elapsed = timer.timeit(number)
-        if elapsed >= target_s / 5 or number >= 10**8:
-            return max(1, int(number * target_s / max(elapsed, 1e-9)))
-        number *= 10 if elapsed < target_s / 100 else 2
+interleaved = runpy.run_path(os.path.join(HERE, "_bench_timing.py"))["interleaved"]
 
 
 def measure(stmts: dict[str, str], namespace: dict, repeats: int, target_s: float) -> dict:
     """Time each statement; repeats of the statements are interleaved. Returns ns per call."""
     timers = {key: timeit.Timer(stmt, globals=namespace) for key, stmt in stmts.items()}
-    numbers = {key: _calibrate(timer, target_s) for key, timer in timers.items()}
-    per_call: dict[str, list[float]] = {key: [] for key in stmts}
-    for _ in range(repeats):
-        for key, timer in timers.items():
-            per_call[key].append(timer.timeit(numbers[key]) / numbers[key] * 1e9)
-    return {
-        key: {
+    numbers, per_call = interleaved(timers, repeats, target_s)
+    results = {}
+    for key, seconds in per_call.items():
+        values = [s * 1e9 for s in seconds]
+        results[key] = {
             "stmt": stmts[key],
             "best_ns": min(values),
             "median_ns": statistics.median(values),
             "number": numbers[key],
             "repeats_ns": values,
         }
-        for key, values in per_call.items()
-    }
+    return results
 
 
 def fmt_time(ns: float) -> str:

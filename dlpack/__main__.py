@@ -6,15 +6,21 @@ reason). A library that fails to import is reported as such. Exit status 0 unles
 broken.
 """
 
+import argparse
 import sys
 
 
+def _parser() -> argparse.ArgumentParser:
+    details = __doc__.strip().partition("\n\n")[2]
+    return argparse.ArgumentParser(
+        prog="python -m dlpack",
+        description=f"A report of this environment. {details}",
+        epilog="python -m dlpack.tests runs the test suite.",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if any(a in ("-h", "--help") for a in args):
-        print(__doc__.strip())
-        print("\nusage: python -m dlpack   (python -m dlpack.tests runs the test suite)")
-        return 0
+    _parser().parse_args(argv)
     try:
         from dlpack._report import report
     except Exception as exc:  # noqa: BLE001 - our own package is broken: say so, exit 1

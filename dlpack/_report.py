@@ -5,8 +5,9 @@ A *provider* makes a small array in some library (or a stdlib buffer); ``asdlpac
 *consumer* takes the ``DLPackObject`` with its ``from_dlpack``. :func:`exchange` runs one such
 exchange and says whether it worked zero-copy (the consumer's data pointer is the source's), with
 a copy (same values, other memory), or failed (and why). Every library import is guarded: a
-library that is missing is "not installed", one that fails to import is reported as broken, and
-neither stops the report.
+library that is missing is "not installed", one that fails to import is reported as broken, one
+that crashes the interpreter when imported (found by :mod:`dlpack._probe` in child processes,
+before any of them is imported here) is never imported, and none of them stops the report.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import _probe
 
 VALUES_2x3 = [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 VALUES_6 = [0, 1, 2, 3, 4, 5]
@@ -47,7 +50,7 @@ _DISTRIBUTIONS = {
 @dataclass
 class Library:
     name: str  # import name
-    status: str  # "ok", "missing" or "broken"
+    status: str  # "ok", "missing", "broken" or "crashes"
     module: Any = None
     version: str | None = None
     error: str = ""
@@ -62,6 +65,8 @@ class Library:
             return self.version or "(version unknown)"
         if self.status == "missing":
             return "not installed"
+        if self.status == "crashes":  # the error names the library first
+            return self.error.removeprefix(label(self.name)).lstrip()
         return f"import failed: {self.error}"
 
 
@@ -90,9 +95,16 @@ def _version_of(name: str, module) -> str | None:
 
 
 def library(name: str) -> Library:
-    """Import ``name`` once and remember how that went; never raises (except KeyboardInterrupt)."""
+    """Import ``name`` once and remember how that went; never raises (except KeyboardInterrupt).
+
+    The first call probes the libraries this module knows for crashes (in child processes); a
+    library that crashes the interpreter is not imported here."""
     lib = _LIBRARIES.get(name)
     if lib is not None:
+        return lib
+    crash = _probe.crash_of(name, PROBED)
+    if crash is not None:
+        lib = _LIBRARIES[name] = Library(name, "crashes", error=crash.message(label))
         return lib
     start = time.perf_counter()
     with warnings.catch_warnings():
@@ -141,6 +153,8 @@ def need(name: str, what: str | None = None):
         raise Unavailable(f"{what} is not installed")
     if lib.status == "broken":
         raise Unavailable(f"{what} fails to import ({lib.error})")
+    if lib.status == "crashes":
+        raise Unavailable(lib.error)
     return lib.module
 
 
@@ -642,6 +656,8 @@ def exchange(provider: Provider, consumer: Consumer, device: str = "cpu") -> Out
                     return Outcome("skip", f"{label(name)} is not installed")
                 if lib.status == "broken":
                     return Outcome("skip", f"{label(name)} fails to import: {lib.error}")
+                if lib.status == "crashes":
+                    return Outcome("skip", lib.error)
         if device == "cuda" and not cuda_devices()[0]:
             return Outcome("skip", "no CUDA device")
         stage = "provider"
@@ -713,6 +729,9 @@ REPORTED = [
     ("ml_dtypes", "ml_dtypes"),
 ]
 TEST_TOOLS = [("pytest", "pytest"), ("hypothesis", "hypothesis")]
+# what dlpack._probe imports in child processes, first, to find libraries that crash: those the
+# report lists, by the module that loads their native code, in the report's order
+PROBED = [{"PIL": "PIL.Image"}.get(module, module) for module, _ in REPORTED]
 
 
 def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -790,13 +809,14 @@ def report(out=None) -> int:
 
     say("Array libraries:")
     rows = []
-    for module, label in REPORTED + TEST_TOOLS:
+    extra = [(name, name) for name in _probe.extra_names()]
+    for module, label in REPORTED + TEST_TOOLS + extra:
         lib = library(module)
         rows.append([label, lib.describe()])
     for line in _table(rows):
         say(line)
     if not library("pytest").ok:
-        say("  (without pytest, `python -m dlpack.tests` uses its built-in runner)")
+        say('  (`python -m dlpack.tests` needs pytest: pip install "dlpack-adapter[test]")')
     say()
 
     cuda, how = cuda_devices()
@@ -829,6 +849,10 @@ def _exchange_table(device: str, say, notes: dict[str, int]) -> None:
         f"{device.upper()} exchanges, from_dlpack(asdlpack(x)): "
         "rows make x, columns consume it (2x3 float32, or 6 bytes)"
     )
+    used_here = [x.module for x in PROVIDERS + CONSUMERS if device in x.devices and x.module]
+    for module in dict.fromkeys(used_here):
+        if library(module).status == "crashes":
+            say(f"  (left out: {library(module).error})")
     if not consumers:
         say("  (no consumer library is installed: numpy, torch, jax, cupy, ...)")
         say()

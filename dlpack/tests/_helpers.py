@@ -1,11 +1,69 @@
-"""Shared helpers for the dlpack test suite (ctypes views of DLPack capsules, interface shims)."""
+"""Shared helpers for the dlpack test suite: importing array libraries (:func:`need`), ctypes
+views of DLPack capsules, objects that expose exactly one protocol, child processes."""
 
 from __future__ import annotations
 
 import ctypes
 import gc
 import os
+import subprocess
 import sys
+
+import pytest
+
+from dlpack import _report
+
+# ---------------------------------------------------------------------------
+# array libraries: every test imports them through need() or optional()
+# ---------------------------------------------------------------------------
+
+REQUIRE_ENV = "DLPACK_TESTS_REQUIRE"
+
+
+def required(name: str) -> bool:
+    """Whether ``DLPACK_TESTS_REQUIRE`` names this library (by import name, its top-level
+    package, or its common name: ``PIL.Image``, ``PIL`` or ``pillow``), or ``cuda``."""
+    names = {n.strip() for n in os.environ.get(REQUIRE_ENV, "").split(",") if n.strip()}
+    return bool(names & {name, name.partition(".")[0], _report.label(name)})
+
+
+def need(name: str, what: str | None = None):
+    """The module ``name``, imported as the report does (once, guarded, after the crash probe
+    of :mod:`dlpack._probe`); when it is missing, fails to import, or crashes the interpreter,
+    the calling test (or module, at module level) is skipped with the reason, or fails when
+    ``DLPACK_TESTS_REQUIRE`` names it."""
+    __tracebackhide__ = True  # pytest reports the skip or failure at the caller's line
+    try:
+        return _report.need(name, what)
+    except _report.Unavailable as exc:
+        reason = str(exc)
+    if required(name):
+        pytest.fail(f"{reason}, and {REQUIRE_ENV} requires it", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def need_cuda(available: bool, reason: str) -> None:
+    """Skip a test that needs a CUDA device where there is none (fail instead where
+    ``DLPACK_TESTS_REQUIRE`` names ``cuda``: a GPU machine's run must not skip them all)."""
+    __tracebackhide__ = True
+    if available:
+        return
+    if required("cuda"):
+        pytest.fail(f"{reason}, and {REQUIRE_ENV} requires cuda", pytrace=False)
+    pytest.skip(reason)
+
+
+def optional(name: str):
+    """The module ``name`` as :func:`need` imports it, or None where a test can do without it
+    (still a failure when ``DLPACK_TESTS_REQUIRE`` names it)."""
+    __tracebackhide__ = True
+    lib = _report.library(name)
+    if lib.ok:
+        return lib.module
+    if required(name):
+        need(name)  # fails, with the reason
+    return None
+
 
 # ---------------------------------------------------------------------------
 # DLPack ABI mirrored with ctypes
@@ -94,6 +152,29 @@ def package_root():
     import dlpack
 
     return os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
+
+
+def run_python(*args, path=(), env=None, timeout=300) -> subprocess.CompletedProcess:
+    """``python ARGS`` in a child process started in :func:`package_root` (so it imports the same
+    ``dlpack``), with the folders in ``path`` first on ``PYTHONPATH`` and ``env`` added to the
+    environment. pytest's own variables are dropped, so a pytest run in the child is its own."""
+    child_env = dict(os.environ)
+    child_env.pop("PYTEST_ADDOPTS", None)
+    child_env.pop("PYTEST_CURRENT_TEST", None)
+    if path:
+        folders = [os.fspath(p) for p in path]
+        if child_env.get("PYTHONPATH"):
+            folders.append(child_env["PYTHONPATH"])
+        child_env["PYTHONPATH"] = os.pathsep.join(folders)
+    child_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, *map(os.fspath, args)],
+        cwd=package_root(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child_env,
+    )
 
 
 class DLPackVersion(ctypes.Structure):
@@ -276,7 +357,8 @@ class CudaArrayInterface:
 
 
 class DLPackProducer:
-    """Exposes only ``__dlpack__``/``__dlpack_device__``, forwarding to ``inner``."""
+    """Exposes only ``__dlpack__``/``__dlpack_device__``, forwarding to ``inner``; ``calls``
+    records the keyword arguments of each ``__dlpack__`` call."""
 
     def __init__(self, inner, record=None):
         self._inner = inner
@@ -288,6 +370,18 @@ class DLPackProducer:
 
     def __dlpack_device__(self):
         return self._inner.__dlpack_device__()
+
+
+def asks_for_legacy_capsule(from_dlpack, source) -> bool:
+    """Whether ``from_dlpack`` asks its producer for an unversioned (legacy) capsule, which can't
+    say the memory is read-only: seen through a producer over ``asdlpack(source)`` that records
+    what it is asked (the last request counts: a consumer may retry with other arguments)."""
+    from dlpack import asdlpack
+
+    producer = DLPackProducer(asdlpack(source))
+    from_dlpack(producer)
+    assert producer.calls, "the consumer never called __dlpack__"
+    return producer.calls[-1].get("max_version") is None
 
 
 def array_interface_of(np_array, **overrides):

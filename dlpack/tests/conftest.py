@@ -2,6 +2,8 @@ import sys
 
 import pytest
 
+from ._helpers import need
+
 
 def pytest_report_header(config):
     try:
@@ -15,4 +17,4 @@ def pytest_report_header(config):
 
 @pytest.fixture
 def np():
-    return pytest.importorskip("numpy")
+    return need("numpy")

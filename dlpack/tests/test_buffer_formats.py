@@ -7,6 +7,8 @@ import pytest
 
 from dlpack import asdlpack
 
+from ._helpers import need
+
 tb = pytest.importorskip("_testbuffer")
 ndarray = tb.ndarray
 
@@ -55,7 +57,7 @@ def test_format_prefixes(fmt, dtype):
     assert obj.itemsize == struct.calcsize(fmt)
     assert obj.shape == (6,)
     assert obj.readonly is False
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     out = np.from_dlpack(obj)
     np.testing.assert_array_equal(out, _items(fmt))
 
@@ -88,7 +90,7 @@ def test_non_native_multibyte_copied(fmt, dtype):
     for max_version in (None, (1, 3)):
         with pytest.raises(BufferError, match="copy=False"):
             obj.__dlpack__(max_version=max_version, copy=False)
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     out = np.from_dlpack(obj)
     assert out.dtype == np.dtype(dtype)
     assert out.flags.writeable
@@ -125,7 +127,7 @@ def test_suboffsets_copied():
     for max_version in (None, (1, 3)):
         with pytest.raises(BufferError, match="copy=False"):
             obj.__dlpack__(max_version=max_version, copy=False)
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     out = np.from_dlpack(obj)
     assert out.flags.writeable
     np.testing.assert_array_equal(out, memoryview(src).tolist())
@@ -145,7 +147,7 @@ def test_fortran_buffer():
     obj = asdlpack(src)
     assert obj.shape == (3, 4)
     assert obj.strides == (1, 3)
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     out = np.from_dlpack(obj)
     np.testing.assert_array_equal(out, np.asarray(mv))
 
@@ -156,7 +158,7 @@ def test_scalar_buffer():
     assert obj.shape == ()
     assert obj.ndim == 0
     assert obj.nbytes == 8
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     assert np.from_dlpack(obj) == 7.0
 
 
@@ -173,5 +175,5 @@ def test_strided_ndarray():
     obj = asdlpack(view)
     assert obj.shape == mv.shape
     assert obj.strides == tuple(s // 2 for s in mv.strides)
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     np.testing.assert_array_equal(np.from_dlpack(obj), np.asarray(mv))

@@ -7,9 +7,9 @@ import pytest
 
 from dlpack import asdlpack
 
-from ._helpers import np_data_ptr
+from ._helpers import asks_for_legacy_capsule, need, np_data_ptr
 
-np = pytest.importorskip("numpy")
+np = need("numpy")
 
 
 def _addr(buf) -> int:
@@ -99,7 +99,7 @@ class TestNumpy:
 class TestTorch:
     @pytest.fixture(autouse=True)
     def _torch(self):
-        self.torch = pytest.importorskip("torch")
+        self.torch = need("torch")
 
     @pytest.mark.parametrize("name", list(_sources()))
     def test_values(self, name):
@@ -210,8 +210,7 @@ class TestTorch:
 class TestJax:
     @pytest.fixture(autouse=True)
     def _jax(self):
-        pytest.importorskip("jax")
-        import jax.numpy as jnp
+        jnp = need("jax.numpy", "jax")
 
         self.jnp = jnp
 
@@ -228,16 +227,16 @@ class TestJax:
         np.testing.assert_array_equal(np.asarray(out), np.arange(1, 17))
 
     def test_readonly_source(self):
-        # jax requests a legacy capsule; a read-only source can only be refused
-        obj = asdlpack(b"\x01\x02\x03\x04")
-        try:
-            out = self.jnp.from_dlpack(obj)
-        except BufferError:
-            return
+        # read-only memory asked for in a legacy capsule (as jax does) comes as a copy
+        src = b"\x01\x02\x03\x04"
+        obj = asdlpack(src)
+        out = self.jnp.from_dlpack(obj)
         np.testing.assert_array_equal(np.asarray(out), [1, 2, 3, 4])
+        if asks_for_legacy_capsule(self.jnp.from_dlpack, src):
+            assert out.unsafe_buffer_pointer() != obj.data_ptr
 
     def test_negative_strides_refused_by_jax(self):
-        import jax
+        jax = need("jax")
 
         obj = asdlpack(np.arange(6.0, dtype=np.float32)[::-1])
         with pytest.raises((jax.errors.JaxRuntimeError, RuntimeError, ValueError)):
@@ -260,7 +259,7 @@ class TestJax:
 class TestArrayApiStrict:
     @pytest.fixture(autouse=True)
     def _xp(self):
-        self.xp = pytest.importorskip("array_api_strict")
+        self.xp = need("array_api_strict")
 
     @pytest.mark.parametrize("name", list(_sources()))
     def test_values(self, name):
@@ -283,7 +282,7 @@ class TestArrayApiStrict:
 class TestTvmFfi:
     @pytest.fixture(autouse=True)
     def _tvm(self):
-        self.tvm_ffi = pytest.importorskip("tvm_ffi")
+        self.tvm_ffi = need("tvm_ffi")
 
     @pytest.mark.parametrize("name", ["contiguous", "strided", "0d", "empty", "int64", "bool"])
     def test_values(self, name):
@@ -303,12 +302,11 @@ class TestTvmFfi:
         assert np.frombuffer(src, dtype=np.float32)[1] == 1.0
 
     def test_readonly_source(self):
-        # tvm_ffi asks for a legacy capsule: a read-only source must be refused, not crash
+        # tvm_ffi takes its tensors through the C exchange API, which can't say read-only (and
+        # tvm_ffi writes through them anyway): a read-only source comes as a copy
         obj = asdlpack(b"\x01\x02")
-        try:
-            t = self.tvm_ffi.from_dlpack(obj)
-        except BufferError:
-            return
+        t = self.tvm_ffi.from_dlpack(obj)
+        assert t.data_ptr() != obj.data_ptr
         np.testing.assert_array_equal(np.from_dlpack(t), [1, 2])
 
 
@@ -318,7 +316,7 @@ class TestTvmFfi:
 
 
 def test_pyarrow_array():
-    pa = pytest.importorskip("pyarrow")
+    pa = need("pyarrow")
     arr = pa.array([1, 2, 3], type=pa.int64())
     obj = asdlpack(arr)
     assert obj.shape == (3,)
@@ -327,24 +325,9 @@ def test_pyarrow_array():
 
 
 def test_pyarrow_float_slice():
-    pa = pytest.importorskip("pyarrow")
+    pa = need("pyarrow")
     arr = pa.array([1.5, 2.5, 3.5, 4.5], type=pa.float32()).slice(1, 2)
     obj = asdlpack(arr)
     assert obj.shape == (2,)
     assert obj.dtype == "float32"
     np.testing.assert_array_equal(np.from_dlpack(obj), [2.5, 3.5])
-
-
-def test_main_module_demo():
-    import os
-    import subprocess
-    import sys
-
-    import dlpack
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
-    proc = subprocess.run(
-        [sys.executable, "-m", "dlpack"], cwd=root, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "'Hello!'" in proc.stdout, proc.stdout

@@ -1,15 +1,18 @@
-"""CUDA exchanges; skipped unless torch sees a CUDA device."""
+"""CUDA exchanges; skipped unless torch sees a CUDA device (failed instead where
+``DLPACK_TESTS_REQUIRE`` names ``cuda``)."""
 
 import pytest
 
 from dlpack import asdlpack, copyto
 
-from ._helpers import CapsuleInfo, CudaArrayInterface, torch_cuda_available
+from ._helpers import CapsuleInfo, CudaArrayInterface, need, need_cuda, torch_cuda_available
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 
 
-pytestmark = pytest.mark.skipif(not torch_cuda_available(), reason="needs a CUDA device")
+@pytest.fixture(autouse=True)
+def _cuda_device():
+    need_cuda(torch_cuda_available(), "needs a CUDA device")
 
 
 def test_torch_cuda_tensor_roundtrip():
@@ -120,7 +123,7 @@ def test_producer_stream_is_waited_for():
 
 
 def test_numpy_refuses_cuda_data():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     obj = asdlpack(torch.zeros(3, device="cuda"))
     with pytest.raises((BufferError, RuntimeError, ValueError, TypeError)):
         np.from_dlpack(obj)
@@ -164,7 +167,7 @@ def test_sliced_3d_cuda_to_cpu():
 
 @pytest.mark.parametrize("layout", SOURCE_LAYOUTS)
 def test_copyto_host_to_cuda(layout):
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     src_host = SOURCE_LAYOUTS[layout](_matrix("cpu")).numpy()
     dst = torch.full(src_host.shape, -1.0, device="cuda")
     copyto(dst, src_host)
@@ -173,7 +176,7 @@ def test_copyto_host_to_cuda(layout):
 
 @pytest.mark.parametrize("layout", SOURCE_LAYOUTS)
 def test_copyto_cuda_to_host(layout):
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     src = SOURCE_LAYOUTS[layout](_matrix("cuda"))
     dst = np.full(tuple(src.shape), -1.0, dtype=np.float32)
     copyto(dst, src)
@@ -201,7 +204,7 @@ def test_copyto_cuda_to_cuda(src_layout, dst_layout):
 
 
 def test_copyto_into_a_cuda_view_with_gaps():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     base = torch.zeros(64, 64, device="cuda")
     src = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
     copyto(base[:, ::2], src)  # element rows into a destination with gaps: never its span
@@ -231,7 +234,7 @@ def test_copyto_on_a_stream_waits_for_the_producer():
 
 
 def test_copyto_without_a_stream_is_complete_on_return():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     src = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
     dst = np.empty(1 << 20, dtype=np.float32)
     copyto(dst, src)

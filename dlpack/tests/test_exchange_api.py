@@ -13,7 +13,7 @@ import pytest
 
 from dlpack import DLPackObject, asdlpack
 
-from ._helpers import DLManagedTensorVersioned, DLTensor
+from ._helpers import DLManagedTensorVersioned, DLTensor, need
 
 _GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
 _GetPointer.restype = ctypes.c_void_p
@@ -138,8 +138,8 @@ def test_read_only_memory_is_copied_for_exchange_api_consumers():
 
 
 def test_tvm_ffi_cannot_write_into_read_only_sources():
-    tvm_ffi = pytest.importorskip("tvm_ffi")
-    np = pytest.importorskip("numpy")
+    tvm_ffi = need("tvm_ffi")
+    np = need("numpy")
     src = b"abcdef"
     view = np.from_dlpack(tvm_ffi.from_dlpack(asdlpack(src)))
     view[0] = ord("z")
@@ -147,7 +147,7 @@ def test_tvm_ffi_cannot_write_into_read_only_sources():
 
 
 def test_copied_exports_carry_flags():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     swapped = np.arange(4, dtype=">i4")
     managed, address = _export(asdlpack(swapped))
     assert managed.flags & 2 == 2  # IS_COPIED: DLPack can't carry swapped bytes
@@ -173,7 +173,7 @@ def test_dltensor_from_py_object_borrows():
 
 
 def test_dltensor_from_py_object_refuses_memory_that_needs_a_copy():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     obj = asdlpack(np.arange(3, dtype=">f8"))
     with pytest.raises(BufferError):
         _DLTENSOR_FROM_PY(_table().dltensor_from_py_object_no_sync)(obj, ctypes.byref(DLTensor()))
@@ -264,7 +264,7 @@ def test_current_work_stream_is_null():
 
 
 def test_asdlpack_uses_torch_exchange_api_instead_of_dunder_dlpack(monkeypatch):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         pytest.skip(f"torch {torch.__version__} has no __dlpack_c_exchange_api__")
     t = torch.arange(6, dtype=torch.float32)
@@ -276,15 +276,15 @@ def test_asdlpack_uses_torch_exchange_api_instead_of_dunder_dlpack(monkeypatch):
     obj = asdlpack(t)
     assert obj.data_ptr == t.data_ptr()
     assert obj.shape == (6,) and obj.dtype == "float32"
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     view = np.from_dlpack(obj)
     view[0] = 42
     assert t[0].item() == 42
 
 
 def test_torch_exchange_api_lifetime():
-    torch = pytest.importorskip("torch")
-    np = pytest.importorskip("numpy")
+    torch = need("torch")
+    np = need("numpy")
     t = torch.arange(4.0)
     baseline = sys.getrefcount(t)
     for _ in range(2000):
@@ -302,7 +302,7 @@ def test_torch_tensors_whose_memory_is_not_their_value_are_refused():
     """torch's C API exports the raw memory of lazily conjugated or negated tensors (wrong values)
     and of tensors requiring grad; asdlpack refuses them as torch's __dlpack__ does (and the
     negative bit, which torch's __dlpack__ itself lets through with wrong values)."""
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         pytest.skip(f"torch {torch.__version__} has no __dlpack_c_exchange_api__")
     with pytest.raises(BufferError, match="conjugate"):
@@ -311,15 +311,15 @@ def test_torch_tensors_whose_memory_is_not_their_value_are_refused():
         asdlpack(torch.tensor([1.0, 2.0])._neg_view())
     with pytest.raises(BufferError, match="gradient"):
         asdlpack(torch.ones(3, requires_grad=True))
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     resolved = np.from_dlpack(asdlpack(torch.tensor([1 + 2j]).conj().resolve_conj()))
     assert resolved.tolist() == [1 - 2j]
     assert np.from_dlpack(asdlpack(torch.ones(2, requires_grad=True).detach())).tolist() == [1, 1]
 
 
 def test_tvm_ffi_consumes_through_exchange_api():
-    tvm_ffi = pytest.importorskip("tvm_ffi")
-    np = pytest.importorskip("numpy")
+    tvm_ffi = need("tvm_ffi")
+    np = need("numpy")
     a = np.arange(5, dtype=np.int32)
     x = tvm_ffi.from_dlpack(asdlpack(a))
     back = np.from_dlpack(x)

@@ -3,7 +3,6 @@
 import ctypes
 import gc
 import os
-import subprocess
 import sys
 import textwrap
 import threading
@@ -22,8 +21,10 @@ from ._helpers import (
     array_interface_of,
     capsule_name,
     collect,
-    package_root,
+    need,
+    optional,
     refcount,
+    run_python,
 )
 
 
@@ -65,7 +66,7 @@ def test_source_kept_alive_by_unconsumed_capsule():
 
 
 def test_source_deleted_before_consumer_numpy():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     src = Buf(bytes(range(10)))
     ref = weakref.ref(src)
     obj = asdlpack(src)
@@ -84,7 +85,7 @@ def test_source_deleted_before_consumer_numpy():
 
 
 def test_numpy_source_deleted_before_consumer():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     src = np.arange(1000, dtype=np.float64)
     out = np.from_dlpack(asdlpack(src[::3]))
     del src
@@ -93,7 +94,7 @@ def test_numpy_source_deleted_before_consumer():
 
 
 def test_torch_consumer_outlives_everything():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     src = Buf(b"\x05" * 16)
     ref = weakref.ref(src)
     t = torch.from_dlpack(asdlpack(memoryview(src).cast("i")))
@@ -107,7 +108,7 @@ def test_torch_consumer_outlives_everything():
 
 
 def test_raw_capsule_producer_released():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     src = np.arange(5)
     base = refcount(src)
     cap = src.__dlpack__(max_version=(1, 0))
@@ -127,26 +128,22 @@ def test_raw_capsule_producer_released():
 
 
 def _sources():
-    cases = {"bytearray": lambda: (Buf(b"abcdefgh"), None)}
-    try:
-        import numpy as np
-    except ImportError:
-        return cases
-
     def iface():
-        a = np.arange(8, dtype=np.int32)
+        a = need("numpy").arange(8, dtype="int32")
         return a, ArrayInterface(array_interface_of(a), owner=a)
 
     def struct():
-        a = np.arange(8, dtype=np.int32)
+        a = need("numpy").arange(8, dtype="int32")
         return a, ArrayStruct(a)
 
-    cases["numpy"] = lambda: (np.arange(8, dtype=np.int32), None)
-    cases["numpy-readonly"] = lambda: (np.frombuffer(b"abcdefgh", dtype=np.uint8), None)
-    cases["array_interface"] = iface
-    cases["array_struct"] = struct
-    cases["memoryview"] = lambda: (Buf(b"abcdefgh"), "mv")
-    return cases
+    return {
+        "bytearray": lambda: (Buf(b"abcdefgh"), None),
+        "numpy": lambda: (need("numpy").arange(8, dtype="int32"), None),
+        "numpy-readonly": lambda: (need("numpy").frombuffer(b"abcdefgh", dtype="uint8"), None),
+        "array_interface": iface,
+        "array_struct": struct,
+        "memoryview": lambda: (Buf(b"abcdefgh"), "mv"),
+    }
 
 
 def _make(kind):
@@ -174,11 +171,8 @@ def test_refcount_baseline(kind):
         del caps
     assert refcount(obj) == base_obj
 
-    try:
-        import numpy as np
-    except ImportError:
-        np = None
-    if np is not None:
+    np = optional("numpy")
+    if np is not None:  # numpy is the consumer where it is here
         outs = [np.from_dlpack(obj) for _ in range(5)]
         outs.append(np.from_dlpack(obj, copy=True))
         del outs
@@ -201,7 +195,7 @@ def test_refcount_after_errors():
 
 
 def test_refcount_after_failed_asdlpack():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     src = np.zeros(3, dtype=np.complex256) if hasattr(np, "complex256") else None
     if src is None:
         pytest.skip("no long double complex")
@@ -247,7 +241,7 @@ def _rss_growth(batch, warm_up, measured):
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc/self/statm")
 def test_no_growth_fresh_sources():
     """A leaked source (or its export) would cost >= 8 KiB per iteration: 160 MB here."""
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
 
     def once():
         src = bytearray(8192)
@@ -269,7 +263,7 @@ def test_no_growth_fresh_sources():
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc/self/statm")
 def test_no_growth_small_exports():
     """Unconsumed, consumed and copied capsules of one source: per-export structs must be freed."""
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     src = np.zeros((4, 4, 4, 4), dtype=np.float32)[:, ::2]  # ndim 4 -> bigger shape arrays
     obj = asdlpack(src)
 
@@ -293,7 +287,7 @@ def _interface_over(buffer):
 
 
 def _numpy():
-    return pytest.importorskip("numpy")
+    return need("numpy")
 
 
 _OWNER_KINDS = {
@@ -403,7 +397,7 @@ def test_objects_dropped_in_threads():
 
 
 def test_consumer_arrays_dropped_in_threads():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     src = Buf(bytes(range(32)))
     base = refcount(src)
     obj = asdlpack(src)
@@ -415,7 +409,7 @@ def test_consumer_arrays_dropped_in_threads():
 
 
 def test_torch_tensors_dropped_in_threads():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     src = Buf(bytes(range(32)))
     base = refcount(src)
     tensors = [torch.from_dlpack(asdlpack(src)) for _ in range(500)]
@@ -424,7 +418,7 @@ def test_torch_tensors_dropped_in_threads():
 
 
 def test_concurrent_exports():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     src = np.arange(64, dtype=np.int64)
     base = refcount(src)
     obj = asdlpack(src)
@@ -470,7 +464,7 @@ def test_collector_tracks_only_objects_that_can_be_in_a_cycle():
     # of atoms; an owner it does traverse (a subclass instance with a __dict__) can.
     assert not gc.is_tracked(asdlpack(b"abc"))
     assert gc.is_tracked(asdlpack(Buf(b"abc")))
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     assert not gc.is_tracked(asdlpack(np.arange(3)))
 
 
@@ -489,6 +483,7 @@ def test_recycled_objects_keep_collecting_cycles():
         assert all(ref() is None for ref in refs)
 
 
+# sys.argv names the consumer libraries to use (those need() gives this process)
 EXIT_SCRIPT = textwrap.dedent(
     """
     import sys
@@ -506,32 +501,23 @@ EXIT_SCRIPT = textwrap.dedent(
     CYC.caps = [CYC.obj.__dlpack__(max_version=(1, 1))]
     L = [asdlpack(memoryview(SRC)[::3])]
     L.append(L)
-    try:
+    if "numpy" in sys.argv:
         import numpy as np
         A = np.arange(100.0)
         ARRS = [np.from_dlpack(asdlpack(A)), np.from_dlpack(OBJ)]
         NCAPS = [asdlpack(A[::2]).__dlpack__(max_version=(1, 3))]
-    except ImportError:
-        pass
-    try:
+    if "torch" in sys.argv:
         import torch
         T = torch.from_dlpack(asdlpack(SRC))
         TO = asdlpack(torch.arange(5))
-    except ImportError:
-        pass
     print("done")
     """
 )
 
 
 def test_live_exports_at_interpreter_exit():
-    proc = subprocess.run(
-        [sys.executable, "-c", EXIT_SCRIPT],
-        cwd=package_root(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    consumers = [name for name in ("numpy", "torch") if optional(name) is not None]
+    proc = run_python("-c", EXIT_SCRIPT, *consumers, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "done" in proc.stdout
     assert "Fatal" not in proc.stderr
@@ -626,7 +612,7 @@ def test_deleter_from_thread_while_main_thread_runs_python():
 
 
 def test_copy_outlives_source_and_object():
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     src = Buf(bytes(range(32)))
     ref = weakref.ref(src)
     out = np.from_dlpack(asdlpack(memoryview(src)[::4]), copy=True)

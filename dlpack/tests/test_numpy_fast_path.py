@@ -8,7 +8,9 @@ import pytest
 
 from dlpack import asdlpack
 
-np = pytest.importorskip("numpy")
+from ._helpers import need
+
+np = need("numpy")
 
 
 def _arrays():

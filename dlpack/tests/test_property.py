@@ -1,17 +1,21 @@
 """Property test: random numpy views survive asdlpack -> numpy.from_dlpack unchanged and shared."""
 
-import pytest
-
 from dlpack import asdlpack
 
-from ._helpers import ArrayInterface, ArrayStruct, array_interface_of, element_strides, np_data_ptr
+from ._helpers import (
+    NUMPY_NATIVE_DTYPES,
+    ArrayInterface,
+    ArrayStruct,
+    array_interface_of,
+    element_strides,
+    need,
+    np_data_ptr,
+)
 
-np = pytest.importorskip("numpy")
-hypothesis = pytest.importorskip("hypothesis")
-st = pytest.importorskip("hypothesis.strategies")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-
-from ._helpers import NUMPY_NATIVE_DTYPES  # noqa: E402
+np = need("numpy")
+hypothesis = need("hypothesis")
+st = need("hypothesis.strategies")
+HealthCheck, given, settings = hypothesis.HealthCheck, hypothesis.given, hypothesis.settings
 
 WRAPPERS = {
     "self": lambda a: a,
@@ -67,8 +71,9 @@ def test_roundtrip_numpy(view, wrapper):
         assert np_data_ptr(out) == np_data_ptr(view)
     if view.size and view.flags.writeable:
         idx = (0,) * view.ndim
-        out[idx] = out[idx] if view.dtype == np.bool_ else out[idx] + 1
-        assert view[idx] == out[idx]
+        before = view[idx]
+        out[idx] = not out[idx] if view.dtype == np.bool_ else out[idx] + 1
+        assert view[idx] == out[idx] != before
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))

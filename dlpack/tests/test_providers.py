@@ -22,11 +22,12 @@ from ._helpers import (
     contiguous_strides,
     cuda_iface,
     element_strides,
+    need,
     np_data_ptr,
     torch_cuda_available,
 )
 
-np = pytest.importorskip("numpy")
+np = need("numpy")
 
 
 def _addr(buf) -> int:

@@ -1,0 +1,88 @@
+"""``dlpack.tests.run()`` and ``python -m dlpack.tests``: pytest underneath, arguments passed
+through, pytest's exit status returned; without pytest, one line saying what to install.
+
+Each run is a child process, so its pytest session is its own.
+"""
+
+import textwrap
+
+from dlpack.tests import INSTALL_HINT, pytest_argv
+
+from ._helpers import run_python
+
+RUN = "import sys, dlpack.tests; sys.exit(dlpack.tests.run(sys.argv[1:]))"
+RUN_FAKE = "import sys, dlpack.tests; sys.exit(dlpack.tests.run(*sys.argv[1:], package='fakepkg'))"
+TWO_TESTS = ["test_dlpack_object.py", "-k", "test_dlpack_version or test_package_version"]
+
+
+def _output(proc) -> str:
+    return proc.stdout + proc.stderr
+
+
+def test_run_forwards_arguments_and_returns_pytest_status():
+    proc = run_python("-c", RUN, *TWO_TESTS, "-q")
+    assert proc.returncode == 0, _output(proc)
+    assert "2 passed" in proc.stdout
+    proc = run_python("-c", RUN, "test_dlpack_object.py", "-k", "no_test_has_this_name")
+    assert proc.returncode == 5, _output(proc)  # pytest: no tests collected
+
+
+def test_python_m_dlpack_tests_forwards_arguments():
+    proc = run_python("-m", "dlpack.tests", *TWO_TESTS, "-v")
+    assert proc.returncode == 0, _output(proc)
+    assert "test_dlpack_object.py::test_dlpack_version PASSED" in proc.stdout
+    assert "2 passed" in proc.stdout
+
+
+def test_run_returns_1_when_a_test_fails(tmp_path):
+    pkg = tmp_path / "fakepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "test_a.py").write_text(
+        textwrap.dedent(
+            """
+            def test_passes():
+                pass
+
+            def test_fails():
+                assert 1 + 1 == 3
+            """
+        )
+    )
+    proc = run_python("-c", RUN_FAKE, "-q", path=[tmp_path])
+    assert proc.returncode == 1, _output(proc)
+    assert "1 failed, 1 passed" in proc.stdout
+    proc = run_python("-c", RUN_FAKE, "-q", "-k", "passes", path=[tmp_path])
+    assert proc.returncode == 0, _output(proc)
+    assert "1 passed, 1 deselected" in proc.stdout
+
+
+def _without_pytest(tmp_path):
+    """A folder that, first on sys.path, makes ``import pytest`` fail as a missing pytest does."""
+    hide = tmp_path / "hide_pytest"
+    hide.mkdir()
+    (hide / "pytest.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'pytest'\", name='pytest')\n"
+    )
+    return hide
+
+
+def test_without_pytest_one_line_says_what_to_install(tmp_path):
+    hide = _without_pytest(tmp_path)
+    for args in (["-c", RUN, "-q"], ["-m", "dlpack.tests", "-q"]):
+        proc = run_python(*args, path=[hide])
+        assert proc.returncode == 4, _output(proc)
+        assert _output(proc).splitlines() == [INSTALL_HINT]
+    assert 'pip install "dlpack-adapter[test]"' in INSTALL_HINT
+
+
+def test_pytest_argv_names_our_modules_for_pyargs():
+    argv = pytest_argv(["-k", "test_matrix", "-x"])
+    assert argv[-1] == "dlpack.tests"
+    assert argv[argv.index("-k") + 1] == "test_matrix"
+    assert "--pyargs" in argv and "no:cacheprovider" in argv
+    argv = pytest_argv(["test_matrix.py::test_exchange", "-q"])
+    assert argv[-1] == "dlpack.tests.test_matrix::test_exchange"
+    argv = pytest_argv(["-p", "cacheprovider", "test_run"])
+    assert "no:cacheprovider" not in argv
+    assert argv[-1] == "dlpack.tests.test_run"
