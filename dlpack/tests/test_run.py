@@ -8,7 +8,7 @@ import textwrap
 
 from dlpack.tests import INSTALL_HINT, pytest_argv
 
-from ._helpers import run_python
+from ._helpers import package_root, run_python
 
 RUN = "import sys, dlpack.tests; sys.exit(dlpack.tests.run(sys.argv[1:]))"
 RUN_FAKE = "import sys, dlpack.tests; sys.exit(dlpack.tests.run(*sys.argv[1:], package='fakepkg'))"
@@ -69,8 +69,10 @@ def _without_pytest(tmp_path):
 
 def test_without_pytest_one_line_says_what_to_install(tmp_path):
     hide = _without_pytest(tmp_path)
-    for args in (["-c", RUN, "-q"], ["-m", "dlpack.tests", "-q"]):
-        proc = run_python(*args, path=[hide])
+    # -P: the child starts in the folder holding dlpack, which may be site-packages (pytest's
+    # too); without -P that folder would come first on sys.path and pytest would be found.
+    for args in (["-P", "-c", RUN, "-q"], ["-P", "-m", "dlpack.tests", "-q"]):
+        proc = run_python(*args, path=[hide, package_root()], timeout=60)
         assert proc.returncode == 4, _output(proc)
         assert _output(proc).splitlines() == [INSTALL_HINT]
     assert 'pip install "dlpack-adapter[test]"' in INSTALL_HINT
