@@ -88,7 +88,7 @@ pub fn copyto(
         ))
         .into());
     }
-    if is_immutable_array(dst) {
+    if import::is_immutable(dst) {
         return Err(Error::value(format!(
             "{} arrays are immutable; copyto can't write into them",
             type_name(dst)
@@ -122,17 +122,6 @@ fn tensor_of<'a>(obj: &'a Bound<'_, PyAny>) -> Result<TensorOf<'a>> {
         return Ok(TensorOf::Object(existing));
     }
     Ok(TensorOf::Imported(import::import(obj)?.tensor))
-}
-
-/// JAX arrays export their buffers without a read-only flag, but writing into them would
-/// break JAX's immutability (and buffers it shares or donates).
-fn is_immutable_array(obj: &Bound<'_, PyAny>) -> bool {
-    let py = obj.py();
-    obj.get_type()
-        .getattr(pyo3::intern!(py, "__module__"))
-        .ok()
-        .and_then(|m| m.extract::<String>().ok())
-        .is_some_and(|m| m == "jax" || m.starts_with("jax.") || m.starts_with("jaxlib"))
 }
 
 /// Heap bytes behind our objects, for memory reports: `(name, bytes)` pairs. Rust-side sizes
