@@ -428,9 +428,10 @@ def test_no_growth_over_many_views():
             obj = asdlpack(a)
             memoryview(obj).release()
             np.asarray(obj)
-            obj.__array_interface__
-            obj.__array_struct__
+            iface = obj.__array_interface__
+            capsule = obj.__array_struct__
             bytes(asdlpack(s))  # a copy each time
+            del iface, capsule
 
     batch(10_000)
     gc.collect()
