@@ -368,7 +368,8 @@ def _jax(device):
     else:
         target = jax.devices("cpu")[0]
     x = jax.device_put(jnp.arange(6, dtype=jnp.float32).reshape(2, 3), target)
-    return Sample(x, VALUES_2x3, "float32", x.unsafe_buffer_pointer())
+    # JAX arrays are immutable: asdlpack lends them read-only
+    return Sample(x, VALUES_2x3, "float32", x.unsafe_buffer_pointer(), readonly=True)
 
 
 def _cupy(device):

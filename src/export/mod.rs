@@ -1,6 +1,9 @@
 //! Exporters: from the one `Tensor` description to what consumers take. `policy` decides what a
-//! request gets (in place, a copy, a move, a refusal); `capsule` makes DLPack managed tensors and
-//! capsules.
+//! DLPack request gets (in place, a copy, a move, a refusal); `capsule` makes DLPack managed
+//! tensors and capsules; `buffer` lends memory through the buffer protocol; `interface` describes
+//! it as numpy's array interface and the CUDA array interface.
 
+pub mod buffer;
 pub mod capsule;
+pub mod interface;
 pub mod policy;

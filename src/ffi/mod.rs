@@ -220,6 +220,8 @@ pub struct PyArrayInterface {
 /// `PyArrayInterface.flags` bits.
 #[allow(dead_code, reason = "the flags numpy defines, kept complete")]
 pub mod array_struct_flags {
+    pub const CONTIGUOUS: i32 = 0x1;
+    pub const FORTRAN: i32 = 0x2;
     pub const ALIGNED: i32 = 0x100;
     pub const NOTSWAPPED: i32 = 0x200;
     pub const WRITEABLE: i32 = 0x400;

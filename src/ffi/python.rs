@@ -200,6 +200,20 @@ pub unsafe fn capsule_new_static(pointer: *mut c_void, name: &'static CStr) -> *
     unsafe { ffi::PyCapsule_New(pointer, name.as_ptr(), None) }
 }
 
+/// A new capsule without a name (as numpy's `__array_struct__` capsules are), or null with an
+/// exception raised.
+///
+/// # Safety
+/// The calling thread holds the GIL; `pointer` is not null; `destructor` may be called with
+/// the capsule when it dies (with the GIL held).
+pub unsafe fn capsule_new_unnamed(
+    pointer: *mut c_void,
+    destructor: CapsuleDestructor,
+) -> *mut PyObject {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyCapsule_New(pointer, ptr::null(), Some(destructor)) }
+}
+
 /// The capsule's name, null for a nameless one (or, with an exception raised, a non-capsule).
 ///
 /// # Safety
@@ -242,7 +256,10 @@ pub unsafe fn capsule_rename(capsule: *mut PyObject, name: &'static CStr) -> boo
 
 // -- the buffer protocol ----------------------------------------------------------------------
 
-pub use ffi::{Py_buffer, PyBUF_FULL_RO};
+pub use ffi::{
+    Py_bf_getbuffer, Py_buffer, PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS,
+    PyBUF_FORMAT, PyBUF_FULL_RO, PyBUF_ND, PyBUF_STRIDES, PyBUF_WRITABLE,
+};
 
 /// Whether `object` exports buffers.
 pub fn supports_buffer(object: &Bound<'_, PyAny>) -> bool {

@@ -65,6 +65,11 @@ pub unsafe fn import_known_into(obj: &Bound<'_, PyAny>, dst: *mut Tensor) -> boo
     numpy::is_exact_ndarray(obj) && unsafe { numpy::import_known_into(obj, dst) }
 }
 
+/// Whether `obj` is an array its library keeps immutable (JAX), whatever its exports say.
+pub fn is_immutable(obj: &Bound<'_, PyAny>) -> bool {
+    protocols::of_type(&obj.get_type()).immutable
+}
+
 pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
     let py = obj.py();
     // The common case first, without the per-type lookup: an exact numpy array.
@@ -106,7 +111,8 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
     {
         // SAFETY: the address came from the type's exchange API capsule and stays valid for
         // the life of the process.
-        if let Some(tensor) = unsafe { dlpack::import_exchange_api(obj, table) } {
+        if let Some(mut tensor) = unsafe { dlpack::import_exchange_api(obj, table) } {
+            tensor.readonly |= protocols.immutable; // as below
             return Ok(Imported {
                 tensor,
                 producer: None,
@@ -116,7 +122,10 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
     let mut refused = None;
     if let Some(method) = attr(intern!(py, "__dlpack__"), protocols.dlpack)? {
         match dlpack::import_producer(&method, None) {
-            Ok(tensor) => {
+            Ok(mut tensor) => {
+                // Lent on to consumers that may write (the buffer protocol, the array
+                // interface), an immutable array's memory must say it is read-only.
+                tensor.readonly |= protocols.immutable;
                 let on_device = !matches!(tensor.device.get(), Ok(d) if d.is_host());
                 let producer = on_device.then(|| obj.clone().unbind());
                 return Ok(Imported { tensor, producer });

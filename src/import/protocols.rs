@@ -29,6 +29,8 @@ pub struct Protocols {
     /// A `numpy.ma.MaskedArray` (or subclass): its DLPack and array interface exports are its
     /// data without the mask, so masked elements must be refused first.
     pub numpy_masked: bool,
+    /// A JAX array type: immutable, though its DLPack export carries no read-only flag.
+    pub immutable: bool,
     /// Absent protocols must still be looked up on each instance: its type is a heap type
     /// (whose attributes can change after we probed it), or its instances may carry attributes
     /// of their own (an instance `__dict__`, or `__getattr__`).
@@ -75,6 +77,10 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         exchange_api: exchange_api(ty),
         ndarray: super::numpy::is_ndarray_type(ty),
         numpy_masked: is_numpy_masked_array_type(ty),
+        immutable: ty.module().is_ok_and(|m| {
+            m.to_str()
+                .is_ok_and(|m| m == "jax" || m.starts_with("jax.") || m.starts_with("jaxlib"))
+        }),
         torch: ty.module().is_ok_and(|m| {
             m.to_str()
                 .is_ok_and(|m| m == "torch" || m.starts_with("torch."))

@@ -10,12 +10,14 @@ use std::ffi::c_int;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use pyo3::exceptions::PyAttributeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::copy;
 use crate::error::{Error, Result};
 use crate::export::capsule::{self, Kind, Source};
+use crate::export::interface::{self, Data};
 use crate::export::policy::{self, MANAGED_REQUEST, Request};
 use crate::ffi::python::{self, GilCell};
 use crate::ffi::{DLDevice, DLManagedTensorVersioned};
@@ -86,7 +88,7 @@ pub fn copyto(
         ))
         .into());
     }
-    if is_immutable_array(dst) {
+    if import::is_immutable(dst) {
         return Err(Error::value(format!(
             "{} arrays are immutable; copyto can't write into them",
             type_name(dst)
@@ -120,17 +122,6 @@ fn tensor_of<'a>(obj: &'a Bound<'_, PyAny>) -> Result<TensorOf<'a>> {
         return Ok(TensorOf::Object(existing));
     }
     Ok(TensorOf::Imported(import::import(obj)?.tensor))
-}
-
-/// JAX arrays export their buffers without a read-only flag, but writing into them would
-/// break JAX's immutability (and buffers it shares or donates).
-fn is_immutable_array(obj: &Bound<'_, PyAny>) -> bool {
-    let py = obj.py();
-    obj.get_type()
-        .getattr(pyo3::intern!(py, "__module__"))
-        .ok()
-        .and_then(|m| m.extract::<String>().ok())
-        .is_some_and(|m| m == "jax" || m.starts_with("jax.") || m.starts_with("jaxlib"))
 }
 
 /// Heap bytes behind our objects, for memory reports: `(name, bytes)` pairs. Rust-side sizes
@@ -309,6 +300,71 @@ impl DLPackObject {
             python::incref(cached);
             Some(cached)
         }
+    }
+
+    /// A read-only, C-ordered copy of this host tensor, as a new `DLPackObject`: what the
+    /// buffer protocol and the array interface lend when they can't lend the memory itself.
+    fn read_only_copy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let mut copy = copy::to_c_order(py, &self.tensor)?;
+        copy.readonly = true;
+        new_object(py, DLPackObject::new(copy))
+    }
+
+    /// The device's name when it is not host memory, for "no such attribute" errors.
+    fn device_memory(&self) -> Option<String> {
+        match &self.tensor.device {
+            Device::Known(device) if device.is_host() => None,
+            Device::Known(device) => Some(device.name()),
+            Device::Unresolved { .. } => Some("cuda:?".to_owned()),
+        }
+    }
+
+    /// `__array_interface__`: host memory only (an AttributeError otherwise, so that consumers
+    /// probing for it move on); memory behind suboffsets as a read-only copy.
+    fn array_interface<'py>(&self, slf: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        if let Some(device) = self.device_memory() {
+            return Err(PyAttributeError::new_err(format!(
+                "DLPackObject of {device} memory has no __array_interface__ (host memory only; \
+                 see __cuda_array_interface__ and __dlpack__)"
+            )));
+        }
+        if self.tensor.indirect {
+            let copy = self.read_only_copy(py)?;
+            // SAFETY: `copy` is a live DLPackObject, which outlives this use of its state.
+            let copied = unsafe { state_unchecked(copy.as_ptr()) }.tensor();
+            let dict = interface::array_interface(py, copied, Data::Buffer(copy.clone()))?;
+            return Ok(dict.into_any());
+        }
+        Ok(interface::array_interface(py, &self.tensor, Data::Address)?.into_any())
+    }
+
+    /// `__array_struct__`: host memory described in place (an AttributeError otherwise).
+    fn array_struct<'py>(&self, slf: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(device) = self.device_memory() {
+            return Err(PyAttributeError::new_err(format!(
+                "DLPackObject of {device} memory has no __array_struct__ (host memory only)"
+            )));
+        }
+        interface::array_struct(slf, &self.tensor).map_err(|err| match err {
+            Error::Buffer(msg) => PyAttributeError::new_err(msg),
+            other => other.into(),
+        })
+    }
+
+    /// `__cuda_array_interface__`: CUDA memory only (an AttributeError otherwise).
+    fn cuda_array_interface<'py>(&self, slf: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        if !interface::is_cuda(&self.tensor) {
+            let device = match &self.tensor.device {
+                Device::Known(device) => device.name(),
+                Device::Unresolved { .. } => "cuda:?".to_owned(),
+            };
+            return Err(PyAttributeError::new_err(format!(
+                "DLPackObject of {device} memory has no __cuda_array_interface__ (CUDA memory \
+                 only; see __array_interface__ and the buffer protocol)"
+            )));
+        }
+        Ok(interface::cuda_array_interface(slf.py(), &self.tensor)?.into_any())
     }
 
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

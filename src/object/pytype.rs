@@ -17,12 +17,12 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
-use pyo3::types::{PyModule, PyString, PyType};
+use pyo3::types::{PyBool, PyModule, PyString, PyType};
 
 use super::{DLPackObject, arguments};
 use crate::error::Result;
-use crate::export::capsule;
 use crate::export::policy::{self, Request};
+use crate::export::{buffer, capsule};
 use crate::ffi::python::{self, GilCell, Py_ssize_t, PyObject, PyTypeObject};
 
 /// An instance's memory: the object header, then our state (initialised while the instance is
@@ -219,13 +219,13 @@ unsafe extern "C" fn traverse(
 
 /// Run an entry point's body attached to Python through PyO3's public `Python::attach` (so the
 /// references it drops are released at once), raising its error or its panic (as PyO3 raises
-/// them, `PanicException`) and returning NULL for either.
-fn entry(body: impl FnOnce(Python<'_>) -> PyResult<*mut PyObject>) -> *mut PyObject {
+/// them, `PanicException`) and returning `failed` (NULL, or -1) for either.
+fn entry<T: Copy>(failed: T, body: impl FnOnce(Python<'_>) -> PyResult<T>) -> T {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         Python::attach(|py| {
             body(py).unwrap_or_else(|err| {
                 err.restore(py);
-                ptr::null_mut()
+                failed
             })
         })
     }));
@@ -236,7 +236,7 @@ fn entry(body: impl FnOnce(Python<'_>) -> PyResult<*mut PyObject>) -> *mut PyObj
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_owned());
         Python::attach(|py| PanicException::new_err(message).restore(py));
-        ptr::null_mut()
+        failed
     })
 }
 
@@ -283,7 +283,7 @@ unsafe extern "C" fn asdlpack_entry(
             return result;
         }
     }
-    entry(|py| {
+    entry(ptr::null_mut(), |py| {
         // SAFETY: CPython calls us holding the GIL, with fast-call arguments.
         let obj = unsafe { arguments::asdlpack_argument(py, args, nargs, kwnames)? };
         Ok(super::asdlpack(&obj)?.into_ptr())
@@ -305,7 +305,9 @@ unsafe extern "C" fn dlpack_entry(
         return result;
     }
     // SAFETY: as above.
-    entry(|py| unsafe { dlpack_general(py, object, args, nargs, kwnames) })
+    entry(ptr::null_mut(), |py| unsafe {
+        dlpack_general(py, object, args, nargs, kwnames)
+    })
 }
 
 /// `__dlpack__`'s common request: keywords passed the common way, no stream or device, host
@@ -396,81 +398,138 @@ unsafe extern "C" fn dlpack_device_entry(
     if let Some(tuple) = unsafe { state.cached_dlpack_device() } {
         return tuple;
     }
-    entry(|py| Ok(state.dlpack_device(py)?.into_ptr()))
+    entry(ptr::null_mut(), |py| {
+        Ok(state.dlpack_device(py)?.into_ptr())
+    })
 }
 
 unsafe extern "C" fn repr_entry(object: *mut PyObject) -> *mut PyObject {
     // SAFETY: CPython calls us holding the GIL, on a live instance of our type.
     let state = unsafe { state_unchecked(object) };
-    entry(|py| Ok(PyString::new(py, &state.repr()).into_ptr()))
+    entry(ptr::null_mut(), |py| {
+        Ok(PyString::new(py, &state.repr()).into_ptr())
+    })
 }
 
-/// A getter's body: the property's value.
-type Getter = for<'py> fn(&DLPackObject, Python<'py>) -> PyResult<Bound<'py, PyAny>>;
+/// A getter's body: the property's value, from the state and the object itself.
+type Getter = for<'py> fn(&DLPackObject, &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>;
 
 /// `tp_getset` entry point: the closure is the `Getter` to call.
 unsafe extern "C" fn get_property(object: *mut PyObject, getter: *mut c_void) -> *mut PyObject {
     // SAFETY: CPython calls getters holding the GIL, on a live instance of our type; the
     // closure is one of our `Getter`s (see `create_type`).
     let (state, getter) = unsafe { (state_unchecked(object), &*getter.cast::<Getter>()) };
-    entry(|py| Ok(getter(state, py)?.into_ptr()))
+    entry(ptr::null_mut(), |py| {
+        // SAFETY: as above; CPython holds the object for the call.
+        let slf = unsafe { Borrowed::from_ptr(py, object) };
+        Ok(getter(state, &slf)?.into_ptr())
+    })
+}
+
+/// `bf_getbuffer`: host memory lent as it is without attaching through PyO3 (`export::buffer`
+/// fills the view from the layout, allocating nothing); a copy or an error through `entry`.
+unsafe extern "C" fn get_buffer_entry(
+    object: *mut PyObject,
+    view: *mut python::Py_buffer,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: CPython calls us holding the GIL, on a live instance of our type, with a
+    // writable view; the view holds a reference to the object that owns the memory lent.
+    unsafe {
+        (*view).obj = ptr::null_mut(); // what a failed request leaves, as PEP 3118 says
+        let state = state_unchecked(object);
+        if let Ok(buffer::Lend::InPlace) = buffer::lend(state.tensor(), flags) {
+            buffer::fill(view, object, state.tensor(), flags);
+            return 0;
+        }
+        entry(-1, |py| {
+            let (owner, lent) = match buffer::lend(state.tensor(), flags)? {
+                buffer::Lend::InPlace => (Borrowed::from_ptr(py, object).to_owned(), state),
+                buffer::Lend::Copy(_) => {
+                    let copy = state.read_only_copy(py)?;
+                    let lent = state_unchecked(copy.as_ptr());
+                    if let buffer::Lend::Copy(reason) = buffer::lend(lent.tensor(), flags)? {
+                        return Err(crate::error::Error::buffer(reason).into());
+                    }
+                    (copy, lent)
+                }
+            };
+            buffer::fill(view, owner.as_ptr(), lent.tensor(), flags);
+            Ok(0)
+        })
+    }
 }
 
 /// The properties: name, doc, body. The getter table points into this static.
-static PROPERTIES: [(&CStr, &CStr, Getter); 14] = [
-    (c"shape", c"Extents, as a tuple of ints.", |s, py| {
-        s.shape(py).map(Bound::into_any)
+static PROPERTIES: [(&CStr, &CStr, Getter); 17] = [
+    (c"shape", c"Extents, as a tuple of ints.", |s, o| {
+        s.shape(o.py()).map(Bound::into_any)
     }),
     (
         c"strides",
         c"Strides in elements (as DLPack and torch count them, not bytes as numpy does), or None when the byte strides are not whole elements (then only a copy can be exported).",
-        |s, py| s.strides(py),
+        |s, o| s.strides(o.py()),
     ),
-    (c"byte_strides", c"Strides in bytes, as numpy counts them.", |s, py| {
-        s.byte_strides(py).map(Bound::into_any)
+    (c"byte_strides", c"Strides in bytes, as numpy counts them.", |s, o| {
+        s.byte_strides(o.py()).map(Bound::into_any)
     }),
     (
         c"copy_reason",
         c"Why exporting needs a copy (memory DLPack can't express as it is), or None.",
-        |s, py| Ok(s.tensor().exportable().err().into_pyobject(py)?.into_any()),
+        |s, o| Ok(s.tensor().exportable().err().into_pyobject(o.py())?.into_any()),
     ),
-    (c"ndim", c"Number of dimensions.", |s, py| {
-        Ok(s.tensor().layout.ndim().into_pyobject(py)?.into_any())
+    (c"ndim", c"Number of dimensions.", |s, o| {
+        Ok(s.tensor().layout.ndim().into_pyobject(o.py())?.into_any())
     }),
-    (c"dtype", c"Element type name, e.g. \"float32\" or \"bfloat16\".", |s, py| {
-        Ok(s.tensor().dtype.name().into_pyobject(py)?.into_any())
+    (c"dtype", c"Element type name, e.g. \"float32\" or \"bfloat16\".", |s, o| {
+        Ok(s.tensor().dtype.name().into_pyobject(o.py())?.into_any())
     }),
-    (c"itemsize", c"Bytes per element.", |s, py| {
-        Ok(s.tensor().dtype.itemsize().into_pyobject(py)?.into_any())
+    (c"itemsize", c"Bytes per element.", |s, o| {
+        Ok(s.tensor().dtype.itemsize().into_pyobject(o.py())?.into_any())
     }),
-    (c"nbytes", c"Bytes of the elements, if stored densely.", |s, py| {
-        Ok(s.tensor().nbytes().into_pyobject(py)?.into_any())
+    (c"nbytes", c"Bytes of the elements, if stored densely.", |s, o| {
+        Ok(s.tensor().nbytes().into_pyobject(o.py())?.into_any())
     }),
     (
         c"c_contiguous",
         c"Whether the elements are dense in C (row-major) order.",
-        |s, py| Ok(pyo3::types::PyBool::new(py, s.tensor().layout.is_c_contiguous()).to_owned().into_any()),
+        |s, o| Ok(PyBool::new(o.py(), s.tensor().layout.is_c_contiguous()).to_owned().into_any()),
     ),
     (
         c"f_contiguous",
         c"Whether the elements are dense in Fortran (column-major) order.",
-        |s, py| Ok(pyo3::types::PyBool::new(py, s.tensor().layout.is_f_contiguous()).to_owned().into_any()),
+        |s, o| Ok(PyBool::new(o.py(), s.tensor().layout.is_f_contiguous()).to_owned().into_any()),
     ),
-    (c"readonly", c"Whether the memory is read-only.", |s, py| {
-        Ok(pyo3::types::PyBool::new(py, s.tensor().readonly).to_owned().into_any())
+    (c"readonly", c"Whether the memory is read-only.", |s, o| {
+        Ok(PyBool::new(o.py(), s.tensor().readonly).to_owned().into_any())
     }),
     (
         c"device",
         c"(device_type, device_id), as __dlpack_device__() returns it.",
-        |s, py| s.dlpack_device(py).map(Bound::into_any),
+        |s, o| s.dlpack_device(o.py()).map(Bound::into_any),
     ),
-    (c"data_ptr", c"Address of the first element.", |s, py| {
-        Ok((s.tensor().data as usize).into_pyobject(py)?.into_any())
+    (c"data_ptr", c"Address of the first element.", |s, o| {
+        Ok((s.tensor().data as usize).into_pyobject(o.py())?.into_any())
     }),
     (
         c"stream",
         c"The CUDA stream a __cuda_array_interface__ producer declared, or None.",
-        |s, py| Ok(s.tensor().stream.map(|s| s as i64).into_pyobject(py)?.into_any()),
+        |s, o| Ok(s.tensor().stream.map(|s| s as i64).into_pyobject(o.py())?.into_any()),
+    ),
+    (
+        c"__array_interface__",
+        c"numpy's array interface (version 3) of host memory; AttributeError for device memory.",
+        |s, o| s.array_interface(o),
+    ),
+    (
+        c"__array_struct__",
+        c"numpy's C-level array interface (a PyArrayInterface capsule) of host memory; AttributeError where it can't describe the memory in place.",
+        |s, o| s.array_struct(o),
+    ),
+    (
+        c"__cuda_array_interface__",
+        c"The CUDA array interface (version 3) of CUDA memory; AttributeError for host memory.",
+        |s, o| s.cuda_array_interface(o),
     ),
 ];
 
@@ -516,6 +575,7 @@ fn create_type(py: Python<'_>) -> PyResult<*mut PyTypeObject> {
         slot(python::Py_tp_repr, repr_entry as *mut c_void),
         slot(python::Py_tp_methods, methods.as_mut_ptr().cast()),
         slot(python::Py_tp_getset, getset.as_mut_ptr().cast()),
+        slot(python::Py_bf_getbuffer, get_buffer_entry as *mut c_void),
         slot(
             python::Py_tp_doc,
             c"A DLPack view of another object's memory: pass it to any from_dlpack."

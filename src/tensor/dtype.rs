@@ -1,6 +1,8 @@
 //! Element types: the DLPack `DLDataType`, its names, and the parsers that produce it from
 //! PEP 3118 buffer formats and array-interface `typestr`s.
 
+use std::ffi::CStr;
+
 use crate::error::{Error, Result};
 use crate::ffi::{DLDataType, type_code as tc};
 
@@ -93,6 +95,66 @@ impl DType {
             )));
         }
         Ok(DType(dt))
+    }
+}
+
+/// How the protocols that describe memory to Python consumers (PEP 3118 buffers, the array
+/// interfaces) spell each type. bfloat16 and the float8 types have no code in either: they are
+/// described as raw bytes of their size, as numpy describes them (`V`, PEP 3118 `x`).
+impl DType {
+    /// The array interface's kind: `b`, `i`, `u`, `f`, `c`, or `V` for raw bytes.
+    pub fn typekind(self) -> u8 {
+        match self.0.code {
+            tc::BOOL => b'b',
+            tc::INT => b'i',
+            tc::UINT => b'u',
+            tc::FLOAT => b'f',
+            tc::COMPLEX => b'c',
+            _ => b'V',
+        }
+    }
+
+    /// The array interface's type string, e.g. `"<f4"` (`swapped`: in the other byte order).
+    pub fn typestr(self, swapped: bool) -> String {
+        let kind = self.typekind();
+        let order = if self.itemsize() == 1 || kind == b'V' {
+            '|'
+        } else if cfg!(target_endian = "little") != swapped {
+            '<'
+        } else {
+            '>'
+        };
+        format!("{order}{}{}", kind as char, self.itemsize())
+    }
+
+    /// The PEP 3118 format (`swapped`: in the other byte order, spelled with `<` or `>`).
+    pub fn buffer_format(self, swapped: bool) -> &'static CStr {
+        let little = cfg!(target_endian = "little") != swapped;
+        let ordered = |native: &'static CStr, little_end: &'static CStr, big: &'static CStr| match (
+            swapped, little,
+        ) {
+            (false, _) => native,
+            (true, true) => little_end,
+            (true, false) => big,
+        };
+        match (self.0.code, self.0.bits) {
+            (tc::BOOL, 8) => c"?",
+            (tc::INT, 8) => c"b",
+            (tc::UINT, 8) => c"B",
+            (tc::INT, 16) => ordered(c"h", c"<h", c">h"),
+            (tc::UINT, 16) => ordered(c"H", c"<H", c">H"),
+            (tc::INT, 32) => ordered(c"i", c"<i", c">i"),
+            (tc::UINT, 32) => ordered(c"I", c"<I", c">I"),
+            (tc::INT, 64) => ordered(c"q", c"<q", c">q"),
+            (tc::UINT, 64) => ordered(c"Q", c"<Q", c">Q"),
+            (tc::FLOAT, 16) => ordered(c"e", c"<e", c">e"),
+            (tc::FLOAT, 32) => ordered(c"f", c"<f", c">f"),
+            (tc::FLOAT, 64) => ordered(c"d", c"<d", c">d"),
+            (tc::COMPLEX, 64) => ordered(c"Zf", c"<Zf", c">Zf"),
+            (tc::COMPLEX, 128) => ordered(c"Zd", c"<Zd", c">Zd"),
+            (_, 16) => c"2x",
+            _ => c"1x", // every other type we accept is one byte of raw bits
+        }
     }
 }
 
