@@ -133,6 +133,14 @@ def _check_capsule(result, src_ptr: int, expected) -> None:
         raise AssertionError(f"not a DLPack capsule: {result!r}")
 
 
+def _check_memoryview(result, src_ptr: int, expected) -> None:
+    import numpy as np
+
+    if not isinstance(result, memoryview):
+        raise TypeError(f"expected memoryview, got {type(result).__name__}")
+    _check_numpy(np.asarray(result), src_ptr, expected)
+
+
 def _check_any(result, src_ptr: int, expected) -> None:
     if not (hasattr(result, "__dlpack__") and hasattr(result, "__dlpack_device__")):
         raise TypeError(f"{type(result).__name__} has no __dlpack__/__dlpack_device__")
@@ -373,6 +381,34 @@ ROWS = [
         _check_tvm,
         ("np", "torch", "tvm_ffi"),
     ),
+    # the other protocols out (issue #12): the buffer protocol and the array interface
+    (
+        "memoryview",
+        "memoryview(obj)",
+        "memoryview(obj)",
+        "memoryview(a)",
+        "memoryview(a)",
+        _check_memoryview,
+        ("np", "obj"),
+    ),
+    (
+        "asarray",
+        "np.asarray(obj)",
+        "np.asarray(obj)",
+        "np.from_dlpack(obj)",
+        "np.from_dlpack(obj)",
+        _check_numpy,
+        ("np", "obj"),
+    ),
+    (
+        "memoryview_torch",
+        "memoryview(asdlpack(t))",
+        "memoryview(asdlpack(t))",
+        "memoryview(t.numpy())",
+        "memoryview(t.numpy())",
+        _check_memoryview,
+        ("np", "torch"),
+    ),
 ]
 
 # pydlpack rows: our row key, exchange shown, pydlpack result key (in the child).
@@ -534,7 +570,7 @@ def print_report(env: dict, rows: list[dict], pyd: dict, skipped: list[str]) -> 
         else:
             anchor = f"`{row['anchor_label']}`: skipped"
         ratio = f"{row['ratio_best']:.2f}×" if "ratio_best" in row else "—"
-        mark = " ¹" if row["key"] == "dunder_dlpack" else ""
+        mark = " ¹" if row["key"] in ("dunder_dlpack", "memoryview", "asarray") else ""
         lines.append(f"| `{row['exchange']}`{mark} | {ours} | {anchor} | {ratio} |")
 
     results = pyd.get("results", {})
@@ -572,7 +608,7 @@ def print_report(env: dict, rows: list[dict], pyd: dict, skipped: list[str]) -> 
             f"own process, best of {pyd['repeats']} repeats of ~{pyd['target_s']:g} s."
         )
     if "dunder_dlpack" in by_key:
-        print("¹ obj = asdlpack(a), built once; the returned capsule is dropped each call.")
+        print("¹ obj = asdlpack(a), built once; a returned capsule or view is dropped each call.")
     if pyd and "results" in pyd:
         native = {k: results[k]["best_ns"] for k in ("np_native", "torch_native") if k in results}
         if native:

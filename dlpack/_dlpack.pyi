@@ -31,7 +31,12 @@ def _footprint(ndim: int) -> list[tuple[str, int]]:
 
 @final
 class DLPackObject:
-    """A DLPack view of another object's memory; pass it to any ``from_dlpack``."""
+    """A DLPack view of another object's memory; pass it to any ``from_dlpack``.
+
+    It also lends host memory through the buffer protocol (``memoryview(obj)``) and describes it
+    with ``__array_interface__`` / ``__array_struct__``, and CUDA memory with
+    ``__cuda_array_interface__``.
+    """
 
     __dlpack_c_exchange_api__: CapsuleType
     """The DLPack 1.3 C exchange API table (a capsule named "dlpack_exchange_api")."""
@@ -75,3 +80,12 @@ class DLPackObject:
     def data_ptr(self) -> int: ...
     @property
     def stream(self) -> int | None: ...
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """numpy's array interface (version 3) of host memory; AttributeError for device memory."""
+    @property
+    def __array_struct__(self) -> CapsuleType:
+        """numpy's ``PyArrayInterface`` capsule of host memory described in place."""
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA array interface (version 3) of CUDA memory; AttributeError for host memory."""

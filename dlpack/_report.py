@@ -565,16 +565,57 @@ def _c_tvm_ffi(obj, device):
     return t, values, int(t.data_ptr())
 
 
+def _c_memoryview(obj, device):
+    # the buffer protocol: Python's own consumer (file.write, hashlib, struct use it too)
+    view = memoryview(obj)
+    return view, view.tolist(), buffer_address(view)
+
+
+class _ArrayInterfaceOnly:
+    """Exposes only ``__array_interface__`` of ``owner``, so numpy reads that and nothing else
+    (it would take the buffer protocol first)."""
+
+    def __init__(self, owner) -> None:
+        self._owner = owner
+        self.__array_interface__ = owner.__array_interface__
+
+
+def _c_numpy_array_interface(obj, device):
+    np = need("numpy")
+    out = np.asarray(_ArrayInterfaceOnly(obj))
+    return out, out.tolist(), out.__array_interface__["data"][0]
+
+
+def _c_pillow(obj, device):
+    image_mod = need("PIL.Image", "pillow")
+    np = need("numpy", "numpy (to read pillow's pixels back)")
+    img = image_mod.fromarray(obj)
+    values = np.asarray(img).reshape(obj.shape).tolist()
+    return img, values, None
+
+
+def _c_numba(obj, device):
+    need("numba")
+    require_cuda("numba", numba_cuda)
+    from numba import cuda
+
+    d = cuda.as_cuda_array(obj)
+    return d, d.copy_to_host().tolist(), int(d.__cuda_array_interface__["data"][0])
+
+
 @dataclass(frozen=True)
 class Consumer:
     name: str
-    module: str
+    module: str | None  # the library it needs (None: stdlib)
     devices: tuple[str, ...]
     consume: Callable[[Any, str], tuple[Any, list, int | None]] = field(compare=False, repr=False)
     zero_copy: bool = True  # the library promises not to copy memory it can use in place
     call: str = ""  # how it is called, for the report
     # it ignores DLPack's READ_ONLY flag, so asdlpack hands it copies of read-only memory
     copies_read_only: bool = False
+    # it takes DLPack (else the buffer protocol or an array interface, which carry the
+    # read-only flag themselves)
+    speaks_dlpack: bool = True
 
 
 CONSUMERS = [
@@ -608,6 +649,34 @@ CONSUMERS = [
         _c_tvm_ffi,
         call="tvm_ffi.from_dlpack",
         copies_read_only=True,
+    ),
+    # the other protocols out: buffer, array interface, CUDA array interface
+    Consumer("memoryview", None, ("cpu",), _c_memoryview, call="memoryview", speaks_dlpack=False),
+    Consumer(
+        "np-array-interface",
+        "numpy",
+        ("cpu",),
+        _c_numpy_array_interface,
+        call="numpy.asarray, reading __array_interface__",
+        speaks_dlpack=False,
+    ),
+    # pillow copies into its own image memory for most modes
+    Consumer(
+        "pillow",
+        "PIL",
+        ("cpu",),
+        _c_pillow,
+        zero_copy=False,
+        call="PIL.Image.fromarray",
+        speaks_dlpack=False,
+    ),
+    Consumer(
+        "numba",
+        "numba",
+        ("cuda",),
+        _c_numba,
+        call="numba.cuda.as_cuda_array",
+        speaks_dlpack=False,
     ),
 ]
 

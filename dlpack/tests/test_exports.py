@@ -20,12 +20,13 @@ from ._helpers import (
     ArrayInterface,
     CudaArrayInterface,
     cuda_iface,
+    need,
     np_data_ptr,
     refcount,
     torch_cuda_available,
 )
 
-np = pytest.importorskip("numpy")
+np = need("numpy")
 
 
 PyBUF_WRITABLE = 0x1
@@ -123,24 +124,24 @@ def _library_providers():
         return a, a
 
     def torch_tensor():
-        torch = pytest.importorskip("torch")
+        torch = need("torch")
         t = torch.arange(12, dtype=torch.float64).reshape(3, 4).T
         return t, t.numpy()
 
     def jax_array():
-        pytest.importorskip("jax")
+        need("jax")
         import jax.numpy as jnp
 
         x = jnp.arange(6, dtype=jnp.float32).reshape(2, 3)
         return x, np.from_dlpack(x)
 
     def pyarrow_array():
-        pa = pytest.importorskip("pyarrow")
+        pa = need("pyarrow")
         x = pa.array([1.0, 2.0, 3.0], type=pa.float64())
         return x, np.from_dlpack(x)
 
     def array_api_strict_array():
-        xp = pytest.importorskip("array_api_strict")
+        xp = need("array_api_strict")
         x = xp.reshape(xp.arange(6, dtype=xp.int64), (2, 3))
         return x, np.from_dlpack(x)
 
@@ -258,7 +259,7 @@ def test_array_struct_flags():
 
 
 def test_stdlib_consumers_read_the_bytes():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     t = torch.arange(12, dtype=torch.int32).reshape(3, 4)
     raw = t.numpy().tobytes()
     obj = asdlpack(t)
@@ -359,7 +360,7 @@ def test_formats_of_every_dtype():
 
 
 def test_types_without_a_pep3118_code_are_raw_bytes():
-    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ml_dtypes = need("ml_dtypes")
     for dtype, size in [(ml_dtypes.bfloat16, 2), (ml_dtypes.float8_e4m3fn, 1)]:
         a = np.arange(4).astype(dtype)
         obj = asdlpack(a)
@@ -518,8 +519,8 @@ def test_host_memory_has_no_cuda_interface():
 
 
 def test_pil_image_fromarray():
-    image = pytest.importorskip("PIL.Image")
-    torch = pytest.importorskip("torch")
+    image = need("PIL.Image", "pillow")
+    torch = need("torch")
     t = torch.arange(12, dtype=torch.uint8).reshape(3, 4)
     img = image.fromarray(asdlpack(t))
     assert img.size == (4, 3)
@@ -528,7 +529,7 @@ def test_pil_image_fromarray():
 
 @pytest.mark.skipif(not torch_cuda_available(), reason="needs a CUDA device")
 def test_cuda_consumers():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     t = torch.arange(6, dtype=torch.float32, device="cuda").reshape(2, 3)
     obj = asdlpack(t)
     cai = obj.__cuda_array_interface__
@@ -536,9 +537,11 @@ def test_cuda_consumers():
     assert cai["stream"] == 1  # asked with stream=None: ready on the legacy default stream
     back = torch.as_tensor(obj, device="cuda")
     assert back.data_ptr() == t.data_ptr()
-    cupy = pytest.importorskip("cupy")
+    cupy = need("cupy")
     assert int(cupy.asarray(obj).data.ptr) == t.data_ptr()
-    numba_cuda = pytest.importorskip("numba.cuda")
+    need("numba")
+    from numba import cuda as numba_cuda
+
     assert numba_cuda.as_cuda_array(obj).__cuda_array_interface__["data"][0] == t.data_ptr()
     with pytest.raises(BufferError, match="cuda"):
         memoryview(obj)

@@ -106,6 +106,13 @@ def test_exchange(device, provider, consumer):
     assert _same(out.values, out.sample.values), (out.values, out.sample.values)
     if out.sample.ptr is None:
         return  # the provider copies: no memory of its own to compare with
+    if not consumer.speaks_dlpack:
+        # the buffer protocol and the array interfaces say read-only themselves
+        if out.sample.readonly and consumer.zero_copy:
+            assert _lent_read_only(out.result), f"{consumer.name} may write read-only memory"
+        if consumer.zero_copy:
+            assert out.status == "zero-copy", f"{consumer.name} got a copy"
+        return
     if out.sample.readonly and (
         consumer.copies_read_only
         or asks_for_legacy_capsule(lambda x: consumer.consume(x, device), provider.make(device).obj)
@@ -113,6 +120,13 @@ def test_exchange(device, provider, consumer):
         assert out.status == "copy", f"{consumer.name} was lent read-only memory"
     elif consumer.zero_copy:
         assert out.status == "zero-copy", f"{consumer.name} got a copy"
+
+
+def _lent_read_only(result) -> bool:
+    """Whether a consumer's result refuses writes: a read-only memoryview or numpy array."""
+    if isinstance(result, memoryview):
+        return result.readonly
+    return not result.flags.writeable
 
 
 def test_exchange_table_covers_every_provider_and_consumer():
