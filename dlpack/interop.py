@@ -203,6 +203,7 @@ _NUMPY = 14
 _NUMPY_SCALAR = 15
 _OTHER_ARRAY = 16
 _SLOT = 17
+_SHAPE_SPEC = 18  # jax.ShapeDtypeStruct: a leaf of result_shape trees, with no data
 _FIRST_ARRAY_KIND = _TORCH
 
 _ARRAY_PROTOCOLS = (
@@ -271,6 +272,8 @@ def _classify_type(tp: type, node: Any) -> int:
             return _TRACER
         if issubclass(tp, jax.Array):
             return _JAX
+        if issubclass(tp, jax.ShapeDtypeStruct):
+            return _SHAPE_SPEC
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         if issubclass(tp, numpy.ndarray):
@@ -312,7 +315,7 @@ def is_array(obj: Any) -> bool:
     kind = _KINDS.get(type(obj))
     if kind is None:
         kind = _classify(obj)
-    return _FIRST_ARRAY_KIND <= kind < _SLOT
+    return _FIRST_ARRAY_KIND <= kind < _SLOT  # slots and shape specs hold no data
 
 
 LeafConverter: TypeAlias = Callable[[Any, int], Any]
@@ -611,7 +614,7 @@ def _jax_device(device: tuple[int, int]) -> jax.Device:
     import jax
 
     if device == _HOST:
-        return jax.devices("cpu")[0]
+        return _jax_cpu_device()
     if device[0] == _KDL_CUDA:
         try:
             gpus = jax.devices("gpu")
@@ -626,13 +629,22 @@ def _jax_device(device: tuple[int, int]) -> jax.Device:
     raise BufferError(f"{_device_name(device)}: JAX conversions support CPU and CUDA devices")
 
 
+@functools.cache
 def _jax_dtype(name: str) -> Any:
+    """The JAX dtype of a DLPackObject.dtype name (BufferError for types JAX lacks)."""
     import jax.numpy as jnp
 
     try:
         return jnp.dtype(name)
     except TypeError as exc:
         raise BufferError(f"JAX has no {name} dtype") from exc
+
+
+@functools.cache
+def _jax_cpu_device() -> jax.Device:
+    import jax
+
+    return jax.devices("cpu")[0]
 
 
 def _is_compact(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bool:
@@ -671,6 +683,8 @@ def _to_dlpack_object(leaf: Any, kind: int) -> DLPackObject:
     """A DLPackObject for a non-torch, non-JAX array leaf."""
     if type(leaf) is DLPackObject:
         return leaf
+    if kind == _SHAPE_SPEC:
+        raise TypeError("a jax.ShapeDtypeStruct describes an array but holds no data to convert")
     return asdlpack(leaf)
 
 
@@ -702,6 +716,15 @@ def _dlpack_to_torch(obj: DLPackObject, request: _Request, *, immutable: bool) -
 
     _torch_dtype(obj.dtype)  # BufferError for types torch lacks, before anything is copied
     source = obj.device
+    if (  # the common case, checked first: host memory torch may have as it is
+        request.device is None
+        and not request.copy
+        and source == _HOST
+        and obj.c_contiguous
+        and obj.copy_reason is None
+        and (request.share_readonly or not (immutable or obj.readonly))
+    ):
+        return torch.from_dlpack(obj.__dlpack__(max_version=(1, 3)))
     target = request.device or source
     reasons = []
     if target != source:
@@ -760,6 +783,17 @@ def _dlpack_to_jax(obj: DLPackObject, request: _Request, x64: bool) -> jax.Array
     """Hand ``obj`` to JAX: in place when XLA can read it, else through one copy."""
     name = obj.dtype
     _jax_dtype(name)  # BufferError for types JAX lacks
+    if (  # the common case, checked first: dense, aligned, writable host memory
+        request.device is None
+        and not request.copy
+        and obj.c_contiguous
+        and not obj.readonly
+        and obj.copy_reason is None
+        and not obj.data_ptr % _JAX_ALIGNMENT
+        and obj.device == _HOST
+        and (x64 or name not in _X32_NARROWING)
+    ):
+        return _import_host_capsule(obj.__dlpack__())
     source = obj.device
     target = request.device or source
     reasons = []
@@ -805,7 +839,7 @@ def _import_host_capsule(capsule: Any) -> jax.Array:
     _Jaxlib.ensure_checked()
     if _Jaxlib.import_capsule is not None:
         try:
-            return _Jaxlib.import_capsule(capsule, jax.devices("cpu")[0])
+            return _Jaxlib.import_capsule(capsule, _jax_cpu_device())
         except TypeError:
             _Jaxlib.give_up()  # jaxlib changed its signature: from now on, the public API
     return jax.dlpack.from_dlpack(asdlpack(capsule))
@@ -1455,6 +1489,8 @@ class _TorchRun:
         return [_to_torch_output(array, self.input_request) for array in arrays]
 
     def _check_untouched(self, tensors: list[torch.Tensor], versions: list[int]) -> None:
+        if self.options.copy_inputs:
+            return  # the function had copies, to write into as it likes
         for index, (tensor, version) in enumerate(zip(tensors, versions, strict=True)):
             if tensor._version != version:
                 raise RuntimeError(
@@ -1565,6 +1601,7 @@ def module_to_jax(
     with them (``torch.func.functional_call``) through :func:`jax_callable`, so it works under
     ``jax.jit``, ``jax.grad`` (with respect to the state and the inputs) and ``jax.vmap``. A
     ``state`` with only some of the names uses the module's own tensors for the others.
+    Buffers are constants of the function, as in torch: their gradients are zero.
 
     The module must compute a pure function: Dropout (p > 0) or BatchNorm tracking running
     statistics in training mode raise ValueError, at wrapping and at each call; ``module.eval()``
@@ -1588,15 +1625,30 @@ def module_to_jax(
         first = next(iter(tensors.values()), None)
         device = first.device if first is not None else "cpu"
 
-    def apply_module(state: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    def run_module(state: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         return torch.func.functional_call(module, state, args, kwargs)
 
-    apply_module.__name__ = f"{type(module).__name__}_as_jax"
-    apply_module.__qualname__ = apply_module.__name__
     options = _torch_call_options(
         None, device, vmap_method, copy_inputs, functools.partial(_check_pure_module, module)
     )
-    return _torch_function_for_jax(apply_module, options), state
+    run_for_jax = _torch_function_for_jax(run_module, options)
+    buffer_names = frozenset(dict(module.named_buffers()))
+
+    def apply(state: Mapping[str, Any], *args: Any, **kwargs: Any) -> Any:
+        import jax
+
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must be a dict of arrays by name, not {type(state).__name__}")
+        # Buffers are constants of the function, as in torch, where they never get gradients
+        # (and some ops, such as batch norm's running statistics, can't give them any).
+        constants = {
+            name: jax.lax.stop_gradient(value) if name in buffer_names else value
+            for name, value in state.items()
+        }
+        return run_for_jax(constants, *args, **kwargs)
+
+    apply.__name__ = apply.__qualname__ = f"{type(module).__name__}_as_jax"
+    return apply, state
 
 
 def _check_pure_module(module: torch.nn.Module) -> None:
