@@ -243,14 +243,8 @@ _KINDS: dict[type, int] = {
 
 
 def _classify(node: Any) -> int:
-    """The kind of ``node``'s type (cached): which leaves are arrays, which containers we rebuild.
-
-    Arrays: torch tensors, JAX arrays and tracers, numpy arrays and scalars, ``DLPackObject``,
-    raw DLPack capsules and any object whose type has ``__dlpack__``,
-    ``__cuda_array_interface__``, ``__array_interface__`` or ``__array_struct__``. Objects that
-    only speak the buffer protocol (bytes, bytearray, memoryview, array.array, mmap), strings,
-    Python numbers, None and every other object are kept as they are.
-    """
+    """The kind of ``node``'s type (cached): an array leaf (see :func:`is_array`), a container
+    we rebuild, or a leaf kept as it is."""
     tp = type(node)
     kind = _classify_type(tp, node)
     _KINDS[tp] = kind
@@ -311,7 +305,16 @@ def _is_jax_node(node: Any) -> bool:
 
 
 def is_array(obj: Any) -> bool:
-    """True when the conversions treat ``obj`` as an array leaf (see :func:`_classify`)."""
+    """True when the conversions treat ``obj`` as an array leaf, False when they keep it.
+
+    Arrays: torch tensors, JAX arrays (and tracers, which only ``to_jax`` accepts), numpy
+    arrays and numpy scalars, ``DLPackObject``, raw DLPack capsules, and any object whose type
+    has ``__dlpack__``, ``__cuda_array_interface__``, ``__array_interface__`` or
+    ``__array_struct__`` (CuPy, Numba, pyarrow, ...). Kept: Python numbers, strings, None,
+    ``torch.Size``, dtypes and devices, objects that only speak the buffer protocol (bytes,
+    bytearray, memoryview, array.array, mmap: wrap one in ``asdlpack`` to convert it) or only
+    ``__array__`` (pandas: ``np.asarray`` it), and every other object that is not a container.
+    """
     kind = _KINDS.get(type(obj))
     if kind is None:
         kind = _classify(obj)
@@ -1730,7 +1733,7 @@ def _jax_module_class() -> type:
             self.params = torch.nn.ParameterList(parameters)
             self.fn = fn
             self.has_aux = has_aux
-            self._call = torch_callable(fn, has_aux=has_aux, share_outputs=share_outputs)
+            self.share_outputs = share_outputs
 
         def params_tree(self) -> Any:
             """The current parameters and buffers, in the structure ``params`` had."""
@@ -1745,12 +1748,17 @@ def _jax_module_class() -> type:
             return to_jax(self.params_tree(), copy=True)
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
-            return self._call(self.params_tree(), *args, **kwargs)
+            arguments = (self.params_tree(), *args)
+            return _call_jax_from_torch(
+                self.fn, arguments, kwargs, self.has_aux, self.share_outputs
+            )
 
         def extra_repr(self) -> str:
             return f"fn={getattr(self.fn, '__name__', self.fn)!s}, has_aux={self.has_aux}"
 
+    # Where pickle finds the class: dlpack.interop.JaxModule (through __getattr__ below).
     JaxModule.__module__ = __name__
+    JaxModule.__qualname__ = "JaxModule"
     return JaxModule
 
 
