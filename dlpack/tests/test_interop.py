@@ -4,7 +4,9 @@ function and module wrappers with gradients checked against each framework's own
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
+import pickle
 import types
 import warnings
 
@@ -227,6 +229,13 @@ class TestToJaxCopies:
         source = np.arange(10.0, dtype=np.float32)[::-1]
         np.testing.assert_array_equal(np.asarray(to_jax(source)), source)
 
+    def test_non_native_byte_order(self):
+        source = np.arange(6, dtype=">i4" if np.little_endian else "<i4")
+        np.testing.assert_array_equal(np.asarray(to_jax(source)), source)
+        assert to_torch(source).tolist() == source.tolist()
+        with pytest.raises(BufferError):
+            to_jax(source, copy=False)
+
     def test_conjugate_and_negative_bits_are_materialised(self):
         z = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
         np.testing.assert_array_equal(np.asarray(to_jax(z.conj())), z.conj().resolve_conj())
@@ -347,6 +356,26 @@ class TestToNumpy:
         assert to_numpy(a) is a and to_numpy(a, copy=True) is not a
         with pytest.raises(ValueError, match="CPU"):
             to_numpy(a, device="cuda")
+
+
+class TestJaxInternals:
+    def test_results_still_being_computed_are_waited_for(self):
+        x = jnp.ones((600, 600))
+        product = jax.jit(lambda x: (x @ x) @ x)
+        product(x).block_until_ready()  # compiled: the calls below only dispatch
+        for share in (True, False):
+            assert bool((to_torch(product(x), share_readonly=share) == 600.0**2).all())
+        assert bool((to_numpy(product(x)) == 600.0**2).all())
+
+    def test_public_api_when_jaxlib_entry_points_are_unavailable(self, monkeypatch):
+        monkeypatch.setattr(interop._Jaxlib, "checked", True)
+        monkeypatch.setattr(interop._Jaxlib, "import_capsule", None)
+        monkeypatch.setattr(interop._Jaxlib, "export_capsule", None)
+        t = torch.arange(16.0)
+        a = to_jax(t)
+        assert jax_ptr(a) == t.data_ptr()
+        assert to_torch(a, share_readonly=True).data_ptr() == t.data_ptr()
+        assert_same_values(to_jax(t[::2]), t[::2])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -667,6 +696,13 @@ class TestJaxModule:
             optimiser.step()
         assert last.item() < 0.05 * loss.item()
 
+    def test_deepcopy_and_pickle(self):
+        module = interop.JaxModule(self.linear, self.params())
+        x = torch.randn(2, 3)
+        for clone in (copy.deepcopy(module), pickle.loads(pickle.dumps(module))):
+            assert type(clone) is type(module)
+            torch.testing.assert_close(clone(x), module(x))
+
     def test_has_aux(self):
         def fn(p, x):
             y = x @ p["w"]
@@ -925,3 +961,23 @@ class TestParityWithTorchJaxInterop:
         grads_ours = jax.jit(jax.grad(lambda s: apply(s, x).sum()))(state)
         np.testing.assert_allclose(grads_theirs[0], grads_ours["weight"], rtol=1e-6)
         np.testing.assert_allclose(grads_theirs[1], grads_ours["bias"], rtol=1e-6)
+
+    def test_namedtuples(self, tji):
+        pair = Pair(torch.ones(2), torch.arange(3, dtype=torch.int32))
+        theirs, ours = tji.torch_to_jax(pair), to_jax(pair)
+        assert type(theirs) is type(ours) is Pair
+        check = np.testing.assert_array_equal
+        check(theirs.first, ours.first)
+        check(theirs.second, ours.second)
+
+    def test_function_decorators_without_tracing(self, tji):
+        def jax_fn(x):
+            return jnp.sin(x) + 1
+
+        def torch_fn(x):
+            return torch.cos(x) * 2
+
+        x = torch.linspace(0, 1, 5)
+        torch.testing.assert_close(tji.jax_to_torch(jax_fn)(x), torch_callable(jax_fn)(x))
+        xj = jnp.linspace(0, 1, 5)
+        np.testing.assert_allclose(tji.torch_to_jax(torch_fn)(xj), jax_callable(torch_fn)(xj))
