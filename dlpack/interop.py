@@ -1119,7 +1119,7 @@ def _call_jax_from_torch(
         for position in tensor_positions:
             jax_leaves[position] = _leaf_to_jax(leaves[position], _TORCH, _AS_IS, x64)
         out_leaves, aux = call.run(jax_leaves)
-        outputs = [_to_torch_output(leaf, call.output_request) for leaf in out_leaves]
+        outputs = [_array_to_torch(leaf, call.output_request) for leaf in out_leaves]
         output = _unflatten(call.out_skeleton, outputs)
         if has_aux:
             return output, to_torch(aux, share_readonly=share_outputs)
@@ -1129,7 +1129,8 @@ def _call_jax_from_torch(
     return (output, call.aux) if has_aux else output
 
 
-def _to_torch_output(leaf: Any, request: _Request) -> torch.Tensor:
+def _array_to_torch(leaf: Any, request: _Request) -> torch.Tensor:
+    """An array leaf of any kind as a torch tensor (its kind looked up here)."""
     kind = _KINDS.get(type(leaf))
     if kind is None:
         kind = _classify(leaf)
@@ -1183,7 +1184,7 @@ def _jax_function_class() -> type:
             else:
                 out_leaves, call.vjp_fn = jax.vjp(differentiable_part, *primals)
             call.out_meta = [(leaf.shape, leaf.dtype) for leaf in out_leaves]
-            outputs = tuple(_to_torch_output(leaf, call.output_request) for leaf in out_leaves)
+            outputs = tuple(_array_to_torch(leaf, call.output_request) for leaf in out_leaves)
             ctx.mark_non_differentiable(
                 *[out for out in outputs if not (out.is_floating_point() or out.is_complex())]
             )
@@ -1215,7 +1216,7 @@ def _jax_function_class() -> type:
             result: list[torch.Tensor | None] = [None] * len(call.input_meta)
             for j, grad in zip(call.differentiated, input_grads, strict=True):
                 dtype, device = call.input_meta[j]
-                tensor = _to_torch_output(_conj_if_complex(grad), call.output_request)
+                tensor = _array_to_torch(_conj_if_complex(grad), call.output_request)
                 result[j] = tensor.to(dtype=dtype, device=device)
             return (None, *result)
 
@@ -1358,7 +1359,10 @@ class _TorchRun:
         self.out_skeleton: Any = None
         self.out_specs: list[Any] = []  # jax.ShapeDtypeStruct of each output array, as JAX has it
         self.perturbed: list[bool] | None = None
-        self.input_request = _Request(options.device, True if options.copy_inputs else None, True)
+        # JAX's memory is lent to the function (read-only sources shared): it must not write.
+        self.input_request = _Request(
+            options.device or _HOST, True if options.copy_inputs else None, True
+        )
 
     # -- the JAX side ------------------------------------------------------------------------
 
@@ -1489,7 +1493,7 @@ class _TorchRun:
         return self.fn(*args, **kwargs)
 
     def _torch_inputs(self, arrays: list[Any] | tuple[Any, ...]) -> list[torch.Tensor]:
-        return [_to_torch_output(array, self.input_request) for array in arrays]
+        return [_array_to_torch(array, self.input_request) for array in arrays]
 
     def _check_untouched(self, tensors: list[torch.Tensor], versions: list[int]) -> None:
         if self.options.copy_inputs:
