@@ -517,6 +517,26 @@ class TestDevices:
         assert to_torch(a, share_readonly=True).data_ptr() == t.data_ptr()
 
 
+@needs_cuda
+class TestWrappersOnCuda:
+    def test_torch_callable_on_cuda_tensors(self):
+        f = torch_callable(lambda x: jnp.sin(x) * 2)
+        x = torch.randn(4, 3, device="cuda", requires_grad=True)
+        out = f(x)
+        assert out.is_cuda
+        out.sum().backward()
+        torch.testing.assert_close(x.grad, 2 * torch.cos(x.detach()))
+
+    def test_module_to_jax_on_cuda(self):
+        module = torch.nn.Linear(3, 2).cuda()
+        apply, state = module_to_jax(module)
+        x = np.ones((4, 3), dtype=np.float32)
+        expected = module(torch.ones(4, 3, device="cuda")).detach().cpu().numpy()
+        np.testing.assert_allclose(jax.jit(apply)(state, x), expected, rtol=1e-5)
+        grads = jax.jit(jax.grad(lambda s: apply(s, x).sum()))(state)
+        np.testing.assert_allclose(grads["bias"], [4.0, 4.0])
+
+
 class TestTracers:
     def test_converting_a_tracer_explains_pure_callback(self):
         with pytest.raises(TypeError, match="pure_callback"):
