@@ -826,7 +826,9 @@ def _dlpack_to_jax(obj: DLPackObject, request: _Request, x64: bool) -> jax.Array
     else:
         import jax
 
-        array = jax.dlpack.from_dlpack(_ExportAs(obj, target, copy), device=_jax_device(target))
+        # Other memory JAX may read (pinned host memory, ...) stays where it is: JAX decides.
+        device = _jax_device(target) if target[0] in (_KDL_CPU, _KDL_CUDA) else None
+        array = jax.dlpack.from_dlpack(_ExportAs(obj, target, copy), device=device)
     if narrowed is not None:
         import jax.numpy as jnp
 
