@@ -258,7 +258,9 @@ def require_cuda(name: str, available: Callable[[], bool]):
 # ---------------------------------------------------------------------------
 
 
-class _PyBuffer(ctypes.Structure):
+class PyBufferView(ctypes.Structure):
+    """CPython's ``Py_buffer``, for reading what an exporter lends (ctypes)."""
+
     _fields_ = [
         ("buf", ctypes.c_void_p),
         ("obj", ctypes.c_void_p),
@@ -277,12 +279,12 @@ class _PyBuffer(ctypes.Structure):
 def buffer_address(obj) -> int:
     """Address of the memory behind any buffer-protocol object (bytes too)."""
     get = ctypes.pythonapi.PyObject_GetBuffer
-    get.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+    get.argtypes = [ctypes.py_object, ctypes.POINTER(PyBufferView), ctypes.c_int]
     get.restype = ctypes.c_int
     release = ctypes.pythonapi.PyBuffer_Release
-    release.argtypes = [ctypes.POINTER(_PyBuffer)]
+    release.argtypes = [ctypes.POINTER(PyBufferView)]
     release.restype = None
-    view = _PyBuffer()
+    view = PyBufferView()
     if get(obj, ctypes.byref(view), 0) != 0:  # PyBUF_SIMPLE
         raise BufferError("PyObject_GetBuffer failed")
     try:

@@ -15,6 +15,7 @@ import weakref
 import pytest
 
 from dlpack import asdlpack
+from dlpack._report import PyBufferView
 
 from ._helpers import (
     ArrayInterface,
@@ -36,35 +37,22 @@ PyBUF_C_CONTIGUOUS = 0x38
 PyBUF_F_CONTIGUOUS = 0x58
 
 
-class _PyBuffer(ctypes.Structure):
-    _fields_ = [
-        ("buf", ctypes.c_void_p),
-        ("obj", ctypes.py_object),
-        ("len", ctypes.c_ssize_t),
-        ("itemsize", ctypes.c_ssize_t),
-        ("readonly", ctypes.c_int),
-        ("ndim", ctypes.c_int),
-        ("format", ctypes.c_char_p),
-        ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
-        ("strides", ctypes.POINTER(ctypes.c_ssize_t)),
-        ("suboffsets", ctypes.c_void_p),
-        ("internal", ctypes.c_void_p),
-    ]
-
-
 def _get_buffer(obj, flags):
     """What a C consumer asking `flags` gets: (buf, len, readonly, ndim, shape, strides), or the
     exporter's exception."""
     get = ctypes.pythonapi.PyObject_GetBuffer
-    get.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+    get.argtypes = [ctypes.py_object, ctypes.POINTER(PyBufferView), ctypes.c_int]
     get.restype = ctypes.c_int
     release = ctypes.pythonapi.PyBuffer_Release
-    release.argtypes = [ctypes.POINTER(_PyBuffer)]
-    view = _PyBuffer()
+    release.argtypes = [ctypes.POINTER(PyBufferView)]
+    view = PyBufferView()
     get(obj, ctypes.byref(view), flags)  # ctypes raises the exporter's exception
     try:
-        shape = [view.shape[k] for k in range(view.ndim)] if view.shape else None
-        strides = [view.strides[k] for k in range(view.ndim)] if view.strides else None
+        ssize = ctypes.POINTER(ctypes.c_ssize_t)
+        shape = ctypes.cast(view.shape, ssize) if view.shape else None
+        strides = ctypes.cast(view.strides, ssize) if view.strides else None
+        shape = [shape[k] for k in range(view.ndim)] if shape else None
+        strides = [strides[k] for k in range(view.ndim)] if strides else None
         return view.buf, view.len, bool(view.readonly), view.ndim, shape, strides
     finally:
         release(ctypes.byref(view))
