@@ -1,5 +1,5 @@
-//! Memory we own: host buffers (64-byte aligned) and CUDA device buffers we allocated for
-//! copies. Each frees itself on drop, on any thread, without Python.
+//! Memory we own: host buffers (64-byte aligned; huge-page backed when large) and CUDA device
+//! buffers we allocated for copies. Each frees itself on drop, on any thread, without Python.
 
 use std::alloc::{self, Layout as AllocLayout};
 use std::ffi::c_void;
@@ -12,6 +12,34 @@ use crate::error::{Error, Result};
 
 /// Alignment of buffers we allocate: a cache line, and what SIMD loads like best.
 pub const ALIGNMENT: usize = 64;
+
+/// Buffers of at least this many bytes are aligned to huge pages and ask the kernel to back them
+/// with transparent huge pages, as numpy does: a fresh copy otherwise spends most of its time in
+/// page faults (64 MiB: 24 ms with 4 KiB pages, 13 ms with huge ones, on our test machine).
+const HUGE_PAGE_THRESHOLD: usize = 4 << 20;
+const HUGE_PAGE: usize = 2 << 20;
+
+#[cfg(target_os = "linux")]
+unsafe extern "C" {
+    /// The C library's `madvise(2)`.
+    fn madvise(addr: *mut c_void, length: usize, advice: std::ffi::c_int) -> std::ffi::c_int;
+}
+
+/// `MADV_HUGEPAGE` (Linux).
+#[cfg(target_os = "linux")]
+const MADV_HUGEPAGE: std::ffi::c_int = 14;
+
+/// Ask for transparent huge pages behind `len` bytes at `ptr` (a hint: failure changes nothing).
+fn advise_huge_pages(ptr: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `ptr..ptr + len` is memory we just allocated, whole huge pages; madvise only
+    // changes how the kernel backs it.
+    unsafe {
+        madvise(ptr.cast(), len, MADV_HUGEPAGE);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, len);
+}
 
 /// Memory we allocated; freed on drop.
 pub struct AlignedBuffer {
@@ -26,11 +54,21 @@ unsafe impl Sync for AlignedBuffer {}
 
 impl AlignedBuffer {
     pub fn new(bytes: usize) -> Result<Self> {
-        let layout = AllocLayout::from_size_align(bytes.max(1), ALIGNMENT)
-            .map_err(|_| Error::value(format!("can't allocate {bytes} bytes")))?;
+        let huge = bytes >= HUGE_PAGE_THRESHOLD;
+        // A huge-page buffer spans whole huge pages, so the advice covers only our memory.
+        let (size, align) = match huge {
+            true => (bytes.checked_next_multiple_of(HUGE_PAGE), HUGE_PAGE),
+            false => (Some(bytes.max(1)), ALIGNMENT),
+        };
+        let layout = size
+            .and_then(|size| AllocLayout::from_size_align(size, align).ok())
+            .ok_or_else(|| Error::value(format!("can't allocate {bytes} bytes")))?;
         // SAFETY: the layout has non-zero size.
         let ptr = NonNull::new(unsafe { alloc::alloc(layout) })
             .ok_or_else(|| Error::Memory(format!("out of memory allocating {bytes} bytes")))?;
+        if huge {
+            advise_huge_pages(ptr.as_ptr(), layout.size());
+        }
         Ok(AlignedBuffer { ptr, layout })
     }
 
