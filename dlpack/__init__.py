@@ -13,8 +13,19 @@ protocol, and returns a :class:`DLPackObject` that every ``from_dlpack`` accepts
 from enum import IntEnum
 
 from ._dlpack import DLPACK_VERSION, DLPackObject, __version__, asdlpack, copyto
+from .sharing import SharedHandle, empty_shared, share
 
-__all__ = ["DLPACK_VERSION", "DLDeviceType", "DLPackObject", "__version__", "asdlpack", "copyto"]
+__all__ = [
+    "DLPACK_VERSION",
+    "DLDeviceType",
+    "DLPackObject",
+    "SharedHandle",
+    "__version__",
+    "asdlpack",
+    "copyto",
+    "empty_shared",
+    "share",
+]
 
 
 class DLDeviceType(IntEnum):

@@ -1,0 +1,359 @@
+"""Host shared memory: memfd segments, this process's registry of the segments it maps, and
+views of them as DLPackObjects.
+
+A segment is an anonymous memory file (``os.memfd_create``): nothing is ever named in /dev/shm,
+and its memory lives exactly as long as some process maps it or holds a descriptor of it. It is
+sealed against shrinking and growing, so no holder can truncate it under another's mapping
+(reads there would raise SIGBUS). The registry finds the segment an address lies in, so memory
+already in one is shared without a copy, and the segment a handle names (by device and inode),
+so a process maps each segment once, however many handles to it arrive.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import errno
+import fcntl
+import math
+import mmap
+import os
+import stat
+import sys
+import threading
+import weakref
+
+from .._dlpack import DLPackObject, asdlpack, copyto
+
+# Sealed this way, the file's size is fixed for good: a mapping of it can never fault.
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL if sys.platform == "linux" else 0
+
+# Below this, faulting pages in as the copy writes them costs less than starting threads.
+POPULATE_MIN_BYTES = 4 << 20
+_MADV_POPULATE_WRITE = 23  # Linux 5.14; older kernels say EINVAL and the copy faults instead
+
+_host_id: str | None = None
+
+
+def require_linux() -> None:
+    if sys.platform != "linux" or not hasattr(os, "memfd_create"):
+        raise BufferError(
+            f"sharing host memory needs Linux (memfd_create); this is {sys.platform}"
+        )
+
+
+def host_id() -> str:
+    """This machine's identity in handles: the kernel's boot id, new at every boot and
+    different on every machine, so a handle opened elsewhere is recognised as foreign."""
+    global _host_id
+    if _host_id is None:
+        require_linux()
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            _host_id = f.read().strip()
+    return _host_id
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
+
+
+class Segment:
+    """A memory file and this process's one mapping of it.
+
+    It lives while the mapping does (a finalizer of the mmap, which every view's buffer keeps
+    alive, holds it), or while the lender holds it for a handle in flight; its descriptors are
+    closed when it dies. ``key`` is the file's (device, inode): the same file in every process.
+    """
+
+    __slots__ = ("__weakref__", "_fds", "_mapping", "base", "key", "size", "writable")
+
+    def __init__(self, fd: int, size: int, writable: bool, key: tuple[int, int]):
+        self._fds = [fd]  # the descriptor, then a read-only one once one was needed
+        weakref.finalize(self, _close_all, self._fds).atexit = False
+        self.size = size
+        self.writable = writable
+        self.key = key
+        self._mapping: weakref.ref[mmap.mmap] | None = None
+        self.base = 0
+
+    @classmethod
+    def create(cls, size: int) -> tuple[Segment, mmap.mmap]:
+        """A new zero-filled segment of ``size`` bytes (at least 1), mapped writable."""
+        require_linux()
+        fd = os.memfd_create("dlpack-share", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+            info = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        segment = cls(fd, size, True, (info.st_dev, info.st_ino))
+        return segment, segment._map()
+
+    @classmethod
+    def adopt(
+        cls, fd: int, size: int, writable: bool, key: tuple[int, int]
+    ) -> tuple[Segment, mmap.mmap]:
+        """Map a descriptor received for a handle, after checking it is the sealed memory file
+        of ``size`` bytes the handle names; the descriptor is ours to close from now on."""
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != tuple(key):
+                raise BufferError("the descriptor received is not the segment the handle names")
+            if info.st_size != size:
+                raise ValueError(
+                    f"the handle says its segment holds {size} bytes, but it holds "
+                    f"{info.st_size} (a forged or corrupted handle)"
+                )
+            if not fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK:
+                raise BufferError(
+                    "the segment received is not sealed against shrinking, so a mapping of it "
+                    "could fault: not a dlpack segment"
+                )
+            access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+            if writable and access != os.O_RDWR:
+                raise BufferError("the segment received for a writable handle is read-only")
+        except BaseException:
+            os.close(fd)
+            raise
+        segment = cls(fd, size, writable, key)
+        return segment, segment._map()
+
+    def _map(self) -> mmap.mmap:
+        rw = mmap.PROT_READ | mmap.PROT_WRITE
+        if self.writable:
+            mapping = mmap.mmap(self.fd, self.size, flags=mmap.MAP_SHARED, prot=rw)
+        else:
+            # Copy-on-write from a read-only descriptor: the producer's memory can't be written
+            # through it, and a consumer that writes despite the read-only flag (torch ignores
+            # it) changes only pages of its own, instead of crashing on a read-only mapping.
+            mapping = mmap.mmap(self.fd, self.size, flags=mmap.MAP_PRIVATE, prot=rw)
+        self.base = asdlpack(mapping).data_ptr
+        self._mapping = weakref.ref(mapping)
+        weakref.finalize(mapping, _unmapped, self).atexit = False
+        _register(self)
+        return mapping
+
+    @property
+    def fd(self) -> int:
+        return self._fds[0]
+
+    def mapping(self) -> mmap.mmap | None:
+        """The live mapping, or None once every view of it is gone."""
+        return None if self._mapping is None else self._mapping()
+
+    def remap(self) -> mmap.mmap:
+        """A mapping of this segment: the live one, or a new one (of a descriptor of our own)."""
+        mapping = self.mapping()
+        if mapping is None:
+            mapping = self._map()
+        return mapping
+
+    def fd_for(self, writable: bool) -> int:
+        """The descriptor to lend: this one for a writable handle, otherwise a read-only one
+        (opened once, through /proc, as a new read-only open of the same file), through which
+        no process can map the memory writable."""
+        if writable or not self.writable:
+            return self.fd
+        if len(self._fds) == 1:
+            flags = os.O_RDONLY | os.O_CLOEXEC
+            self._fds.append(os.open(f"/proc/self/fd/{self.fd}", flags))
+        return self._fds[1]
+
+
+# The registry: live segments by the address of their mapping (bases sorted for bisection) and
+# by file. Every change and lookup is a few GIL-atomic operations; a finalizer may run between
+# them (a garbage collection), so lookups tolerate entries vanishing under them.
+_by_base: dict[int, weakref.ref[Segment]] = {}
+_bases: list[int] = []
+_by_key: dict[tuple[int, int, bool], weakref.ref[Segment]] = {}
+
+
+def _register(segment: Segment) -> None:
+    ref = weakref.ref(segment)
+    if segment.base not in _by_base:
+        bisect.insort(_bases, segment.base)
+    _by_base[segment.base] = ref
+    _by_key[(*segment.key, segment.writable)] = ref
+
+
+def _unmapped(segment: Segment) -> None:
+    """The mapping of ``segment`` is gone: forget its address, which may be reused from now."""
+    segment._mapping = None
+    ref = _by_base.get(segment.base)
+    if ref is not None and ref() is segment:
+        del _by_base[segment.base]
+        index = bisect.bisect_left(_bases, segment.base)
+        if index < len(_bases) and _bases[index] == segment.base:
+            del _bases[index]
+    key = (*segment.key, segment.writable)
+    ref = _by_key.get(key)
+    if ref is not None and ref() is segment:
+        del _by_key[key]
+
+
+def segment_at(low: int, high: int) -> tuple[Segment, mmap.mmap] | None:
+    """The live segment whose mapping holds the addresses [low, high), with its mapping."""
+    try:
+        base = _bases[bisect.bisect_right(_bases, low) - 1] if _bases else None
+    except IndexError:  # emptied by a finalizer meanwhile
+        return None
+    if base is None or base > low:
+        return None
+    ref = _by_base.get(base)
+    segment = None if ref is None else ref()
+    mapping = None if segment is None else segment.mapping()
+    if segment is None or mapping is None or high > segment.base + segment.size:
+        return None
+    return segment, mapping
+
+
+def segment_named(key: tuple[int, int], writable: bool) -> tuple[Segment, mmap.mmap] | None:
+    """The live segment of the file ``key`` mapped here, writable if asked (a read-only handle
+    is served by either mapping)."""
+    for mode in (True,) if writable else (False, True):
+        ref = _by_key.get((*key, mode))
+        segment = None if ref is None else ref()
+        mapping = None if segment is None else segment.mapping()
+        if mapping is not None:
+            return segment, mapping
+    return None
+
+
+def live_segments() -> int:
+    """How many segments this process maps (for tests and leak checks)."""
+    return sum(1 for ref in list(_by_base.values()) if ref() is not None)
+
+
+# -- layouts ------------------------------------------------------------------------------------
+
+
+def byte_extent(shape, byte_strides, itemsize: int) -> tuple[int, int]:
+    """The bytes [low, high) the elements span, relative to the first element; (0, 0) when
+    there are none."""
+    if any(n == 0 for n in shape):
+        return 0, 0
+    low = sum((n - 1) * s for n, s in zip(shape, byte_strides, strict=True) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(shape, byte_strides, strict=True) if s > 0)
+    return low, high + itemsize
+
+
+def dense_strides(shape, byte_strides, itemsize: int) -> tuple[int, ...]:
+    """Byte strides packing ``shape`` densely with its dimensions in the order ``byte_strides``
+    gives them in memory (as numpy's ``order="K"``): C order stays C order, Fortran order stays
+    Fortran order, so copying there is a plain copy. Ties go the C way."""
+    order = sorted(range(len(shape)), key=lambda k: (abs(byte_strides[k]), -k))
+    strides = [0] * len(shape)
+    step = itemsize
+    for k in order:
+        strides[k] = step
+        step *= max(shape[k], 1)
+    return tuple(strides)
+
+
+# -- views --------------------------------------------------------------------------------------
+
+
+class _DTypeName:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class _Interface:
+    """What ``asdlpack`` reads a view from: numpy's array interface over the mapping, and the
+    element type's name (a typestr has no code for bfloat16 or the float8 types)."""
+
+    __slots__ = ("__array_interface__", "dtype")
+
+    def __init__(self, interface: dict, dtype_name: str):
+        self.__array_interface__ = interface
+        self.dtype = _DTypeName(dtype_name)
+
+
+def view(
+    mapping, offset: int, shape, byte_strides, typestr: str, dtype_name: str, readonly: bool
+) -> DLPackObject:
+    """A DLPackObject of the elements at ``offset`` in ``mapping`` (None for no elements); it
+    keeps the mapping alive, and with it the segment."""
+    if mapping is None:
+        data = b"" if readonly else bytearray()
+    else:
+        data = memoryview(mapping).toreadonly() if readonly else mapping
+    interface = {
+        "version": 3,
+        "shape": tuple(shape),
+        "typestr": typestr,
+        "data": data,
+        "offset": offset,
+        "strides": None if byte_strides is None else tuple(byte_strides),
+    }
+    return asdlpack(_Interface(interface, dtype_name))
+
+
+def _madvise():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.madvise.restype = ctypes.c_int
+    return libc.madvise
+
+
+def populate(address: int, length: int) -> None:
+    """Fault a new segment's pages in from several threads at once (ctypes releases the GIL):
+    on a virtual machine each page fault is dear, and a copy that faults as it writes takes a
+    fifth longer. A MemoryError when the memory can't be had (rather than the OOM killer
+    mid-copy); on kernels without MADV_POPULATE_WRITE, nothing."""
+    madvise = _madvise()
+    page = mmap.PAGESIZE
+    threads = max(1, min(4, os.cpu_count() or 1, length // (2 << 20)))
+    chunk = -(-length // threads // page) * page
+    failures: list[int] = []
+
+    def fault(start: int) -> None:
+        size = min(chunk, length - start)
+        if size > 0 and madvise(address + start, size, _MADV_POPULATE_WRITE) != 0:
+            failures.append(ctypes.get_errno())
+
+    workers = [threading.Thread(target=fault, args=(k * chunk,)) for k in range(1, threads)]
+    for worker in workers:
+        worker.start()
+    fault(0)
+    for worker in workers:
+        worker.join()
+    if errno.ENOMEM in failures:
+        raise MemoryError(f"can't allocate {length} bytes of shared memory")
+
+
+def empty(shape, typestr: str, dtype_name: str, itemsize: int) -> DLPackObject:
+    """A writable, zero-filled, C-ordered array in a new segment."""
+    strides = dense_strides(shape, [0] * len(shape), itemsize)
+    nbytes = math.prod(shape) * itemsize
+    if nbytes == 0:
+        return view(None, 0, shape, strides, typestr, dtype_name, readonly=False)
+    _, mapping = Segment.create(nbytes)
+    return view(mapping, 0, shape, strides, typestr, dtype_name, readonly=False)
+
+
+def copy_in(source: DLPackObject) -> tuple[Segment | None, DLPackObject]:
+    """Copy host memory into a new segment, packed densely in the order of its dimensions in
+    memory, with the copy engine; the segment (None when there are no elements) and a writable
+    view of the copy."""
+    typestr = source.__array_interface__["typestr"]
+    shape, itemsize = source.shape, source.itemsize
+    strides = dense_strides(shape, source.byte_strides, itemsize)
+    nbytes = math.prod(shape) * itemsize
+    if nbytes == 0:
+        return None, view(None, 0, shape, strides, typestr, source.dtype, readonly=False)
+    segment, mapping = Segment.create(nbytes)
+    if nbytes >= POPULATE_MIN_BYTES:
+        populate(segment.base, nbytes)
+    copy = view(mapping, 0, shape, strides, typestr, source.dtype, readonly=False)
+    copyto(copy, source)
+    return segment, copy
