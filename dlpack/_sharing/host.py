@@ -26,7 +26,9 @@ import weakref
 from .._dlpack import DLPackObject, asdlpack, copyto
 
 # Sealed this way, the file's size is fixed for good: a mapping of it can never fault.
-_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL if sys.platform == "linux" else 0
+_SEALS = (
+    fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL if sys.platform == "linux" else 0
+)
 
 # Below this, faulting pages in as the copy writes them costs less than starting threads.
 POPULATE_MIN_BYTES = 4 << 20
@@ -37,9 +39,7 @@ _host_id: str | None = None
 
 def require_linux() -> None:
     if sys.platform != "linux" or not hasattr(os, "memfd_create"):
-        raise BufferError(
-            f"sharing host memory needs Linux (memfd_create); this is {sys.platform}"
-        )
+        raise BufferError(f"sharing host memory needs Linux (memfd_create); this is {sys.platform}")
 
 
 def host_id() -> str:
@@ -279,14 +279,15 @@ class _Interface:
 
 
 def view(
-    mapping, offset: int, shape, byte_strides, typestr: str, dtype_name: str, readonly: bool
+    memory, offset: int, shape, byte_strides, typestr: str, dtype_name: str, readonly: bool
 ) -> DLPackObject:
-    """A DLPackObject of the elements at ``offset`` in ``mapping`` (None for no elements); it
-    keeps the mapping alive, and with it the segment."""
-    if mapping is None:
+    """A DLPackObject of the elements at ``offset`` in ``memory`` (a segment's mapping, or any
+    object with the buffer protocol; None for no elements). It keeps the memory alive (for a
+    mapping, and with it the segment)."""
+    if memory is None:
         data = b"" if readonly else bytearray()
     else:
-        data = memoryview(mapping).toreadonly() if readonly else mapping
+        data = memoryview(memory).toreadonly() if readonly else memory
     interface = {
         "version": 3,
         "shape": tuple(shape),

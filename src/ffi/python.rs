@@ -372,7 +372,7 @@ pub unsafe fn str_length(text: *mut PyObject) -> isize {
 // -- our hand-written type --------------------------------------------------------------------
 
 pub use ffi::{
-    METH_FASTCALL, METH_KEYWORDS, METH_NOARGS, Py_TPFLAGS_DEFAULT,
+    METH_FASTCALL, METH_KEYWORDS, METH_NOARGS, METH_O, Py_TPFLAGS_DEFAULT,
     Py_TPFLAGS_DISALLOW_INSTANTIATION, Py_TPFLAGS_HAVE_GC, Py_ssize_t, Py_tp_dealloc, Py_tp_doc,
     Py_tp_free, Py_tp_getset, Py_tp_methods, Py_tp_repr, Py_tp_traverse, PyGetSetDef, PyMethodDef,
     PyMethodDefPointer, PyType_Slot, PyType_Spec, visitproc,

@@ -403,6 +403,27 @@ unsafe extern "C" fn dlpack_device_entry(
     })
 }
 
+/// `__reduce_ex__(protocol)`: pickling is written in Python (`dlpack._sharing.pickling`, which
+/// lends host memory to protocol 5 as an out-of-band buffer); this only hands the call over.
+unsafe extern "C" fn reduce_ex_entry(
+    object: *mut PyObject,
+    protocol: *mut PyObject,
+) -> *mut PyObject {
+    entry(ptr::null_mut(), |py| {
+        // SAFETY: CPython calls methods holding the GIL, with live arguments it holds for the call.
+        let (slf, protocol) = unsafe {
+            (
+                Borrowed::from_ptr(py, object),
+                Borrowed::from_ptr(py, protocol),
+            )
+        };
+        let reduce = py
+            .import("dlpack._sharing.pickling")?
+            .getattr("reduce_ex")?;
+        Ok(reduce.call1((slf, protocol))?.into_ptr())
+    })
+}
+
 unsafe extern "C" fn repr_entry(object: *mut PyObject) -> *mut PyObject {
     // SAFETY: CPython calls us holding the GIL, on a live instance of our type.
     let state = unsafe { state_unchecked(object) };
@@ -551,6 +572,14 @@ fn create_type(py: Python<'_>) -> PyResult<*mut PyTypeObject> {
             },
             ml_flags: python::METH_NOARGS,
             ml_doc: c"__dlpack_device__($self, /)\n--\n\n(device_type, device_id) of the memory.".as_ptr(),
+        },
+        python::PyMethodDef {
+            ml_name: c"__reduce_ex__".as_ptr(),
+            ml_meth: python::PyMethodDefPointer {
+                PyCFunction: reduce_ex_entry,
+            },
+            ml_flags: python::METH_O,
+            ml_doc: c"__reduce_ex__($self, protocol, /)\n--\n\nPickle support: host memory is pickled as an out-of-band buffer with protocol 5 (no copy), in-band before; device memory can't be pickled.".as_ptr(),
         },
         python::PyMethodDef::zeroed(),
     ]));
