@@ -32,7 +32,7 @@ rust-test:
 
 # -P keeps the source tree off sys.path, so `dlpack` is the installed wheel.
 py-test:
-	DLPACK_TESTS_REQUIRE=numpy,ml_dtypes,torch,jax,array_api_strict,tvm_ffi,pyarrow,PIL,torch_jax_interop,hypothesis $(PY) -P -m pytest --pyargs dlpack.tests -q -ra -p no:cacheprovider $(PYTEST_ARGS)
+	DLPACK_TESTS_REQUIRE=numpy,ml_dtypes,torch,jax,array_api_strict,tvm_ffi,pyarrow,PIL,torch_jax_interop,hypothesis,distributed $(PY) -P -m pytest --pyargs dlpack.tests -q -ra -p no:cacheprovider $(PYTEST_ARGS)
 
 # The type stubs must match the built extension.
 stubtest:

@@ -159,6 +159,11 @@ def share(obj, *, writable: bool = False) -> SharedHandle:
 
 
 def _share_host(source: DLPackObject, writable: bool) -> SharedHandle:
+    if source.dtype not in TYPESTRS:
+        raise BufferError(
+            f"elements of type {source.dtype} can't be shared (the receiving side could not "
+            f"name them); these can: {', '.join(TYPESTRS)}"
+        )
     if writable and source.readonly:
         raise ValueError("read-only memory can't be shared writable")
     interface = source.__array_interface__

@@ -36,7 +36,9 @@ def reduce_ex(obj: DLPackObject, protocol: int):
         return _rebuild, (None, shape, strides, typestr, obj.dtype, obj.readonly)
     dense = obj.copy_reason is None and (obj.c_contiguous or obj.f_contiguous)
     if dense:
-        buffer = pickle.PickleBuffer(obj)
+        # Lent as flat bytes: transports join and slice frames as one-dimensional bytes (Dask's
+        # TCP comm fails on a Fortran-ordered or multi-dimensional one).
+        buffer = pickle.PickleBuffer(pickle.PickleBuffer(obj).raw())
     else:
         strides = host.dense_strides(shape, (0,) * len(shape), obj.itemsize)  # C order
         copied = bytearray(obj.nbytes)

@@ -1,0 +1,226 @@
+"""What the processes of ``test_sharing`` run: importable without pytest (spawn and forkserver
+children import this module, not the test module), with numpy only.
+
+A :class:`Peer` is a process that runs the named functions of this module on request, so that
+one process serves many cases; the others are plain process targets.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import gc
+import os
+import pickle
+import traceback
+
+import numpy as np
+
+import dlpack
+from dlpack._sharing import handles, host
+
+
+def serve(connection) -> None:
+    """A peer's loop: ``(name, args)`` in, ``("ok", result)`` or ``("error", type name,
+    message)`` out, until ``None`` arrives."""
+    while True:
+        request = connection.recv()
+        if request is None:
+            return
+        name, args = request
+        try:
+            connection.send(("ok", globals()[name](*args)))
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the test
+            connection.send(("error", type(exc).__name__, f"{exc}\n{traceback.format_exc()}"))
+
+
+class PeerError(Exception):
+    def __init__(self, type_name: str, message: str):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+
+
+class Peer:
+    """A process of start method ``method`` running :func:`serve`."""
+
+    def __init__(self, context):
+        self.connection, theirs = context.Pipe()
+        self.process = context.Process(target=serve, args=(theirs,), daemon=True)
+        self.process.start()
+        theirs.close()
+
+    def call(self, name: str, *args):
+        self.connection.send((name, args))
+        outcome = self.connection.recv()
+        if outcome[0] == "error":
+            raise PeerError(outcome[1], outcome[2])
+        return outcome[1]
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            try:
+                self.connection.send(None)
+            except OSError:
+                pass
+            self.process.join(30)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.connection.close()
+
+
+# -- what peers run -----------------------------------------------------------------------------
+
+# Views opened by ``open_and_keep``, alive until ``drop_all``.
+_kept: list = []
+
+
+def elements(obj) -> tuple:
+    """What a test compares: the elements' bytes in C order, shape, dtype name, read-only."""
+    view = dlpack.asdlpack(obj)
+    return memoryview(view).tobytes(), view.shape, view.dtype, view.readonly
+
+
+def read(handle) -> tuple:
+    return elements(handle)
+
+
+def read_pickle(data: bytes) -> tuple:
+    """Unpickle here (the test sends a handle's pickle as bytes, to open it more than once)."""
+    return elements(pickle.loads(data))
+
+
+def open_and_keep(data: bytes) -> tuple[int, int]:
+    """Open a pickled handle and keep it open: (address of its first element, segments mapped)."""
+    view = dlpack.asdlpack(pickle.loads(data))
+    _kept.append(view)
+    return view.data_ptr, host.live_segments()
+
+
+def read_kept(index: int) -> tuple:
+    return elements(_kept[index])
+
+
+def drop_all() -> int:
+    _kept.clear()
+    gc.collect()
+    return host.live_segments()
+
+
+def first_element(handle) -> float:
+    return float(np.asarray(dlpack.asdlpack(handle)).reshape(-1)[0])
+
+
+def add_one(handle) -> None:
+    """Write through a writable handle: every element plus one."""
+    array = np.asarray(dlpack.asdlpack(handle))
+    array += 1
+
+
+def scribble(handle) -> bytes:
+    """Write over a read-only handle's memory from here anyway (as a consumer that ignores the
+    read-only flag could): returns what this process then reads there."""
+    view = dlpack.asdlpack(handle)
+    ctypes.memset(view.data_ptr, 0x7F, view.nbytes)
+    return ctypes.string_at(view.data_ptr, view.nbytes)
+
+
+def rebuild(state) -> tuple:
+    """Unpickle a handle's (perhaps altered) state, as pickle would."""
+    return elements(handles._rebuild(state))
+
+
+def resources() -> tuple[int, int]:
+    """(open file descriptors, memory mappings) of this process."""
+    return count_resources()
+
+
+def count_resources() -> tuple[int, int]:
+    gc.collect()
+    with open("/proc/self/maps") as maps:
+        mappings = sum(1 for _ in maps)
+    return len(os.listdir("/proc/self/fd")), mappings
+
+
+def descriptor_kinds() -> collections.Counter:
+    """This process's open file descriptors by kind: "socket", "pipe", "memfd", ... (the
+    memfd kind counts dlpack segments only)."""
+    gc.collect()
+    kinds: collections.Counter = collections.Counter()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # the descriptor listdir itself used, closed since
+            continue
+        kinds["memfd" if "memfd:dlpack-share" in target else target.split(":")[0]] += 1
+    return kinds
+
+
+def memfd_mappings() -> int:
+    """Mappings of dlpack segments in this process."""
+    with open("/proc/self/maps") as maps:
+        return sum("memfd:dlpack-share" in line for line in maps)
+
+
+class Holding:
+    """A queue-like stand-in whose ``get()`` returns the handle it was made with (to pass a
+    handle as a process argument, pickled as the process starts)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def get(self):
+        return self.handle
+
+
+# -- process targets ----------------------------------------------------------------------------
+
+
+def echo_first_element(queue_in, queue_out) -> None:
+    """Read the first element of the handle that arrives on ``queue_in``, reply on ``queue_out``."""
+    queue_out.put(first_element(queue_in.get()))
+
+
+def echo_first_element_pipe(connection) -> None:
+    connection.send(first_element(connection.recv()))
+
+
+def cycles(connection) -> None:
+    """Open every handle that arrives, read it, reply, drop it; ``None`` ends."""
+    while True:
+        handle = connection.recv()
+        if handle is None:
+            connection.send(count_resources())
+            return
+        if handle == "resources":
+            connection.send(count_resources())
+            continue
+        connection.send(float(np.asarray(dlpack.asdlpack(handle))[0]))
+        del handle
+
+
+def produce(connection, count: int, fill: float) -> None:
+    """A producer: share a ``count``-element array of ``fill`` in shared memory, send the pickled
+    handle, wait for the word to exit, and exit."""
+    array = np.asarray(dlpack.empty_shared(count, "float64"))
+    array[:] = fill
+    connection.send_bytes(pickle.dumps(dlpack.share(array)))
+    connection.recv()
+
+
+# -- what Dask workers run ----------------------------------------------------------------------
+
+
+def doubled_with_numpy(obj) -> dlpack.DLPackObject:
+    """On a worker: twice what arrived (a DLPackObject), as a DLPackObject to send back."""
+    return dlpack.asdlpack(np.from_dlpack(obj) * 2)
+
+
+def plus_one_with_torch(obj) -> dlpack.DLPackObject:
+    import torch
+
+    return dlpack.asdlpack(torch.from_dlpack(obj) + 1)
+
+
+def pid_and_sum(obj) -> tuple[int, float]:
+    return os.getpid(), float(np.from_dlpack(obj).sum())

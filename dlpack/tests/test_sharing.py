@@ -1,0 +1,510 @@
+"""dlpack.share / empty_shared between real processes, and pickling DLPackObject.
+
+Peers (see ``_sharing_workers``) are real processes of each start method; they report what
+they read as bytes in C order, compared with what the producer holds.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import dlpack
+from dlpack._sharing import handles, lender
+
+from . import _sharing_workers as workers
+from ._helpers import need, need_cuda, optional, package_root
+
+np = need("numpy")
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="sharing host memory needs Linux (memfd)"
+)
+
+METHODS = ("fork", "spawn", "forkserver")
+
+
+@pytest.fixture(scope="module")
+def peer():
+    """One forkserver process serving the whole module (a fresh interpreter: nothing of the test
+    process's state leaks into what it sees)."""
+    serving = workers.Peer(multiprocessing.get_context("forkserver"))
+    yield serving
+    serving.close()
+
+
+def expected(obj) -> tuple:
+    """What a peer should report for ``obj`` shared read-only."""
+    data, shape, dtype, _ = workers.elements(obj)
+    return data, shape, dtype, True
+
+
+def sources():
+    """Arrays of every element type and a range of layouts."""
+    base = np.arange(2 * 3 * 5 * 7, dtype=np.float64).reshape(2, 3, 5, 7)
+    cases = {
+        "c": base,
+        "fortran": np.asfortranarray(base),
+        "transposed": base.transpose(2, 0, 3, 1),
+        "strided": base[:, 1:, ::2, 1::3],
+        "reversed": base[::-1, :, ::-1],
+        "offset-1d": base.reshape(-1)[7:100:3],
+        "scalar": np.float64(3.5).reshape(()),
+        "empty": base[:, :0],
+        "broadcast": np.broadcast_to(np.arange(4.0), (3, 4)),
+    }
+    dtypes = [
+        np.bool_,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.float16,
+        np.float32,
+        np.float64,
+        np.complex64,
+        np.complex128,
+    ]
+    ml_dtypes = optional("ml_dtypes")
+    if ml_dtypes is not None:
+        dtypes += [
+            getattr(ml_dtypes, n) for n in handles.TYPESTRS if n.startswith(("bfloat", "float8"))
+        ]
+    for dtype in dtypes:
+        cases[np.dtype(dtype).name] = (np.arange(24) % 7).astype(dtype).reshape(4, 6)[::-1, 1::2]
+    return cases
+
+
+SOURCES = sources()
+
+
+# -- values and layouts ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_values_and_layouts_arrive(peer, name):
+    source = SOURCES[name]
+    handle = dlpack.share(source)
+    assert peer.call("read", handle) == expected(source)
+    assert handle.shape == source.shape and handle.dtype == dlpack.asdlpack(source).dtype
+
+
+def test_views_of_shared_memory_are_shared_without_a_copy(peer):
+    array = np.asarray(dlpack.empty_shared((6, 8), "int32"))
+    array[:] = np.arange(48).reshape(6, 8)
+    view = array[1:5, ::-3]
+    handle = dlpack.share(view)
+    assert dlpack.asdlpack(handle).data_ptr == view.__array_interface__["data"][0]
+    assert peer.call("read", handle) == expected(view)
+    # The peer sees the producer's memory, not a snapshot: a later write shows there too.
+    array[1, 7] = -1
+    assert peer.call("first_element", handle) == -1
+
+
+# Forking a process that runs JAX's threads draws its warning; the child here runs none of JAX.
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+@pytest.mark.parametrize("method", METHODS)
+def test_every_start_method_queue_and_pipe(method):
+    context = multiprocessing.get_context(method)
+    array = np.arange(1000.0) + 0.25
+    queue_in, queue_out = context.Queue(), context.Queue()
+    process = context.Process(target=workers.echo_first_element, args=(queue_in, queue_out))
+    process.start()
+    queue_in.put(dlpack.share(array))
+    assert queue_out.get(timeout=60) == 0.25
+    process.join(60)
+    assert process.exitcode == 0
+
+    ours, theirs = context.Pipe()
+    process = context.Process(target=workers.echo_first_element_pipe, args=(theirs,))
+    process.start()
+    ours.send(dlpack.share(array[5:]))
+    assert ours.recv() == 5.25
+    process.join(60)
+    assert process.exitcode == 0
+
+
+def test_handle_as_process_argument():
+    """A handle pickled while a process starts (spawn passes arguments by pickle)."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    shared = np.asarray(dlpack.empty_shared(3, "float32"))
+    shared[:] = 9
+    holder = workers.Holding(dlpack.share(shared))
+    process = context.Process(target=workers.echo_first_element, args=(holder, queue))
+    process.start()
+    assert queue.get(timeout=60) == 9.0
+    process.join(60)
+
+
+def test_consumers_take_it_with_from_dlpack(peer):
+    torch = need("torch")
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    handle = pickle.loads(pickle.dumps(dlpack.share(array)))  # opened here, as a receiver would
+    assert np.array_equal(np.from_dlpack(handle), array)
+    assert torch.equal(torch.from_dlpack(handle), torch.from_numpy(array))
+    assert not np.asarray(dlpack.asdlpack(handle)).flags.writeable
+
+
+# -- writable and read-only sharing ------------------------------------------------------------
+
+
+def test_writable_sharing_writes_reach_the_producer(peer):
+    array = np.asarray(dlpack.empty_shared((2, 5), "float64"))
+    array[:] = 1.5
+    peer.call("add_one", dlpack.share(array[:, 1:], writable=True))
+    assert array.tolist() == [[1.5, 2.5, 2.5, 2.5, 2.5]] * 2
+
+
+def test_read_only_is_the_default_and_holds(peer):
+    array = np.asarray(dlpack.empty_shared(64, "uint8"))
+    array[:] = 3
+    handle = dlpack.share(array)
+    assert not handle.writable
+    with pytest.raises(workers.PeerError, match="read-only"):
+        peer.call("add_one", handle)
+    # Writing anyway (by address) changes only the writer's own pages.
+    assert peer.call("scribble", handle) == b"\x7f" * 64
+    assert (array == 3).all()
+
+
+def test_writable_needs_memory_shared_already():
+    with pytest.raises(ValueError, match="empty_shared"):
+        dlpack.share(np.zeros(4), writable=True)
+    frozen = np.zeros(4)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        dlpack.share(frozen, writable=True)
+
+
+# -- lifetime ----------------------------------------------------------------------------------
+
+
+def test_same_handle_opened_twice_maps_once(peer):
+    array = np.asarray(dlpack.empty_shared(10, "int64"))
+    array[:] = np.arange(10)
+    handle = dlpack.share(array)
+    first, second = pickle.dumps(handle), pickle.dumps(handle)
+    address, segments = peer.call("open_and_keep", first)
+    assert peer.call("open_and_keep", second) == (address, segments)
+    assert peer.call("open_and_keep", first) == (address, segments)  # the same pickle again
+    assert peer.call("read_kept", 2) == expected(array)
+    assert peer.call("drop_all") == 0
+    # Once closed there, the pickle that was opened can't be opened again: its token is spent.
+    with pytest.raises(workers.PeerError, match="already opened"):
+        peer.call("read_pickle", first)
+
+
+def test_producer_exit_leaves_views_valid(peer):
+    context = multiprocessing.get_context("forkserver")
+    ours, theirs = context.Pipe()
+    producer = context.Process(target=workers.produce, args=(theirs, 1000, 4.5))
+    producer.start()
+    opened = ours.recv_bytes()
+    peer.call("open_and_keep", opened)
+    unopened_producer = context.Process(target=workers.produce, args=(theirs, 10, 1.0))
+    unopened_producer.start()
+    unopened = ours.recv_bytes()
+    ours.send(None)
+    ours.send(None)
+    producer.join(60)
+    unopened_producer.join(60)
+    assert producer.exitcode == 0 and unopened_producer.exitcode == 0
+    data, shape, _, _ = peer.call("read_kept", 0)
+    assert shape == (1000,) and np.frombuffer(data).tolist() == [4.5] * 1000
+    # A handle its producer never lent before exiting: a clear error, not a hang.
+    with pytest.raises(workers.PeerError, match="can't be reached"):
+        peer.call("read_pickle", unopened)
+    assert peer.call("drop_all") == 0
+
+
+def test_consumer_sigkill_leaves_the_producer_serving():
+    context = multiprocessing.get_context("forkserver")
+    array = np.arange(256.0)
+    pickle.loads(pickle.dumps(dlpack.share(array)))  # the lender runs before the count
+    sockets_before = workers.descriptor_kinds()["socket"]
+    for _ in range(3):
+        ours, theirs = context.Pipe()
+        victim = context.Process(target=workers.cycles, args=(theirs,))
+        victim.start()
+        theirs.close()
+        ours.send(dlpack.share(array))
+        assert ours.recv() == 0.0
+        ours.send(dlpack.share(array))  # perhaps in flight when it dies: then its pin stays
+        victim.kill()
+        victim.join()
+        assert victim.exitcode == -signal.SIGKILL
+        ours.close()
+    ours, theirs = context.Pipe()
+    survivor = context.Process(target=workers.cycles, args=(theirs,))
+    survivor.start()
+    theirs.close()
+    ours.send(dlpack.share(array[3:]))
+    assert ours.recv() == 3.0
+    ours.send(None)
+    ours.recv()
+    survivor.join(30)
+    ours.close()
+    # The lender closed the connections of the dead (and of the survivor, gone too); the only
+    # segments still open here are those of pins never claimed (two descriptors each: the
+    # writable one, and the read-only one lent).
+    kinds = workers.descriptor_kinds()
+    assert kinds["socket"] == sockets_before
+    unclaimed = len(lender._lender.pins)
+    assert unclaimed <= 3
+    assert kinds["memfd"] == 2 * unclaimed
+
+
+def test_no_leaks_over_ten_thousand_cycles():
+    """10^4 share/open cycles: file descriptors and mappings back to where they were, on both
+    sides (fresh arrays each time: a new segment per share)."""
+    context = multiprocessing.get_context("forkserver")
+    ours, theirs = context.Pipe()
+    consumer = context.Process(target=workers.cycles, args=(theirs,))
+    consumer.start()
+    theirs.close()
+    array = np.arange(512, dtype=np.float32)
+    for _warm_up in range(20):
+        ours.send(dlpack.share(array))
+        ours.recv()
+    ours.send("resources")
+    consumer_before = ours.recv()
+    before = workers.count_resources()
+    for cycle in range(10_000):
+        array[0] = cycle
+        ours.send(dlpack.share(array))
+        assert ours.recv() == cycle
+    ours.send(None)
+    consumer_after = ours.recv()
+    consumer.join(30)
+    ours.close()
+    assert consumer_after == consumer_before
+    after = workers.count_resources()
+    assert after[0] <= before[0] and after[1] <= before[1] + 2
+    assert workers.memfd_mappings() == 0
+
+
+def test_a_tiny_dev_shm_is_no_obstacle(tmp_path):
+    """memfd memory is not in /dev/shm: with a 64 KiB /dev/shm (a private mount in a user
+    namespace, as small as a container's can be) 16 MiB still go across, and nothing is named
+    there."""
+    unshare = shutil.which("unshare")
+    probe = unshare and subprocess.run(
+        [unshare, "--user", "--map-root-user", "--mount", "true"], capture_output=True
+    )
+    if not probe or probe.returncode != 0:
+        pytest.skip(
+            f"no user namespaces here to mount a tiny /dev/shm in: {probe and probe.stderr}"
+        )
+    script = tmp_path / "tiny_shm.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import multiprocessing, os
+            import numpy as np
+            import dlpack
+            from dlpack.tests import _sharing_workers as workers
+
+            if __name__ == "__main__":
+                probe = os.open("/dev/shm/probe", os.O_CREAT | os.O_RDWR)
+                try:
+                    os.posix_fallocate(probe, 0, 16 << 20)
+                    print("/dev/shm: room")
+                except OSError as exc:
+                    print("/dev/shm: full", exc.strerror)
+                os.close(probe)
+                os.unlink("/dev/shm/probe")
+                context = multiprocessing.get_context("fork")
+                ours, theirs = context.Pipe()
+                process = context.Process(target=workers.echo_first_element_pipe, args=(theirs,))
+                process.start()
+                array = np.full(4 << 20, 2.0, dtype=np.float32)
+                ours.send(dlpack.share(array))
+                print("dlpack:", ours.recv())
+                process.join()
+                print("left in /dev/shm:", os.listdir("/dev/shm"))
+            """
+        )
+    )
+    command = (
+        f"mount -t tmpfs -o size=64k tmpfs /dev/shm && cd {package_root()} && "
+        f"{sys.executable} -P {script}"
+    )
+    env = {**os.environ, "PYTHONPATH": package_root()}
+    result = subprocess.run(
+        [unshare, "--user", "--map-root-user", "--mount", "sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "/dev/shm: full" in result.stdout
+    assert "dlpack: 2.0" in result.stdout
+    assert "left in /dev/shm: []" in result.stdout
+
+
+# -- bad handles -------------------------------------------------------------------------------
+
+
+def state_of(handle) -> list:
+    rebuild, (state,) = handle.__reduce__()
+    assert rebuild is handles._rebuild
+    return list(state)
+
+
+def test_forged_handles_are_refused(peer):
+    array = np.arange(100.0)
+
+    def fresh():  # each case its own pickle, so a claim in one can't spend another's token
+        return state_of(dlpack.share(array))
+
+    # Field order: format, host id, pid, lender address, token, writable, layout, memory.
+    state, resized = fresh(), fresh()
+    offset, shape, strides, typestr, dtype = state[6]
+    cases = {
+        "not a tuple": ("ValueError", "not a dlpack shared-memory handle", "junk"),
+        "format": ("ValueError", "format", (99, *fresh()[1:])),
+        "field type": ("ValueError", "wrong type", (*state[:2], "1", *state[3:])),
+        "past the end": (
+            "ValueError",
+            "forged or corrupted",
+            (*state[:6], (offset + 8, shape, strides, typestr, dtype), state[7]),
+        ),
+        "dtype": (
+            "ValueError",
+            "malformed layout",
+            (*state[:6], (offset, shape, strides, "<i4", "int32x"), state[7]),
+        ),
+        "token": ("BufferError", "not made by this process", (*state[:4], b"\0" * 16, *state[5:])),
+        "size": (
+            "ValueError",
+            "forged or corrupted",
+            (*resized[:7], ("host", resized[7][1], resized[7][2] + 4096)),
+        ),
+        "other file": (
+            "BufferError",
+            "not the segment the handle names",
+            (*fresh()[:7], state[7]),  # another segment's (device, inode)
+        ),
+    }
+    for name, (kind, message, forged) in cases.items():
+        with pytest.raises(workers.PeerError, match=message) as raised:
+            peer.call("rebuild", forged)
+        assert raised.value.type_name == kind, name
+    assert peer.call("rebuild", tuple(state)) == expected(array)  # unaltered, it opens
+
+
+def test_handles_from_another_machine_are_refused(peer):
+    state = state_of(dlpack.share(np.zeros(3)))
+    state[1] = "00000000-0000-0000-0000-000000000000"
+    with pytest.raises(workers.PeerError, match="another machine") as raised:
+        peer.call("rebuild", tuple(state))
+    assert raised.value.type_name == "BufferError"
+
+
+def test_share_arguments():
+    with pytest.raises(TypeError):
+        dlpack.share(np.zeros(2), writable=1)
+    with pytest.raises(TypeError):
+        dlpack.share(object())
+    with pytest.raises(TypeError):
+        handles.SharedHandle()
+    with pytest.raises(ValueError, match="unknown element type"):
+        dlpack.empty_shared(3, "float128x")
+    with pytest.raises(ValueError, match="negative"):
+        dlpack.empty_shared((2, -1), "float32")
+    with pytest.raises(TypeError):
+        dlpack.empty_shared(2.5, "float32")
+
+
+def test_empty_shared_dtypes_and_shapes():
+    torch = need("torch")
+    for dtype in ("float32", np.int16, np.dtype("complex64"), torch.bfloat16):
+        made = dlpack.empty_shared((3, 2), dtype)
+        assert made.shape == (3, 2) and made.c_contiguous and not made.readonly
+        assert memoryview(made).tobytes() == bytes(made.nbytes)
+    assert dlpack.empty_shared(0, "float64").shape == (0,)
+    assert dlpack.empty_shared((), "int8").shape == ()
+
+
+# -- pickling DLPackObject ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "c",
+        "fortran",
+        "transposed",
+        "strided",
+        "reversed",
+        "scalar",
+        "empty",
+        "broadcast",
+        "bfloat16",
+        "complex64",
+        "bool",
+    ],
+)
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_dlpackobject_pickles(name, protocol):
+    if name not in SOURCES:
+        need("ml_dtypes")
+    source = dlpack.asdlpack(SOURCES[name])
+    buffers = []
+    data = pickle.dumps(source, protocol, buffer_callback=buffers.append if protocol >= 5 else None)
+    restored = pickle.loads(data, buffers=buffers)
+    assert type(restored) is dlpack.DLPackObject
+    assert workers.elements(restored)[:3] == workers.elements(source)[:3]
+    assert restored.readonly == source.readonly
+
+
+def test_dense_memory_goes_out_of_band_without_a_copy():
+    array = np.arange(1 << 16, dtype=np.float32).reshape(256, 256)
+    for layout in (array, array.T):
+        source = dlpack.asdlpack(layout)
+        buffers = []
+        data = pickle.dumps(source, 5, buffer_callback=buffers.append)
+        assert len(data) < 200 and len(buffers) == 1
+        # The pickle refers to the memory itself, uncopied, as flat bytes.
+        lent = buffers[0].raw()
+        assert lent.ndim == 1 and np.frombuffer(lent, np.uint8).ctypes.data == source.data_ptr
+        restored = pickle.loads(data, buffers=buffers)
+        assert restored.data_ptr == source.data_ptr
+        assert np.array_equal(np.from_dlpack(restored), layout)
+
+
+def test_read_only_flag_survives_pickling():
+    frozen = np.arange(4.0)
+    frozen.flags.writeable = False
+    for protocol in (2, 5):
+        assert pickle.loads(pickle.dumps(dlpack.asdlpack(frozen), protocol)).readonly
+        assert not pickle.loads(pickle.dumps(dlpack.asdlpack(np.arange(4.0)), protocol)).readonly
+
+
+def test_dlpackobject_through_multiprocessing(peer):
+    source = dlpack.asdlpack(np.arange(30, dtype=np.int16).reshape(5, 6)[:, ::2])
+    assert peer.call("read", source)[:3] == workers.elements(source)[:3]
+
+
+def test_device_memory_is_refused():
+    torch = need("torch")
+    need_cuda(torch.cuda.is_available(), "no CUDA device")
+    on_device = dlpack.asdlpack(torch.zeros(2, device="cuda"))
+    with pytest.raises(BufferError, match="host"):
+        pickle.dumps(on_device)
+    with pytest.raises(BufferError, match="CUDA IPC"):
+        dlpack.share(on_device)
