@@ -1,6 +1,6 @@
 """Type stubs for the Rust extension ``dlpack._dlpack``."""
 
-from typing import Any, final
+from typing import Any, SupportsIndex, final
 
 from typing_extensions import CapsuleType
 
@@ -50,6 +50,9 @@ class DLPackObject:
         copy: bool | None = None,
     ) -> CapsuleType: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]:
+        """Pickle support: host memory goes out of band with protocol 5 (no copy), in the
+        pickle before; device memory raises BufferError."""
     @property
     def shape(self) -> tuple[int, ...]: ...
     @property
