@@ -102,11 +102,12 @@ class SharedHandle:
         )
 
     def __reduce__(self):
-        token, address = b"", ""
+        token, address, memory = b"", "", self._memory
         if self._keep is not None:  # None: no elements, no memory, nothing to lend
             lent_by = lender.lender()
-            pin = lender.Pin(self._keep.fd_for(self._writable), self._keep)
-            token, address = lent_by.lend(pin), lent_by.address
+            fd = self._keep.fd_for(self._writable)
+            token, address = lent_by.lend(lender.Pin(fd, self._keep)), lent_by.address
+            memory = (*memory, fd)  # receivers open it through /proc when they can
         state = (
             _FORMAT,
             host.host_id(),
@@ -115,7 +116,7 @@ class SharedHandle:
             token,
             self._writable,
             self._layout,
-            self._memory,
+            memory,
         )
         return _rebuild, (state,)
 
@@ -325,26 +326,27 @@ def _within(layout: tuple, size: int) -> None:
 
 
 def _open_host(pid, address, token, writable, layout, memory) -> SharedHandle:
-    try:
-        _, key, size = memory
-    except ValueError:
-        raise _malformed("host memory that is not a 3-tuple") from None
     offset, shape, strides, typestr, dtype_name = layout
-    if key is None:  # no elements, no memory
+    if len(memory) == 3 and memory[1] is None:  # no elements, no memory
         if math.prod(shape) != 0:
             raise _malformed("elements without memory")
         view = host.view(None, 0, shape, strides, typestr, dtype_name, readonly=not writable)
         return SharedHandle._make(view, writable, layout, memory, None)
+    try:
+        _, key, size, lent_fd = memory
+    except ValueError:
+        raise _malformed("host memory that is not a 4-tuple") from None
     if (
         not isinstance(key, tuple)
         or len(key) != 2
-        or any(type(n) is not int for n in key)
-        or type(size) is not int
+        or any(type(n) is not int for n in (*key, size, lent_fd))
         or size <= 0
+        or lent_fd < 0
         or len(token) != lender.TOKEN_BYTES
     ):
         raise _malformed("a malformed segment")
     _within(layout, size)
+    memory = memory[:3]  # the descriptor's number is the producer's, not ours to pass on
     found = None
     own = address == lender.own_address() and pid == os.getpid()
     if own:
@@ -361,11 +363,33 @@ def _open_host(pid, address, token, writable, layout, memory) -> SharedHandle:
                 )
             if not own:
                 lender.release(address, token)
+        elif own:
+            raise BufferError("this handle was already opened from its pickle, and closed")
         else:
-            if own:
-                raise BufferError("this handle was already opened from its pickle, and closed")
-            fd = lender.claim(address, pid, token)
-            found = host.Segment.adopt(fd, size, writable, key)
+            found = _open_lent(pid, address, token, lent_fd, size, writable, key)
     segment, mapping = found
     view = host.view(mapping, offset, shape, strides, typestr, dtype_name, not writable)
     return SharedHandle._make(view, writable, layout, memory, segment)
+
+
+def _open_lent(pid, address, token, lent_fd, size, writable, key):
+    """Map the segment another process lent: opened straight from its descriptor table through
+    /proc (no round trip; the file is checked to be the segment named), or else claimed from
+    its lender, which also says why when it can't be had. The token is given back either way."""
+    flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
+    try:
+        fd = os.open(f"/proc/{pid}/fd/{lent_fd}", flags)
+    except OSError:
+        fd = None  # the producer exited, or /proc won't serve (another pid namespace, ptrace rules)
+    if fd is not None:
+        try:
+            found = host.Segment.adopt(fd, size, writable, key)
+        except BufferError:
+            pass  # not that segment (its token spent and the number reused, or another process)
+        except BaseException:
+            lender.release(address, token)
+            raise
+        else:
+            lender.release(address, token)
+            return found
+    return host.Segment.adopt(lender.claim(address, pid, token), size, writable, key)

@@ -6,6 +6,7 @@ they read as bytes in C order, compared with what the producer holds.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import pickle
@@ -202,7 +203,11 @@ def test_same_handle_opened_twice_maps_once(peer):
     assert peer.call("open_and_keep", first) == (address, segments)  # the same pickle again
     assert peer.call("read_kept", 2) == expected(array)
     assert peer.call("drop_all") == 0
-    # Once closed there, the pickle that was opened can't be opened again: its token is spent.
+    # Closed there, a pickle opens again while its memory lives here (it is checked to be the
+    # segment named); once it is gone here too, it is refused: its token was spent.
+    assert peer.call("read_pickle", first) == expected(array)
+    del array, handle
+    gc.collect()
     with pytest.raises(workers.PeerError, match="already opened"):
         peer.call("read_pickle", first)
 
@@ -372,7 +377,7 @@ def test_forged_handles_are_refused(peer):
         return state_of(dlpack.share(array))
 
     # Field order: format, host id, pid, lender address, token, writable, layout, memory.
-    state, resized = fresh(), fresh()
+    state, resized, other = fresh(), fresh(), fresh()
     offset, shape, strides, typestr, dtype = state[6]
     cases = {
         "not a tuple": ("ValueError", "not a dlpack shared-memory handle", "junk"),
@@ -388,16 +393,22 @@ def test_forged_handles_are_refused(peer):
             "malformed layout",
             (*state[:6], (offset, shape, strides, "<i4", "int32x"), state[7]),
         ),
-        "token": ("BufferError", "not made by this process", (*state[:4], b"\0" * 16, *state[5:])),
+        # A token the lender never gave, and a descriptor that isn't there: nothing opens.
+        "token": (
+            "BufferError",
+            "not made by this process",
+            (*state[:4], b"\0" * 16, state[5], state[6], (*state[7][:3], 1 << 20)),
+        ),
         "size": (
             "ValueError",
             "forged or corrupted",
-            (*resized[:7], ("host", resized[7][1], resized[7][2] + 4096)),
+            (*resized[:7], ("host", resized[7][1], resized[7][2] + 4096, resized[7][3])),
         ),
         "other file": (
             "BufferError",
             "not the segment the handle names",
-            (*fresh()[:7], state[7]),  # another segment's (device, inode)
+            # the (device, inode) of another segment than the one lent
+            (*other[:7], ("host", state[7][1], other[7][2], other[7][3])),
         ),
     }
     for name, (kind, message, forged) in cases.items():
