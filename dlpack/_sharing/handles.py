@@ -64,7 +64,7 @@ class SharedHandle:
         handle._view = view  # the memory as this process sees it
         handle._writable = writable
         handle._layout = layout  # (offset, shape, byte strides, typestr, dtype name)
-        handle._memory = memory  # ("host", segment key, segment size): see host
+        handle._memory = memory  # ("host", segment key, size, generation): see host
         handle._keep = keep  # what keeps the memory alive here, lent on when pickled
         return handle
 
@@ -196,7 +196,9 @@ def _share_host(source: DLPackObject, writable: bool) -> SharedHandle:
         mapping, offset, strides = segment.mapping(), 0, copy.byte_strides
     layout = (offset, shape, strides, typestr, source.dtype)
     view = host.view(mapping, offset, shape, strides, typestr, source.dtype, not writable)
-    return SharedHandle._make(view, writable, layout, ("host", segment.key, segment.size), segment)
+    return SharedHandle._make(
+        view, writable, layout, ("host", segment.key, segment.size, segment.generation), segment
+    )
 
 
 def empty_shared(shape, dtype) -> DLPackObject:
@@ -333,20 +335,20 @@ def _open_host(pid, address, token, writable, layout, memory) -> SharedHandle:
         view = host.view(None, 0, shape, strides, typestr, dtype_name, readonly=not writable)
         return SharedHandle._make(view, writable, layout, memory, None)
     try:
-        _, key, size, lent_fd = memory
+        _, key, size, generation, lent_fd = memory
     except ValueError:
-        raise _malformed("host memory that is not a 4-tuple") from None
+        raise _malformed("host memory that is not a 5-tuple") from None
     if (
         not isinstance(key, tuple)
         or len(key) != 2
-        or any(type(n) is not int for n in (*key, size, lent_fd))
-        or size <= 0
+        or any(type(n) is not int for n in (*key, size, generation, lent_fd))
+        or size <= host.TRAILER
         or lent_fd < 0
         or len(token) != lender.TOKEN_BYTES
     ):
         raise _malformed("a malformed segment")
-    _within(layout, size)
-    memory = memory[:3]  # the descriptor's number is the producer's, not ours to pass on
+    _within(layout, size - host.TRAILER)
+    memory = memory[:4]  # the descriptor's number is the producer's, not ours to pass on
     found = None
     own = address == lender.own_address() and pid == os.getpid()
     if own:
@@ -361,35 +363,41 @@ def _open_host(pid, address, token, writable, layout, memory) -> SharedHandle:
                     f"the handle says its segment holds {size} bytes, but it holds "
                     f"{found[0].size} (a forged or corrupted handle)"
                 )
+            if found[0].generation != generation:
+                raise host.stale()
             if not own:
                 lender.release(address, token)
         elif own:
             raise BufferError("this handle was already opened from its pickle, and closed")
         else:
-            found = _open_lent(pid, address, token, lent_fd, size, writable, key)
+            found = _open_lent(pid, address, token, lent_fd, size, generation, writable, key)
     segment, mapping = found
     view = host.view(mapping, offset, shape, strides, typestr, dtype_name, not writable)
     return SharedHandle._make(view, writable, layout, memory, segment)
 
 
-def _open_lent(pid, address, token, lent_fd, size, writable, key):
+def _open_lent(pid, address, token, lent_fd, size, generation, writable, key):
     """Map the segment another process lent: opened straight from its descriptor table through
     /proc (no round trip; the file is checked to be the segment named), or else claimed from
-    its lender, which also says why when it can't be had. The token is given back either way."""
+    its lender, which also says why when it can't be had. The token is given back once this
+    process holds its lock on the segment (until then, the producer must not reuse it)."""
     flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
     try:
         fd = os.open(f"/proc/{pid}/fd/{lent_fd}", flags)
     except OSError:
         fd = None  # the producer exited, or /proc won't serve (another pid namespace, ptrace rules)
-    if fd is not None:
-        try:
-            found = host.Segment.adopt(fd, size, writable, key)
-        except BufferError:
-            pass  # not that segment (its token spent and the number reused, or another process)
-        except BaseException:
-            lender.release(address, token)
-            raise
-        else:
-            lender.release(address, token)
-            return found
-    return host.Segment.adopt(lender.claim(address, pid, token), size, writable, key)
+    found = None
+    try:
+        if fd is not None:
+            try:
+                found = host.Segment.adopt(fd, size, writable, key, generation, True)
+            except host.StaleHandle:
+                raise
+            except BufferError:
+                pass  # not that segment (its token spent and the number reused, or another pid)
+        if found is None:
+            fd = lender.claim(address, pid, token)
+            found = host.Segment.adopt(fd, size, writable, key, generation, False)
+    finally:
+        lender.release(address, token)
+    return found

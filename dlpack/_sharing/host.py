@@ -19,6 +19,7 @@ import math
 import mmap
 import os
 import stat
+import struct
 import sys
 import threading
 import weakref
@@ -53,38 +54,146 @@ def host_id() -> str:
     return _host_id
 
 
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    fds.clear()
+# Every segment ends in this many bytes holding its generation: a random number, new each time
+# the segment is reused for other data, which a handle carries, so that a handle to the
+# segment's earlier contents can't open the new ones.
+TRAILER = 8
+
+# Reuse: the segments of fresh copies whose every view, handle and pin here is gone are kept
+# (up to these limits) for the next fresh copy of the same size, which then costs a copy into
+# memory already there instead of allocating it (page faults are most of a fresh share's time).
+# Each process that maps a segment holds a read lock on it (an open file description lock, which
+# the kernel drops when the process closes the file or dies), and a kept segment is reused only
+# once no lock is left: no process can still see it.
+POOL_SEGMENTS = 4
+POOL_BYTES = min(1 << 30, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 16)
+
+_F_RDLCK, _F_WRLCK, _F_UNLCK = fcntl.F_RDLCK, fcntl.F_WRLCK, fcntl.F_UNLCK
+
+
+def _lock(fd: int, kind: int) -> bool:
+    """Set (or clear) an open file description lock on the whole file without waiting: False
+    when another description's lock is in the way."""
+    # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks), padded.
+    request = struct.pack("hhqqi4x", kind, os.SEEK_SET, 0, 0, 0)
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, request)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+class StaleHandle(BufferError):
+    """A handle to contents its segment no longer holds."""
+
+
+def stale() -> StaleHandle:
+    return StaleHandle(
+        "this handle was already opened from its pickle, and its memory has been reused since "
+        "(each pickle opens while its memory is still shared)"
+    )
+
+
+class _Files:
+    """A segment's open files, which outlive its Segment objects when it is kept for reuse:
+    ``fds`` (the first is the one mapped; all are closed together), the read-only one lent to
+    read-only handles, and whether this process may reuse the segment."""
+
+    __slots__ = ("fds", "key", "owner", "poolable", "readonly_fd", "size")
+
+    def __init__(self, fd: int, size: int, key: tuple[int, int], poolable: bool):
+        self.fds = [fd]
+        self.readonly_fd: int | None = None
+        self.size = size
+        self.key = key
+        self.poolable = poolable
+        self.owner = os.getpid()  # a forked child never reuses what it inherited
+
+    def close(self) -> None:
+        for fd in self.fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds.clear()
+
+    def release(self) -> None:
+        """The last Segment of these files is gone: keep them for reuse, or close them."""
+        if not (self.poolable and self.owner == os.getpid() and _pool_keep(self)):
+            self.close()
+
+
+_pool: list[_Files] = []
+
+
+def _pool_keep(files: _Files) -> bool:
+    if files.size > POOL_BYTES:
+        return False
+    _pool.append(files)
+    while len(_pool) > POOL_SEGMENTS or sum(f.size for f in _pool) > POOL_BYTES:
+        _pool.pop(0).close()
+    return True
+
+
+def _pool_take(size: int) -> _Files | None:
+    """Kept files of ``size`` bytes that no process maps any more (write-locked while the new
+    generation is written: see ``Segment.reuse``), or None."""
+    for index, files in enumerate(_pool):
+        if files.size == size and _lock(files.fds[0], _F_WRLCK):
+            del _pool[index]
+            return files
+    return None
+
+
+def pooled() -> int:
+    """How many segments are kept for reuse (for tests)."""
+    return len(_pool)
+
+
+def clear_pool() -> None:
+    """Close the segments kept for reuse, returning their memory."""
+    while _pool:
+        _pool.pop().close()
 
 
 class Segment:
     """A memory file and this process's one mapping of it.
 
     It lives while the mapping does (a finalizer of the mmap, which every view's buffer keeps
-    alive, holds it), or while the lender holds it for a handle in flight; its descriptors are
-    closed when it dies. ``key`` is the file's (device, inode): the same file in every process.
+    alive, holds it), or while the lender holds it for a handle in flight; its files are closed
+    (or kept for reuse) when it dies. ``key`` is the file's (device, inode): the same file in
+    every process; ``size`` its length, trailer included.
     """
 
-    __slots__ = ("__weakref__", "_fds", "_mapping", "base", "key", "size", "writable")
+    __slots__ = (
+        "__weakref__",
+        "_files",
+        "_mapping",
+        "base",
+        "generation",
+        "key",
+        "size",
+        "writable",
+    )
 
-    def __init__(self, fd: int, size: int, writable: bool, key: tuple[int, int]):
-        self._fds = [fd]  # the descriptor, then a read-only one once one was needed
-        weakref.finalize(self, _close_all, self._fds).atexit = False
-        self.size = size
+    def __init__(self, files: _Files, writable: bool):
+        self._files = files
+        weakref.finalize(self, files.release).atexit = False
+        self.size = files.size
+        self.key = files.key
         self.writable = writable
-        self.key = key
+        self.generation = 0
         self._mapping: weakref.ref[mmap.mmap] | None = None
         self.base = 0
 
     @classmethod
-    def create(cls, size: int) -> tuple[Segment, mmap.mmap]:
-        """A new zero-filled segment of ``size`` bytes (at least 1), mapped writable."""
+    def create(cls, nbytes: int, poolable: bool = False) -> tuple[Segment, mmap.mmap]:
+        """A new zero-filled segment for ``nbytes`` bytes (at least 1), mapped writable;
+        ``poolable``: kept for reuse once nothing maps it."""
         require_linux()
+        size = -(-nbytes // TRAILER) * TRAILER + TRAILER
         fd = os.memfd_create("dlpack-share", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
@@ -93,15 +202,42 @@ class Segment:
         except BaseException:
             os.close(fd)
             raise
-        segment = cls(fd, size, True, (info.st_dev, info.st_ino))
-        return segment, segment._map()
+        segment = cls(_Files(fd, size, (info.st_dev, info.st_ino), poolable), True)
+        mapping = segment._map()
+        segment._new_generation(mapping)
+        return segment, mapping
+
+    @classmethod
+    def reuse(cls, nbytes: int) -> tuple[Segment, mmap.mmap] | None:
+        """A kept segment for ``nbytes`` bytes that no process maps any more, mapped writable
+        with a new generation, or None. The write lock taken to find it unmapped is held until
+        the new generation is written, so a process opening an old handle meanwhile finds the
+        lock (or the new generation) and refuses."""
+        files = _pool_take(-(-nbytes // TRAILER) * TRAILER + TRAILER)
+        if files is None:
+            return None
+        try:
+            segment = cls(files, True)
+            mapping = segment._map(populate=True)
+            segment._new_generation(mapping)
+        finally:
+            _lock(files.fds[0], _F_UNLCK)
+        return segment, mapping
 
     @classmethod
     def adopt(
-        cls, fd: int, size: int, writable: bool, key: tuple[int, int]
+        cls,
+        fd: int,
+        size: int,
+        writable: bool,
+        key: tuple[int, int],
+        generation: int,
+        description_of_ours: bool,
     ) -> tuple[Segment, mmap.mmap]:
         """Map a descriptor received for a handle, after checking it is the sealed memory file
-        of ``size`` bytes the handle names; the descriptor is ours to close from now on."""
+        of ``size`` bytes the handle names, at the generation it names; the descriptor is ours
+        to close from now on. ``description_of_ours``: it was opened here (through /proc), not
+        passed (a passed one shares the lender's file description, and so its locks)."""
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != tuple(key):
@@ -119,30 +255,54 @@ class Segment:
             access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
             if writable and access != os.O_RDWR:
                 raise BufferError("the segment received for a writable handle is read-only")
+            if not description_of_ours:
+                passed, fd = fd, os.open(f"/proc/self/fd/{fd}", access | os.O_CLOEXEC)
+                os.close(passed)
+            if not _lock(fd, _F_RDLCK):
+                raise stale()  # its producer is reusing it for other data right now
         except BaseException:
             os.close(fd)
             raise
-        segment = cls(fd, size, writable, key)
-        return segment, segment._map()
+        segment = cls(_Files(fd, size, tuple(key), poolable=False), writable)
+        mapping = segment._map()
+        if segment.generation != generation:
+            raise stale()
+        return segment, mapping
 
-    def _map(self) -> mmap.mmap:
+    def _map(self, populate: bool = False) -> mmap.mmap:
         rw = mmap.PROT_READ | mmap.PROT_WRITE
+        populated = mmap.MAP_POPULATE if populate else 0
         if self.writable:
-            mapping = mmap.mmap(self.fd, self.size, flags=mmap.MAP_SHARED, prot=rw)
+            flags = mmap.MAP_SHARED | populated
+            mapping = mmap.mmap(self.fd, self.size, flags=flags, prot=rw)
         else:
             # Copy-on-write from a read-only descriptor: the producer's memory can't be written
             # through it, and a consumer that writes despite the read-only flag (torch ignores
             # it) changes only pages of its own, instead of crashing on a read-only mapping.
             mapping = mmap.mmap(self.fd, self.size, flags=mmap.MAP_PRIVATE, prot=rw)
+        self.generation = int.from_bytes(mapping[self.size - TRAILER :], "little")
         self.base = asdlpack(mapping).data_ptr
         self._mapping = weakref.ref(mapping)
         weakref.finalize(mapping, _unmapped, self).atexit = False
         _register(self)
         return mapping
 
+    def _new_generation(self, mapping: mmap.mmap) -> None:
+        self.generation = int.from_bytes(os.urandom(TRAILER), "little")
+        mapping[self.size - TRAILER :] = self.generation.to_bytes(TRAILER, "little")
+
+    def hold_after_fork(self) -> None:
+        """In a forked child that inherited this segment's mapping: a lock of the child's own,
+        so that the parent, whose locks don't count its own mappings, can't reuse the segment
+        while the child sees it."""
+        fd = os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
+        self._files.fds.append(fd)
+        self._files.poolable = False
+        _lock(fd, _F_RDLCK)
+
     @property
     def fd(self) -> int:
-        return self._fds[0]
+        return self._files.fds[0]
 
     def mapping(self) -> mmap.mmap | None:
         """The live mapping, or None once every view of it is gone."""
@@ -161,10 +321,12 @@ class Segment:
         no process can map the memory writable."""
         if writable or not self.writable:
             return self.fd
-        if len(self._fds) == 1:
+        files = self._files
+        if files.readonly_fd is None:
             flags = os.O_RDONLY | os.O_CLOEXEC
-            self._fds.append(os.open(f"/proc/self/fd/{self.fd}", flags))
-        return self._fds[1]
+            files.readonly_fd = os.open(f"/proc/self/fd/{self.fd}", flags)
+            files.fds.append(files.readonly_fd)
+        return files.readonly_fd
 
 
 # The registry: live segments by the address of their mapping (bases sorted for bisection) and
@@ -209,7 +371,7 @@ def segment_at(low: int, high: int) -> tuple[Segment, mmap.mmap] | None:
     ref = _by_base.get(base)
     segment = None if ref is None else ref()
     mapping = None if segment is None else segment.mapping()
-    if segment is None or mapping is None or high > segment.base + segment.size:
+    if segment is None or mapping is None or high > segment.base + segment.size - TRAILER:
         return None
     return segment, mapping
 
@@ -343,18 +505,40 @@ def empty(shape, typestr: str, dtype_name: str, itemsize: int) -> DLPackObject:
 
 
 def copy_in(source: DLPackObject) -> tuple[Segment | None, DLPackObject]:
-    """Copy host memory into a new segment, packed densely in the order of its dimensions in
-    memory, with the copy engine; the segment (None when there are no elements) and a writable
-    view of the copy."""
+    """Copy host memory into a new segment (or a kept one of the same size), packed densely in
+    the order of its dimensions in memory, with the copy engine; the segment (None when there
+    are no elements) and a writable view of the copy."""
     typestr = source.__array_interface__["typestr"]
     shape, itemsize = source.shape, source.itemsize
     strides = dense_strides(shape, source.byte_strides, itemsize)
     nbytes = math.prod(shape) * itemsize
     if nbytes == 0:
         return None, view(None, 0, shape, strides, typestr, source.dtype, readonly=False)
-    segment, mapping = Segment.create(nbytes)
-    if nbytes >= POPULATE_MIN_BYTES:
-        populate(segment.base, nbytes)
+    reused = Segment.reuse(nbytes)
+    if reused is not None:
+        segment, mapping = reused
+    else:
+        segment, mapping = Segment.create(nbytes, poolable=True)
+        if nbytes >= POPULATE_MIN_BYTES:
+            populate(segment.base, nbytes)
     copy = view(mapping, 0, shape, strides, typestr, source.dtype, readonly=False)
     copyto(copy, source)
     return segment, copy
+
+
+def _after_fork_in_child() -> None:
+    """A forked child: the kept segments are the parent's to reuse (forget them; the parent
+    keeps its descriptors), and the mappings it inherited get locks of its own."""
+    while _pool:
+        _pool.pop().close()
+    for ref in list(_by_base.values()):
+        segment = ref()
+        if segment is not None and segment.mapping() is not None:
+            try:
+                segment.hold_after_fork()
+            except OSError:
+                pass  # no /proc: the parent may reuse it (as without this module's reuse)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -103,7 +103,10 @@ class _Lender:
         op, token = message[:1], message[1:]
         try:
             if op == _CLAIM:
-                pin = self.take(token)
+                # The pin stays until the receiver releases it, once it holds its lock on the
+                # segment (before then, the segment must not be reused).
+                with self.lock:
+                    pin = self.pins.get(token)
                 if pin is None:
                     reason = (
                         "this handle was already opened from its pickle (each pickle opens "
@@ -198,8 +201,8 @@ def _drop(address: str, connection: _Connection) -> None:
 
 
 def claim(address: str, pid: int, token: bytes) -> int:
-    """Claim ``token`` from the lender at ``address``: a descriptor, ours to close. BufferError
-    when the producer is gone or refuses."""
+    """Claim ``token`` from the lender at ``address``: a descriptor, ours to close (then
+    :func:`release` the token). BufferError when the producer is gone or refuses."""
     for attempt in range(2):
         connection = _connection(address, pid)
         with connection.lock:

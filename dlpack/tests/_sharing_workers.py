@@ -28,9 +28,14 @@ def serve(connection) -> None:
         if request is None:
             return
         name, args = request
+        del request  # what arrived is let go of before the answer (the test may count on it)
         try:
-            connection.send(("ok", globals()[name](*args)))
+            result = globals()[name](*args)
+            del args
+            gc.collect()
+            connection.send(("ok", result))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the test
+            del args
             connection.send(("error", type(exc).__name__, f"{exc}\n{traceback.format_exc()}"))
 
 
@@ -197,6 +202,18 @@ def cycles(connection) -> None:
             continue
         connection.send(float(np.asarray(dlpack.asdlpack(handle))[0]))
         del handle
+
+
+# What a forked child inherits (see test_a_forked_child_keeps_what_it_inherited).
+inherited = None
+
+
+def read_inherited_later(connection) -> None:
+    """A forked child holding the handle it inherited: read it when asked (the parent
+    meanwhile drops it and shares other data)."""
+    connection.send("ready")
+    connection.recv()
+    connection.send(first_element(inherited))
 
 
 def produce(connection, count: int, fill: float) -> None:

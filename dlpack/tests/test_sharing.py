@@ -15,11 +15,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 import dlpack
-from dlpack._sharing import handles, lender
+from dlpack._sharing import handles, host, lender
 
 from . import _sharing_workers as workers
 from ._helpers import need, need_cuda, optional, package_root
@@ -247,7 +248,7 @@ def test_consumer_sigkill_leaves_the_producer_serving():
         theirs.close()
         ours.send(dlpack.share(array))
         assert ours.recv() == 0.0
-        ours.send(dlpack.share(array))  # perhaps in flight when it dies: then its pin stays
+        ours.send(dlpack.share(array))  # in flight when it dies: its pin stays
         victim.kill()
         victim.join()
         assert victim.exitcode == -signal.SIGKILL
@@ -263,13 +264,13 @@ def test_consumer_sigkill_leaves_the_producer_serving():
     survivor.join(30)
     ours.close()
     # The lender closed the connections of the dead (and of the survivor, gone too); the only
-    # segments still open here are those of pins never claimed (two descriptors each: the
-    # writable one, and the read-only one lent).
+    # segments still open here are those of pins never released by the dead, and those kept
+    # for reuse (two descriptors each: the writable one, and the read-only one lent).
     kinds = workers.descriptor_kinds()
     assert kinds["socket"] == sockets_before
-    unclaimed = len(lender._lender.pins)
-    assert unclaimed <= 3
-    assert kinds["memfd"] == 2 * unclaimed
+    unreleased = len(lender._lender.pins)
+    assert unreleased <= 3
+    assert kinds["memfd"] == 2 * (unreleased + host.pooled())
 
 
 def test_no_leaks_over_ten_thousand_cycles():
@@ -361,6 +362,98 @@ def test_a_tiny_dev_shm_is_no_obstacle(tmp_path):
     assert "left in /dev/shm: []" in result.stdout
 
 
+# -- reuse of fresh copies' segments --------------------------------------------------------
+
+
+def segment_key(handle) -> tuple[int, int]:
+    return handle._memory[1]  # (pickling it would pin the segment)
+
+
+def pooled_soon(count: int) -> bool:
+    """Whether ``count`` segments are kept for reuse, once the releases receivers sent (which
+    nothing waits for) have reached the lender."""
+    deadline = time.monotonic() + 10
+    while True:
+        gc.collect()
+        if host.pooled() == count or time.monotonic() > deadline:
+            return host.pooled() == count
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def empty_pool():
+    host.clear_pool()
+    yield
+    host.clear_pool()
+
+
+def test_a_fresh_copy_reuses_a_segment_nothing_maps(peer, empty_pool):
+    first = np.full(1000, 1.0)
+    handle = dlpack.share(first)
+    key = segment_key(handle)
+    assert peer.call("read", handle)[0] == first.tobytes()
+    del handle
+    assert pooled_soon(1)
+    second = np.full(1000, 2.0)
+    handle = dlpack.share(second)
+    assert segment_key(handle) == key and host.pooled() == 0  # the same memory, rewritten
+    assert peer.call("read", handle)[0] == second.tobytes()
+
+
+def test_no_reuse_while_a_process_maps_it(peer, empty_pool):
+    first = np.full(1000, 1.0)
+    handle = dlpack.share(first)
+    key = segment_key(handle)
+    peer.call("open_and_keep", pickle.dumps(handle))
+    del handle
+    assert pooled_soon(1)
+    handle = dlpack.share(np.full(1000, 2.0))
+    assert segment_key(handle) != key  # a new segment: the peer still sees the first
+    assert peer.call("read_kept", 0)[0] == first.tobytes()
+    assert peer.call("drop_all") == 0
+    del handle
+    gc.collect()
+    handle = dlpack.share(np.full(1000, 3.0))  # now the first is free again
+    assert segment_key(handle) == key
+
+
+def test_an_old_pickle_cannot_open_reused_memory(peer, empty_pool):
+    handle = dlpack.share(np.full(1000, 1.0))
+    key, old = segment_key(handle), pickle.dumps(handle)
+    assert peer.call("read_pickle", old)[0] == np.full(1000, 1.0).tobytes()
+    del handle
+    gc.collect()
+    handle = dlpack.share(np.full(1000, 2.0))
+    assert segment_key(handle) == key
+    # The old pickle names the segment and its descriptor, both still there, but its
+    # generation is gone: refused, rather than showing the new data.
+    with pytest.raises(workers.PeerError, match="reused"):
+        peer.call("read_pickle", old)
+    assert peer.call("read", handle)[0] == np.full(1000, 2.0).tobytes()
+
+
+def test_a_forked_child_keeps_what_it_inherited(empty_pool):
+    context = multiprocessing.get_context("fork")
+    workers.inherited = dlpack.share(np.full(1000, 1.0))  # a global: the child has it by fork
+    key = segment_key(workers.inherited)
+    ours, theirs = context.Pipe()
+    child = context.Process(target=workers.read_inherited_later, args=(theirs,), daemon=True)
+    child.start()
+    try:
+        assert ours.poll(30) and ours.recv() == "ready"
+        workers.inherited = None
+        assert pooled_soon(1)
+        fresh = dlpack.share(np.full(1000, 2.0))
+        assert segment_key(fresh) != key  # the child still maps the first
+        ours.send("read")
+        assert ours.poll(30) and ours.recv() == 1.0
+    finally:
+        workers.inherited = None
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+
+
 # -- bad handles -------------------------------------------------------------------------------
 
 
@@ -397,18 +490,18 @@ def test_forged_handles_are_refused(peer):
         "token": (
             "BufferError",
             "not made by this process",
-            (*state[:4], b"\0" * 16, state[5], state[6], (*state[7][:3], 1 << 20)),
+            (*state[:4], b"\0" * 16, state[5], state[6], (*state[7][:4], 1 << 20)),
         ),
         "size": (
             "ValueError",
             "forged or corrupted",
-            (*resized[:7], ("host", resized[7][1], resized[7][2] + 4096, resized[7][3])),
+            (*resized[:7], (*resized[7][:2], resized[7][2] + 4096, *resized[7][3:])),
         ),
         "other file": (
             "BufferError",
             "not the segment the handle names",
             # the (device, inode) of another segment than the one lent
-            (*other[:7], ("host", state[7][1], other[7][2], other[7][3])),
+            (*other[:7], ("host", state[7][1], *other[7][2:])),
         ),
     }
     for name, (kind, message, forged) in cases.items():
