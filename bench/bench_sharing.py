@@ -22,7 +22,9 @@ send (or ``share``) until that reply arrives. Rows, the array not in shared memo
   (a new clone for every message, made before the clock starts), which torch moves into shared
   memory as it is put;
 - ours, fresh array: ``conn.send(dlpack.share(a))`` of a numpy array not in shared memory, which
-  ``share`` copies into a new segment every time; the receiver ``np.asarray(asdlpack(h))[0]``;
+  ``share`` copies into shared memory every time (into the segment of an earlier message, kept
+  for reuse once the receiver has let go of it, as any loop sending arrays of one size would
+  see); the receiver ``np.asarray(asdlpack(h))[0]``;
 
 the array in shared memory already (made and filled once per size, off the clock):
 
@@ -40,7 +42,7 @@ and for reference:
   its attachment, reused when the next message names the same segment) until the next one has
   been read, so the segment is still mapped when the next handle arrives;
 - Pipe floor: a float sent and sent back, the least a message over a Pipe costs here;
-- ``dlpack.share()`` alone: the copy into a new segment that ours (fresh) pays, with no receiver.
+- ``dlpack.share()`` alone: the copy into shared memory that ours (fresh) pays, with no receiver.
 
 Each row has one long-lived receiver process (forkserver for the Pipe rows, torch.multiprocessing's
 spawn context for the torch rows). Every message sets the array's first element to a value of its
