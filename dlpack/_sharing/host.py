@@ -60,11 +60,12 @@ def host_id() -> str:
 TRAILER = 8
 
 # Reuse: the segments of fresh copies whose every view, handle and pin here is gone are kept
-# (up to these limits: a few arrays, of 1 GiB or less each on a machine of 16 GiB or more) for the next fresh copy of the same size, which then costs a copy into
-# memory already there instead of allocating it (page faults are most of a fresh share's time).
-# Each process that maps a segment holds a read lock on it (an open file description lock, which
-# the kernel drops when the process closes the file or dies), and a kept segment is reused only
-# once no lock is left: no process can still see it.
+# (up to these limits: a few arrays of up to 1 GiB each, on a machine of 16 GiB or more) for the
+# next fresh copy of the same size, which then costs a copy into memory already there instead of
+# allocating it (page faults are most of a fresh share's time). Each process that maps a segment
+# holds a read lock on it (an open file description lock, which the kernel drops when the process
+# closes the file or dies), and a kept segment is reused only once no lock is left: no process
+# can still see it.
 POOL_SEGMENTS = 4
 POOL_BYTES = min(2 << 30, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 8)
 
