@@ -432,6 +432,7 @@ def test_an_old_pickle_cannot_open_reused_memory(peer, empty_pool):
     assert peer.call("read", handle)[0] == np.full(1000, 2.0).tobytes()
 
 
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")  # see above
 def test_a_forked_child_keeps_what_it_inherited(empty_pool):
     context = multiprocessing.get_context("fork")
     workers.inherited = dlpack.share(np.full(1000, 1.0))  # a global: the child has it by fork
