@@ -15,11 +15,12 @@ start method::
         mp.Process(target=worker, args=(queue,)).start()
         queue.put(dlpack.share(np.arange(10.0)))
 
-Host memory travels as a sealed memory file (memfd) whose descriptor the receiver gets from the
-sender's lender thread (CUDA memory can't be shared yet). :func:`empty_shared` allocates shared
-memory up front, so that sharing it (or any view of it) later copies nothing. A handle works on
-the machine that made it; to send arrays to other machines, pickle the arrays themselves (a
-``DLPackObject`` pickles with out-of-band buffers, protocol 5), e.g. through Dask distributed.
+Host memory travels as a sealed memory file (memfd) that the receiver opens from the sender's
+descriptor table, or gets from the sender's lender thread (CUDA memory can't be shared yet).
+:func:`empty_shared` allocates shared memory up front, so that sharing it (or any view of it)
+later copies nothing. A handle works on the machine that made it; to send arrays to other
+machines, pickle the arrays themselves (a ``DLPackObject`` pickles with out-of-band buffers,
+protocol 5), e.g. through Dask distributed.
 """
 
 from ._sharing.handles import SharedHandle, empty_shared, share

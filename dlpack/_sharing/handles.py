@@ -13,8 +13,7 @@ from . import host, lender
 # The layout of a pickled handle's state; a handle of another layout is refused, not misread.
 _FORMAT = 1
 
-_CPU, _CUDA, _CUDA_HOST, _ROCM_HOST, _CUDA_MANAGED = 1, 2, 3, 11, 13
-_HOST_DEVICES = {_CPU, _CUDA_HOST, _ROCM_HOST}
+_CPU, _CUDA, _CUDA_MANAGED = 1, 2, 13
 
 _ORDER = "<" if sys.byteorder == "little" else ">"
 # Element type name -> typestr, as DLPackObject names and spells them (bfloat16 and the float8
@@ -141,7 +140,7 @@ def share(obj, *, writable: bool = False) -> SharedHandle:
         raise TypeError(f"writable must be True or False, not {type(writable).__name__}")
     source = asdlpack(obj)
     device_type, _ = source.device  # BufferError when the device can't be told
-    if device_type in _HOST_DEVICES:
+    if device_type in host.HOST_DEVICES:
         return _share_host(source, writable)
     if device_type == _CUDA:
         raise BufferError(

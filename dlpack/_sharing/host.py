@@ -7,6 +7,10 @@ sealed against shrinking and growing, so no holder can truncate it under another
 (reads there would raise SIGBUS). The registry finds the segment an address lies in, so memory
 already in one is shared without a copy, and the segment a handle names (by device and inode),
 so a process maps each segment once, however many handles to it arrive.
+
+Every process that maps a segment it did not make holds a read lock on it; the segments of fresh
+copies are reused once no such lock is left (see ``POOL_BYTES``), and the generation number in
+each segment's trailer tells a handle to its earlier contents from one to its current ones.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ _SEALS = (
 # Below this, faulting pages in as the copy writes them costs less than starting threads.
 POPULATE_MIN_BYTES = 4 << 20
 _MADV_POPULATE_WRITE = 23  # Linux 5.14; older kernels say EINVAL and the copy faults instead
+
+# Host memory as DLPack names it: CPU, CUDA pinned host memory, ROCm pinned host memory.
+HOST_DEVICES = frozenset({1, 3, 11})
 
 _host_id: str | None = None
 

@@ -17,14 +17,11 @@ import pickle
 from .._dlpack import DLPackObject, copyto
 from . import host
 
-# Host memory as DLPack names it: CPU, CUDA pinned host memory, ROCm pinned host memory.
-_HOST_DEVICES = {1, 3, 11}
-
 
 def reduce_ex(obj: DLPackObject, protocol: int):
     """``DLPackObject.__reduce_ex__``: rebuild from a buffer of the elements and their layout."""
     device_type, device_id = obj.device
-    if device_type not in _HOST_DEVICES:
+    if device_type not in host.HOST_DEVICES:
         raise BufferError(
             f"a DLPackObject of memory on device ({device_type}, {device_id}) can't be pickled "
             "(pickling would move it to the host unasked); copy it to host memory first, or "
