@@ -16,6 +16,7 @@ each segment's trailer tells a handle to its earlier contents from one to its cu
 from __future__ import annotations
 
 import bisect
+import collections
 import ctypes
 import errno
 import fcntl
@@ -133,37 +134,60 @@ class _Files:
             self.close()
 
 
+# The kept segments. Finalizers (which run in any thread, and inside any allocation, a garbage
+# collection's) only append to ``_returned``; the list itself changes under ``_pool_lock`` alone,
+# so that no segment is handed out twice or lost.
 _pool: list[_Files] = []
+_returned: collections.deque[_Files] = collections.deque()
+_pool_lock = threading.Lock()
 
 
 def _pool_keep(files: _Files) -> bool:
     if files.size > POOL_BYTES:
         return False
-    _pool.append(files)
+    _returned.append(files)
+    if _pool_lock.acquire(blocking=False):  # else the holder, or the next caller, tidies up
+        try:
+            _tidy()
+        finally:
+            _pool_lock.release()
+    return True
+
+
+def _tidy() -> None:
+    """Move returned segments into the pool and close the oldest beyond its limits (with
+    ``_pool_lock`` held)."""
+    while _returned:
+        _pool.append(_returned.popleft())
     while len(_pool) > POOL_SEGMENTS or sum(f.size for f in _pool) > POOL_BYTES:
         _pool.pop(0).close()
-    return True
 
 
 def _pool_take(size: int) -> _Files | None:
     """Kept files of ``size`` bytes that no process maps any more (write-locked while the new
     generation is written: see ``Segment.reuse``), or None."""
-    for index, files in enumerate(_pool):
-        if files.size == size and _lock(files.fds[0], _F_WRLCK):
-            del _pool[index]
-            return files
+    with _pool_lock:
+        _tidy()
+        for files in _pool:
+            if files.size == size and _lock(files.fds[0], _F_WRLCK):
+                _pool.remove(files)
+                return files
     return None
 
 
 def pooled() -> int:
     """How many segments are kept for reuse (for tests)."""
-    return len(_pool)
+    with _pool_lock:
+        _tidy()
+        return len(_pool)
 
 
 def clear_pool() -> None:
     """Close the segments kept for reuse, returning their memory."""
-    while _pool:
-        _pool.pop().close()
+    with _pool_lock:
+        _tidy()
+        while _pool:
+            _pool.pop().close()
 
 
 class Segment:
@@ -537,6 +561,10 @@ def copy_in(source: DLPackObject) -> tuple[Segment | None, DLPackObject]:
 def _after_fork_in_child() -> None:
     """A forked child: the kept segments are the parent's to reuse (forget them; the parent
     keeps its descriptors), and the mappings it inherited get locks of its own."""
+    global _pool_lock
+    _pool_lock = threading.Lock()  # another thread of the parent may have held it
+    while _returned:
+        _returned.popleft().close()
     while _pool:
         _pool.pop().close()
     for ref in list(_by_base.values()):

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -430,6 +431,31 @@ def test_an_old_pickle_cannot_open_reused_memory(peer, empty_pool):
     with pytest.raises(workers.PeerError, match="reused"):
         peer.call("read_pickle", old)
     assert peer.call("read", handle)[0] == np.full(1000, 2.0).tobytes()
+
+
+def test_reuse_from_many_threads_hands_each_segment_out_once(empty_pool):
+    """Threads sharing fresh arrays of one size while segments die and are reused (their
+    finalizers running in whichever thread): every copy holds its own values to the end."""
+    failures = []
+
+    def work(value: int) -> None:
+        for _ in range(300):
+            handle = dlpack.share(np.full(512, value, dtype=np.int32))
+            seen = np.asarray(dlpack.asdlpack(handle))
+            for _ in range(3):  # long enough for another thread's copy to land here, if shared
+                if not (seen == value).all():
+                    failures.append(value)
+                    return
+                time.sleep(0)
+            del handle, seen
+
+    threads = [threading.Thread(target=work, args=(value,)) for value in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+    assert 0 < host.pooled() <= host.POOL_SEGMENTS
 
 
 @pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")  # see above
