@@ -13,7 +13,13 @@ protocol, and returns a :class:`DLPackObject` that every ``from_dlpack`` accepts
 from enum import IntEnum
 
 from ._dlpack import DLPACK_VERSION, DLPackObject, __version__, asdlpack, copyto
-from .sharing import SharedHandle, empty_shared, share
+
+# dlpack.sharing (sockets, threads, ctypes) is imported on first use: most users never share, and
+# importing it would double the time ``import dlpack`` takes.
+_SHARING = ("SharedHandle", "empty_shared", "share")
+TYPE_CHECKING = False  # type checkers read the names from here (importing typing takes 10 ms)
+if TYPE_CHECKING:
+    from .sharing import SharedHandle, empty_shared, share
 
 __all__ = [
     "DLPACK_VERSION",
@@ -47,3 +53,15 @@ class DLDeviceType(IntEnum):
     kDLHexagon = 16
     kDLMAIA = 17
     kDLTrn = 18
+
+
+def __getattr__(name: str):
+    if name in _SHARING:
+        from . import sharing
+
+        return getattr(sharing, name)
+    raise AttributeError(f"module 'dlpack' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SHARING})

@@ -24,7 +24,7 @@ import dlpack
 from dlpack._sharing import handles, host, lender
 
 from . import _sharing_workers as workers
-from ._helpers import need, need_cuda, optional, package_root
+from ._helpers import need, need_cuda, optional, package_root, run_python
 
 np = need("numpy")
 
@@ -91,6 +91,18 @@ def sources():
 
 
 SOURCES = sources()
+
+
+def test_importing_dlpack_leaves_sharing_unloaded():
+    """``import dlpack`` stays light: the sharing machinery loads on first use of its names."""
+    script = (
+        "import sys, dlpack\n"
+        "assert 'dlpack.sharing' not in sys.modules\n"
+        "from dlpack import share, SharedHandle\n"
+        "assert 'dlpack.sharing' in sys.modules and 'share' in dir(dlpack)\n"
+    )
+    result = run_python("-P", "-c", script)
+    assert result.returncode == 0, result.stderr
 
 
 # -- values and layouts ------------------------------------------------------------------------
