@@ -191,7 +191,7 @@ def _share_host(source: DLPackObject, writable: bool) -> SharedHandle:
             "land in a copy): allocate it with dlpack.empty_shared(), or share read-only"
         )
     else:
-        segment, copy = host.copy_in(source)
+        segment, copy = host.copy_in(source, typestr)
         mapping, offset, strides = segment.mapping(), 0, copy.byte_strides
     layout = (offset, shape, strides, typestr, source.dtype)
     view = host.view(mapping, offset, shape, strides, typestr, source.dtype, not writable)
@@ -358,10 +358,7 @@ def _open_host(pid, address, token, writable, layout, memory) -> SharedHandle:
         found = host.segment_named(key, writable)
         if found is not None:
             if found[0].size != size:
-                raise ValueError(
-                    f"the handle says its segment holds {size} bytes, but it holds "
-                    f"{found[0].size} (a forged or corrupted handle)"
-                )
+                raise host.size_mismatch(size, found[0].size)
             if found[0].generation != generation:
                 raise host.stale()
             if not own:

@@ -20,6 +20,7 @@ import collections
 import ctypes
 import errno
 import fcntl
+import functools
 import math
 import mmap
 import os
@@ -66,6 +67,20 @@ def host_id() -> str:
 # the segment is reused for other data, which a handle carries, so that a handle to the
 # segment's earlier contents can't open the new ones.
 TRAILER = 8
+
+
+def file_size(nbytes: int) -> int:
+    """The length of a segment for ``nbytes`` bytes of elements: rounded up to whole 8-byte
+    words (so the generation is aligned), then the trailer."""
+    return -(-nbytes // TRAILER) * TRAILER + TRAILER
+
+
+def size_mismatch(named: int, actual: int) -> ValueError:
+    return ValueError(
+        f"the handle says its segment holds {named} bytes, but it holds {actual} (a forged or "
+        "corrupted handle)"
+    )
+
 
 # Reuse: the segments of fresh copies whose every view, handle and pin here is gone are kept
 # (up to these limits: a few arrays of up to 1 GiB each, on a machine of 16 GiB or more) for the
@@ -199,22 +214,11 @@ class Segment:
     every process; ``size`` its length, trailer included.
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_files",
-        "_mapping",
-        "base",
-        "generation",
-        "key",
-        "size",
-        "writable",
-    )
+    __slots__ = ("__weakref__", "_files", "_mapping", "base", "generation", "writable")
 
     def __init__(self, files: _Files, writable: bool):
         self._files = files
         weakref.finalize(self, files.release).atexit = False
-        self.size = files.size
-        self.key = files.key
         self.writable = writable
         self.generation = 0
         self._mapping: weakref.ref[mmap.mmap] | None = None
@@ -225,7 +229,7 @@ class Segment:
         """A new zero-filled segment for ``nbytes`` bytes (at least 1), mapped writable;
         ``poolable``: kept for reuse once nothing maps it."""
         require_linux()
-        size = -(-nbytes // TRAILER) * TRAILER + TRAILER
+        size = file_size(nbytes)
         fd = os.memfd_create("dlpack-share", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
@@ -245,7 +249,7 @@ class Segment:
         with a new generation, or None. The write lock taken to find it unmapped is held until
         the new generation is written, so a process opening an old handle meanwhile finds the
         lock (or the new generation) and refuses."""
-        files = _pool_take(-(-nbytes // TRAILER) * TRAILER + TRAILER)
+        files = _pool_take(file_size(nbytes))
         if files is None:
             return None
         try:
@@ -275,10 +279,7 @@ class Segment:
             if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != tuple(key):
                 raise BufferError("the descriptor received is not the segment the handle names")
             if info.st_size != size:
-                raise ValueError(
-                    f"the handle says its segment holds {size} bytes, but it holds "
-                    f"{info.st_size} (a forged or corrupted handle)"
-                )
+                raise size_mismatch(size, info.st_size)
             if not fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK:
                 raise BufferError(
                     "the segment received is not sealed against shrinking, so a mapping of it "
@@ -335,6 +336,14 @@ class Segment:
     @property
     def fd(self) -> int:
         return self._files.fds[0]
+
+    @property
+    def size(self) -> int:
+        return self._files.size
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self._files.key
 
     def mapping(self) -> mmap.mmap | None:
         """The live mapping, or None once every view of it is gone."""
@@ -493,6 +502,7 @@ def view(
     return asdlpack(_Interface(interface, dtype_name))
 
 
+@functools.cache
 def _madvise():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -536,11 +546,10 @@ def empty(shape, typestr: str, dtype_name: str, itemsize: int) -> DLPackObject:
     return view(mapping, 0, shape, strides, typestr, dtype_name, readonly=False)
 
 
-def copy_in(source: DLPackObject) -> tuple[Segment | None, DLPackObject]:
-    """Copy host memory into a new segment (or a kept one of the same size), packed densely in
-    the order of its dimensions in memory, with the copy engine; the segment (None when there
-    are no elements) and a writable view of the copy."""
-    typestr = source.__array_interface__["typestr"]
+def copy_in(source: DLPackObject, typestr: str) -> tuple[Segment | None, DLPackObject]:
+    """Copy host memory (its elements of type ``typestr``) into a new segment (or a kept one of
+    the same size), packed densely in the order of its dimensions in memory, with the copy
+    engine; the segment (None when there are no elements) and a writable view of the copy."""
     shape, itemsize = source.shape, source.itemsize
     strides = dense_strides(shape, source.byte_strides, itemsize)
     nbytes = math.prod(shape) * itemsize

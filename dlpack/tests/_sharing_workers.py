@@ -135,12 +135,8 @@ def rebuild(state) -> tuple:
     return elements(handles._rebuild(state))
 
 
-def resources() -> tuple[int, int]:
-    """(open file descriptors, memory mappings) of this process."""
-    return count_resources()
-
-
 def count_resources() -> tuple[int, int]:
+    """(open file descriptors, memory mappings) of this process."""
     gc.collect()
     with open("/proc/self/maps") as maps:
         mappings = sum(1 for _ in maps)

@@ -24,7 +24,7 @@ import dlpack
 from dlpack._sharing import handles, host, lender
 
 from . import _sharing_workers as workers
-from ._helpers import need, need_cuda, optional, package_root, run_python
+from ._helpers import NUMPY_NATIVE_DTYPES, need, need_cuda, optional, package_root, run_python
 
 np = need("numpy")
 
@@ -64,22 +64,7 @@ def sources():
         "empty": base[:, :0],
         "broadcast": np.broadcast_to(np.arange(4.0), (3, 4)),
     }
-    dtypes = [
-        np.bool_,
-        np.int8,
-        np.int16,
-        np.int32,
-        np.int64,
-        np.uint8,
-        np.uint16,
-        np.uint32,
-        np.uint64,
-        np.float16,
-        np.float32,
-        np.float64,
-        np.complex64,
-        np.complex128,
-    ]
+    dtypes = [np.dtype(name) for name in NUMPY_NATIVE_DTYPES]
     ml_dtypes = optional("ml_dtypes")
     if ml_dtypes is not None:
         dtypes += [
