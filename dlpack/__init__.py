@@ -10,9 +10,7 @@ protocol, and returns a :class:`DLPackObject` that every ``from_dlpack`` accepts
     t = torch.from_dlpack(asdlpack(b"Hello!"))
 """
 
-from enum import IntEnum
-
-from ._dlpack import DLPACK_VERSION, DLPackObject, __version__, asdlpack, copyto
+from ._dlpack import DLPACK_VERSION, DLDeviceType, DLPackObject, __version__, asdlpack, copyto
 
 # dlpack.sharing (sockets, threads, ctypes) is imported on first use: most users never share, and
 # importing it would double the time ``import dlpack`` takes.
@@ -32,27 +30,6 @@ __all__ = [
     "empty_shared",
     "share",
 ]
-
-
-class DLDeviceType(IntEnum):
-    """DLPack device type codes, as in ``dlpack.h``; ``__dlpack_device__()`` returns these ints."""
-
-    kDLCPU = 1
-    kDLCUDA = 2
-    kDLCUDAHost = 3
-    kDLOpenCL = 4
-    kDLVulkan = 7
-    kDLMetal = 8
-    kDLVPI = 9
-    kDLROCM = 10
-    kDLROCMHost = 11
-    kDLExtDev = 12
-    kDLCUDAManaged = 13
-    kDLOneAPI = 14
-    kDLWebGPU = 15
-    kDLHexagon = 16
-    kDLMAIA = 17
-    kDLTrn = 18
 
 
 def __getattr__(name: str):

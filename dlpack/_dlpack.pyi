@@ -1,13 +1,66 @@
 """Type stubs for the Rust extension ``dlpack._dlpack``."""
 
+from collections.abc import Mapping, Sequence
+from enum import IntEnum
 from typing import Any, SupportsIndex, final
 
 from typing_extensions import CapsuleType
 
-__all__ = ["DLPACK_VERSION", "DLPackObject", "__version__", "_footprint", "asdlpack", "copyto"]
+__all__ = [
+    "CPU_READABLE_DEVICE_TYPES",
+    "DLDeviceType",
+    "DLPACK_VERSION",
+    "DLPackObject",
+    "ELEMENT_TYPES",
+    "HOST_DEVICE_TYPES",
+    "__version__",
+    "_footprint",
+    "asdlpack",
+    "byte_extent",
+    "copyto",
+    "dense_strides",
+]
 
 DLPACK_VERSION: tuple[int, int]
 __version__: str
+
+class DLDeviceType(IntEnum):
+    """DLPack device type codes, as in ``dlpack.h``; ``__dlpack_device__()`` returns these ints."""
+
+    kDLCPU = 1
+    kDLCUDA = 2
+    kDLCUDAHost = 3
+    kDLOpenCL = 4
+    kDLVulkan = 7
+    kDLMetal = 8
+    kDLVPI = 9
+    kDLROCM = 10
+    kDLROCMHost = 11
+    kDLExtDev = 12
+    kDLCUDAManaged = 13
+    kDLOneAPI = 14
+    kDLWebGPU = 15
+    kDLHexagon = 16
+    kDLMAIA = 17
+    kDLTrn = 18
+
+HOST_DEVICE_TYPES: frozenset[int]
+"""Host memory: the CPU addresses it directly, with no stream to order with."""
+CPU_READABLE_DEVICE_TYPES: frozenset[int]
+"""Memory the CPU can read in place: host memory and CUDA managed memory."""
+ELEMENT_TYPES: Mapping[str, tuple[str, int]]
+"""Element type name -> (typestr in native byte order, itemsize), as ``DLPackObject`` spells
+them; bfloat16 and the float8 types are raw bytes (``|V2``, ``|V1``) to the array interface."""
+
+def byte_extent(
+    shape: Sequence[int], byte_strides: Sequence[int], itemsize: int
+) -> tuple[int, int]:
+    """The bytes ``[low, high)`` the elements span relative to the first element; ``(0, 0)``
+    when there are none."""
+
+def dense_strides(shape: Sequence[int], byte_strides: Sequence[int], itemsize: int) -> list[int]:
+    """Byte strides packing ``shape`` densely in the order ``byte_strides`` lays the dimensions
+    out in memory (numpy's ``order="K"``; ties go the C way)."""
 
 def asdlpack(obj: Any) -> DLPackObject:
     """Wrap ``obj`` (DLPack, CUDA array interface, array interface or buffer) without copying.

@@ -9,6 +9,7 @@ mod export;
 mod ffi;
 mod import;
 mod object;
+mod tables;
 mod tensor;
 
 use pyo3::prelude::*;
@@ -30,5 +31,6 @@ fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
         (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION),
     )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    tables::register(m)?;
     Ok(())
 }

@@ -88,11 +88,9 @@ impl DLDevice {
 
     /// Whether the CPU can address this memory directly (no stream to synchronise with): the
     /// CPU's, and CUDA's or ROCm's pinned host memory.
-    pub const fn is_host(self) -> bool {
-        matches!(
-            self.device_type,
-            device_type::CPU | device_type::CUDA_HOST | device_type::ROCM_HOST
-        )
+    #[inline]
+    pub fn is_host(self) -> bool {
+        device_type::HOST.contains(&self.device_type)
     }
 }
 
@@ -154,6 +152,33 @@ pub mod device_type {
     pub const HEXAGON: i32 = 16;
     pub const MAIA: i32 = 17;
     pub const TRN: i32 = 18;
+
+    /// Every code with its `dlpack.h` name, in `dlpack.h`'s order (Python's `DLDeviceType`).
+    pub const NAMED: &[(&str, i32)] = &[
+        ("kDLCPU", CPU),
+        ("kDLCUDA", CUDA),
+        ("kDLCUDAHost", CUDA_HOST),
+        ("kDLOpenCL", OPENCL),
+        ("kDLVulkan", VULKAN),
+        ("kDLMetal", METAL),
+        ("kDLVPI", VPI),
+        ("kDLROCM", ROCM),
+        ("kDLROCMHost", ROCM_HOST),
+        ("kDLExtDev", EXT_DEV),
+        ("kDLCUDAManaged", CUDA_MANAGED),
+        ("kDLOneAPI", ONE_API),
+        ("kDLWebGPU", WEB_GPU),
+        ("kDLHexagon", HEXAGON),
+        ("kDLMAIA", MAIA),
+        ("kDLTrn", TRN),
+    ];
+
+    /// Host memory: the CPU addresses it directly, with no stream to order with.
+    pub const HOST: &[i32] = &[CPU, CUDA_HOST, ROCM_HOST];
+
+    /// Memory the CPU can read in place: host memory, and CUDA managed memory once its stream
+    /// is done.
+    pub const CPU_READABLE: &[i32] = &[CPU, CUDA_HOST, ROCM_HOST, CUDA_MANAGED];
 }
 
 /// `DLDataTypeCode` values.

@@ -77,6 +77,13 @@ impl DType {
         }
     }
 
+    /// Every type we name, with its name, in a fixed order.
+    pub fn named() -> impl Iterator<Item = (&'static str, DType)> {
+        NAMED
+            .iter()
+            .map(|&(name, code, bits)| (name, DType::new(code, bits)))
+    }
+
     /// The type of an `ml_dtypes`-style name, e.g. `"bfloat16"`.
     pub fn from_name(name: &str) -> Option<Self> {
         NAMED

@@ -471,6 +471,29 @@ pub fn numel(shape: &[i64]) -> Result<i64> {
         .ok_or_else(|| Error::value(format!("shape {shape:?} has more than 2**63 elements")))
 }
 
+/// Byte strides that pack `shape` densely with its dimensions in the order `byte_strides` lays
+/// them out in memory (numpy's `order="K"`): C order stays C order and Fortran order stays
+/// Fortran order, so copying into them is a plain copy. Ties go the C way (later dimensions
+/// inner).
+pub fn dense_strides(shape: &[i64], byte_strides: &[i64], itemsize: usize) -> Result<Vec<i64>> {
+    if byte_strides.len() != shape.len() {
+        return Err(Error::value(format!(
+            "strides {byte_strides:?} do not match the {} dimensions of shape {shape:?}",
+            shape.len()
+        )));
+    }
+    let mut order: Vec<usize> = (0..shape.len()).collect();
+    order.sort_by_key(|&k| (byte_strides[k].unsigned_abs(), std::cmp::Reverse(k)));
+    let overflow = || Error::value(format!("shape {shape:?} spans more than 2**63 bytes"));
+    let mut strides = vec![0i64; shape.len()];
+    let mut step = i64::try_from(itemsize).map_err(|_| overflow())?;
+    for k in order {
+        strides[k] = step;
+        step = step.checked_mul(shape[k].max(1)).ok_or_else(overflow)?;
+    }
+    Ok(strides)
+}
+
 /// C-order strides in elements for `shape` (the caller has checked the product fits).
 #[cfg(test)]
 pub fn c_strides(shape: &[i64]) -> Vec<i64> {
@@ -487,6 +510,18 @@ pub fn c_strides(shape: &[i64]) -> Vec<i64> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn dense_strides_keep_memory_order() {
+        assert_eq!(dense_strides(&[2, 3], &[12, 4], 4).unwrap(), [12, 4]);
+        assert_eq!(dense_strides(&[2, 3], &[4, 8], 4).unwrap(), [4, 8]);
+        assert_eq!(dense_strides(&[2, 3], &[-4, 8], 4).unwrap(), [4, 8]);
+        // ties (broadcast dimensions) go the C way
+        assert_eq!(dense_strides(&[2, 3], &[0, 0], 8).unwrap(), [24, 8]);
+        assert_eq!(dense_strides(&[0, 3], &[4, 8], 4).unwrap(), [4, 4]);
+        assert!(dense_strides(&[2], &[4, 4], 4).is_err());
+        assert!(dense_strides(&[1 << 62, 4], &[4, 8], 4).is_err());
+    }
 
     #[test]
     fn c_order_default() {
