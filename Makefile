@@ -28,7 +28,7 @@ demo: venv
 	$(PY) -P -m dlpack
 
 rust-test:
-	cargo test --quiet
+	cargo test --workspace --quiet
 
 # -P keeps the source tree off sys.path, so `dlpack` is the installed wheel.
 py-test:
@@ -58,7 +58,7 @@ test: venv
 lint: venv
 	$(PIP) install ruff
 	cargo fmt --check
-	cargo clippy --all-targets --quiet -- -D warnings
+	cargo clippy --workspace --all-targets --quiet -- -D warnings
 	$(PY) -m ruff check dlpack bench
 	$(PY) -m ruff format --check dlpack bench
 

@@ -1,25 +1,20 @@
-//! One error type for the whole crate and its one mapping to Python exceptions.
+//! One error type for the extension and its one mapping to Python exceptions.
 //!
-//! The kinds follow the array API's `__dlpack__` rules: `Buffer` means "this memory can't be
-//! DLPack" (consumers may fall back on another path), `Type` a wrong argument type, `Value` a
-//! wrong value. Errors raised by Python code we call pass through unchanged.
+//! Our own errors are the core's (`dlpack_core::Error`: a kind and a message), raised as the
+//! Python exception their kind names: `Buffer` means "this memory can't be DLPack" (consumers
+//! may fall back on another path), `Type` a wrong argument type, `Value` a wrong value. Errors
+//! raised by Python code we call pass through unchanged.
 
 use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::types::PyTypeMethods;
 use pyo3::{PyErr, Python};
 
+pub use dlpack_core::Error as CoreError;
+
 #[derive(Debug)]
 pub enum Error {
-    /// The memory can't be expressed as (or served through) DLPack: `BufferError`.
-    Buffer(String),
-    /// An argument or interface field has the wrong type: `TypeError`.
-    Type(String),
-    /// An argument or interface field has a wrong value: `ValueError`.
-    Value(String),
-    /// The environment can't do what was asked (e.g. no CUDA driver): `RuntimeError`.
-    Runtime(String),
-    /// Memory for a copy or an allocation could not be had: `MemoryError`.
-    Memory(String),
+    /// One of ours: a kind and a message.
+    Core(CoreError),
     /// An exception raised by Python code we called.
     Python(PyErr),
 }
@@ -36,15 +31,19 @@ type NewException = fn(String) -> PyErr;
 impl Error {
     #[cold]
     pub fn buffer(msg: impl Into<String>) -> Self {
-        Error::Buffer(msg.into())
+        Error::Core(CoreError::buffer(msg))
     }
     #[cold]
     pub fn type_(msg: impl Into<String>) -> Self {
-        Error::Type(msg.into())
+        Error::Core(CoreError::type_(msg))
     }
     #[cold]
     pub fn value(msg: impl Into<String>) -> Self {
-        Error::Value(msg.into())
+        Error::Core(CoreError::value(msg))
+    }
+    #[cold]
+    pub fn runtime(msg: impl Into<String>) -> Self {
+        Error::Core(CoreError::runtime(msg))
     }
 
     /// The Python exception type of each of our kinds, by name and constructor, with the
@@ -52,13 +51,16 @@ impl Error {
     /// callers (the exchange API's error callback, `python_type_name_and_message`) see. `None`
     /// for an exception Python raised.
     fn ours(&self) -> Option<(&'static str, NewException, &str)> {
-        Some(match self {
-            Error::Buffer(msg) => ("BufferError", PyBufferError::new_err::<String>, msg),
-            Error::Type(msg) => ("TypeError", PyTypeError::new_err::<String>, msg),
-            Error::Value(msg) => ("ValueError", PyValueError::new_err::<String>, msg),
-            Error::Runtime(msg) => ("RuntimeError", PyRuntimeError::new_err::<String>, msg),
-            Error::Memory(msg) => ("MemoryError", PyMemoryError::new_err::<String>, msg),
-            Error::Python(_) => return None,
+        let Error::Core(err) = self else {
+            return None;
+        };
+        let msg = err.message();
+        Some(match err {
+            CoreError::Buffer(_) => ("BufferError", PyBufferError::new_err::<String>, msg),
+            CoreError::Type(_) => ("TypeError", PyTypeError::new_err::<String>, msg),
+            CoreError::Value(_) => ("ValueError", PyValueError::new_err::<String>, msg),
+            CoreError::Runtime(_) => ("RuntimeError", PyRuntimeError::new_err::<String>, msg),
+            CoreError::Memory(_) => ("MemoryError", PyMemoryError::new_err::<String>, msg),
         })
     }
 
@@ -89,10 +91,17 @@ impl Error {
     /// Whether this is "the memory can't be DLPack" (so another protocol may still serve it).
     pub fn is_buffer_error(&self, py: pyo3::Python<'_>) -> bool {
         match self {
-            Error::Buffer(_) => true,
+            Error::Core(CoreError::Buffer(_)) => true,
             Error::Python(err) => err.is_instance_of::<PyBufferError>(py),
-            _ => false,
+            Error::Core(_) => false,
         }
+    }
+}
+
+impl From<CoreError> for Error {
+    #[cold]
+    fn from(err: CoreError) -> Self {
+        Error::Core(err)
     }
 }
 
@@ -111,7 +120,7 @@ impl From<Error> for PyErr {
         }
         match err {
             Error::Python(err) => err,
-            _ => unreachable!("only exceptions Python raised are not ours"),
+            Error::Core(_) => unreachable!("every core error is ours"),
         }
     }
 }

@@ -1,9 +1,11 @@
 //! `dlpack._dlpack`: module registration only. The data path is `import` (one importer per
 //! protocol) -> `tensor` (the one description) -> `export` (DLPack capsules, the C exchange
-//! API) and `copy`; `object` is the Python face, `cuda` the driver loaded at run time.
+//! API) and `copy`; `object` is the Python face, `tables` what Python asks of the core. What
+//! needs no Python (DLPack's ABI, element types, layouts, memory we own, the copy engines, the
+//! CUDA driver loaded at run time) is the core crate's, `dlpack_core`; `ffi` adds the Python
+//! side's ABIs, `error` the one mapping to Python exceptions.
 
 mod copy;
-mod cuda;
 mod error;
 mod export;
 mod ffi;

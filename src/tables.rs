@@ -4,16 +4,17 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFrozenSet, PyMappingProxy};
 
+use dlpack_core::device::{CPU_READABLE_DEVICE_TYPES, DEVICE_TYPES, HOST_DEVICE_TYPES};
+use dlpack_core::{DType, layout};
+
 use crate::error::Result;
-use crate::ffi::device_type;
-use crate::tensor::{DType, Layout, layout};
 
 /// Adds `DLDeviceType`, `HOST_DEVICE_TYPES`, `CPU_READABLE_DEVICE_TYPES`, `ELEMENT_TYPES`,
 /// `byte_extent` and `dense_strides` to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     // An IntEnum as users know it from `dlpack.DLDeviceType` (pickled by that name).
-    let members: Vec<(&str, i32)> = device_type::NAMED.to_vec();
+    let members: Vec<(&str, i32)> = DEVICE_TYPES.to_vec();
     let kwargs = PyDict::new(py);
     kwargs.set_item("module", "dlpack")?;
     let enum_type = py
@@ -27,11 +28,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DLDeviceType", enum_type)?;
     m.add(
         "HOST_DEVICE_TYPES",
-        PyFrozenSet::new(py, device_type::HOST)?,
+        PyFrozenSet::new(py, HOST_DEVICE_TYPES)?,
     )?;
     m.add(
         "CPU_READABLE_DEVICE_TYPES",
-        PyFrozenSet::new(py, device_type::CPU_READABLE)?,
+        PyFrozenSet::new(py, CPU_READABLE_DEVICE_TYPES)?,
     )?;
     let types = PyDict::new(py);
     for (name, dtype) in DType::named() {
@@ -47,12 +48,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// there are none.
 #[pyfunction]
 fn byte_extent(shape: Vec<i64>, byte_strides: Vec<i64>, itemsize: usize) -> Result<(i64, i64)> {
-    Layout::from_byte_strides(&shape, Some(&byte_strides), itemsize)?.byte_extent(itemsize)
+    Ok(layout::byte_extent(&shape, &byte_strides, itemsize)?)
 }
 
 /// Byte strides packing ``shape`` densely in the order ``byte_strides`` lays the dimensions out
 /// in memory (numpy's ``order="K"``; ties go the C way).
 #[pyfunction]
 fn dense_strides(shape: Vec<i64>, byte_strides: Vec<i64>, itemsize: usize) -> Result<Vec<i64>> {
-    layout::dense_strides(&shape, &byte_strides, itemsize)
+    Ok(layout::dense_strides(&shape, &byte_strides, itemsize)?)
 }

@@ -1,27 +1,23 @@
 //! Copies that involve CUDA memory: device to host, host to device, device to device, and
 //! `copyto` with a CUDA array on either side.
 //!
-//! [`super::device`] plans each copy as linear and pitched (2-D/3-D) transfers, or stages it
-//! through the host when it would take many small ones; here [`Driver`] carries those transfers
-//! out with the driver's async memcpys on the consumer's stream. Device buffers we allocate
-//! come from `cuMemAlloc` (256-byte aligned) and are freed by their owner, on whatever thread
-//! drops it.
+//! The core's transfer planner (`dlpack_core::copy::device`) plans each copy as linear and
+//! pitched (2-D/3-D) transfers, or stages it through the host when it would take many small
+//! ones; its CUDA `Driver` carries them out on the consumer's stream. Here: the tensors' side
+//! (where their memory is, their producers' streams) and running the transfers without the GIL.
+//! Device buffers we allocate are freed by their owner, on whatever thread drops it.
 
-use std::ffi::c_void;
-
-use cudarc::driver::sys;
+use dlpack_core::copy::cpu::may_overlap;
+use dlpack_core::copy::device::{self, Addr, Mover, Place, View};
+use dlpack_core::copy::driver::Driver;
+use dlpack_core::cuda;
+use dlpack_core::layout::broadcast_strides;
 use pyo3::prelude::*;
 
-use super::cpu::may_overlap;
-use super::device::{self, Addr, Mover, Pitched, Place, View};
 use super::host;
-use crate::cuda::{self, Context, check, stream_handle, with_context};
 use crate::error::{Error, Result};
 use crate::ffi::{DLDevice, device_type};
 use crate::tensor::{AlignedBuffer, Device, DeviceBuffer, Layout, Owner, Tensor};
-fn runtime(err: String) -> Error {
-    Error::Runtime(err)
-}
 
 fn cuda_id(tensor: &Tensor) -> Result<i32> {
     match place(tensor)? {
@@ -62,216 +58,9 @@ fn view(tensor: &Tensor, shape: &[i64], byte_strides: &[i64]) -> Result<View> {
 pub fn after_producer(tensor: &Tensor, device_id: i32, stream: Option<i64>) -> Result<()> {
     match tensor.stream {
         Some(producer) if stream != Some(-1) => {
-            cuda::stream_wait(device_id, producer, stream).map_err(runtime)
+            cuda::stream_wait(device_id, producer, stream).map_err(Error::runtime)
         }
         _ => Ok(()),
-    }
-}
-
-/// Memory the planner asked for, held only to be freed when dropped.
-pub struct Scratch {
-    _host: Option<AlignedBuffer>,
-    _device: Option<DeviceBuffer>,
-}
-
-/// The planner's transfers, run by the CUDA driver: on the consumer's stream on its device
-/// (`home`), on the legacy default stream on any other.
-pub struct Driver {
-    home: Option<i32>,
-    stream: Option<i64>,
-    /// The streams used so far, for `sync`.
-    used: Vec<(i32, sys::CUstream)>,
-}
-
-// SAFETY: stream handles may be used from any thread; the driver is only used by the thread
-// that runs the copy.
-unsafe impl Send for Driver {}
-
-impl Driver {
-    fn new(home: Option<i32>, stream: Option<i64>) -> Self {
-        Driver {
-            home,
-            stream: stream.filter(|&s| s != -1),
-            used: Vec::new(),
-        }
-    }
-
-    /// The context and stream that run a transfer on `device`.
-    fn queue(&mut self, device: i32) -> Result<(Context, sys::CUstream)> {
-        let ctx = cuda::primary_context(device).map_err(runtime)?;
-        let handle = stream_handle(if self.home == Some(device) {
-            self.stream
-        } else {
-            None
-        });
-        if !self.used.contains(&(device, handle)) {
-            self.used.push((device, handle));
-        }
-        Ok((ctx, handle))
-    }
-}
-
-/// The device whose stream runs a transfer: the destination's, else the source's.
-fn runs_on(dst: Addr, src: Addr) -> Result<i32> {
-    match (dst.place, src.place) {
-        (Place::Device(d), _) | (Place::Host, Place::Device(d)) => Ok(d),
-        (Place::Host, Place::Host) => Err(Error::Runtime(
-            "internal error: a host-to-host transfer was sent to the CUDA driver".into(),
-        )),
-    }
-}
-
-/// How the driver's 2-D and 3-D copies name one side.
-fn side(addr: Addr) -> (sys::CUmemorytype, usize, sys::CUdeviceptr) {
-    match addr.place {
-        Place::Host => (sys::CUmemorytype::CU_MEMORYTYPE_HOST, addr.at, 0),
-        Place::Device(_) => (sys::CUmemorytype::CU_MEMORYTYPE_DEVICE, 0, addr.at as u64),
-    }
-}
-
-impl Mover for Driver {
-    type Scratch = Scratch;
-
-    fn linear(&mut self, dst: Addr, src: Addr, bytes: usize) -> Result<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        let device = runs_on(dst, src)?;
-        let (ctx, handle) = self.queue(device)?;
-        let (d, s) = (dst.at, src.at);
-        // Between two devices, `ctx` (the transfer runs on the destination's) is the
-        // destination's context; the source's is needed too.
-        let peer = match (dst.place, src.place) {
-            (Place::Device(a), Place::Device(b)) if a != b => {
-                Some((ctx, cuda::primary_context(b).map_err(runtime)?))
-            }
-            _ => None,
-        };
-        with_context(ctx, || {
-            // SAFETY: the planner only sends ranges of `bytes` bytes inside memory that its
-            // caller keeps alive until the transfer is synchronised; each call matches the
-            // places of its two sides.
-            unsafe {
-                match (dst.place, src.place, peer) {
-                    (_, _, Some((dst_ctx, src_ctx))) => check(
-                        sys::cuMemcpyPeerAsync(
-                            d as u64, dst_ctx.0, s as u64, src_ctx.0, bytes, handle,
-                        ),
-                        "cuMemcpyPeerAsync",
-                    ),
-                    (Place::Device(_), Place::Device(_), None) => check(
-                        sys::cuMemcpyDtoDAsync_v2(d as u64, s as u64, bytes, handle),
-                        "cuMemcpyDtoDAsync",
-                    ),
-                    (Place::Device(_), Place::Host, _) => check(
-                        sys::cuMemcpyHtoDAsync_v2(d as u64, s as *const c_void, bytes, handle),
-                        "cuMemcpyHtoDAsync",
-                    ),
-                    (Place::Host, _, _) => check(
-                        sys::cuMemcpyDtoHAsync_v2(d as *mut c_void, s as u64, bytes, handle),
-                        "cuMemcpyDtoHAsync",
-                    ),
-                }
-            }
-        })
-        .map_err(runtime)
-    }
-
-    fn pitched(&mut self, b: &Pitched) -> Result<bool> {
-        let device = runs_on(b.dst, b.src)?;
-        let (ctx, handle) = self.queue(device)?;
-        let (src_type, src_host, src_device) = side(b.src);
-        let (dst_type, dst_host, dst_device) = side(b.dst);
-        let status = with_context(ctx, || {
-            // SAFETY: the descriptors name `depth` slices of `height` rows of `width` bytes
-            // inside memory the caller keeps alive until the transfer is synchronised; the
-            // structs are plain data, zeroed fields mean "none" (no arrays, no offsets).
-            let status = unsafe {
-                if b.depth == 1 {
-                    let mut copy: sys::CUDA_MEMCPY2D = std::mem::zeroed();
-                    copy.srcMemoryType = src_type;
-                    copy.srcHost = src_host as *const c_void;
-                    copy.srcDevice = src_device;
-                    copy.srcPitch = b.src_pitch;
-                    copy.dstMemoryType = dst_type;
-                    copy.dstHost = dst_host as *mut c_void;
-                    copy.dstDevice = dst_device;
-                    copy.dstPitch = b.dst_pitch;
-                    copy.WidthInBytes = b.width;
-                    copy.Height = b.height;
-                    sys::cuMemcpy2DAsync_v2(&copy, handle)
-                } else {
-                    let mut copy: sys::CUDA_MEMCPY3D = std::mem::zeroed();
-                    copy.srcMemoryType = src_type;
-                    copy.srcHost = src_host as *const c_void;
-                    copy.srcDevice = src_device;
-                    copy.srcPitch = b.src_pitch;
-                    copy.srcHeight = b.src_rows;
-                    copy.dstMemoryType = dst_type;
-                    copy.dstHost = dst_host as *mut c_void;
-                    copy.dstDevice = dst_device;
-                    copy.dstPitch = b.dst_pitch;
-                    copy.dstHeight = b.dst_rows;
-                    copy.WidthInBytes = b.width;
-                    copy.Height = b.height;
-                    copy.Depth = b.depth;
-                    sys::cuMemcpy3DAsync_v2(&copy, handle)
-                }
-            };
-            Ok(status)
-        })
-        .map_err(runtime)?;
-        use sys::cudaError_enum as E;
-        match status {
-            E::CUDA_SUCCESS => Ok(true),
-            // Pitches the driver won't take (it may insist on its own between device buffers):
-            // the planner sends the rows one by one.
-            E::CUDA_ERROR_INVALID_VALUE | E::CUDA_ERROR_NOT_SUPPORTED => Ok(false),
-            other => Err(runtime(format!("cuMemcpy2D/3DAsync failed ({other:?})"))),
-        }
-    }
-
-    fn scratch(&mut self, place: Place, bytes: usize) -> Result<(Addr, Scratch)> {
-        Ok(match place {
-            Place::Host => {
-                let buffer = AlignedBuffer::new(bytes)?;
-                let at = buffer.as_ptr() as usize;
-                (
-                    Addr { at, place },
-                    Scratch {
-                        _host: Some(buffer),
-                        _device: None,
-                    },
-                )
-            }
-            Place::Device(id) => {
-                let buffer = DeviceBuffer::new(id, bytes)?;
-                let at = buffer.as_ptr() as usize;
-                (
-                    Addr { at, place },
-                    Scratch {
-                        _host: None,
-                        _device: Some(buffer),
-                    },
-                )
-            }
-        })
-    }
-
-    fn sync(&mut self) -> Result<()> {
-        for (device, handle) in std::mem::take(&mut self.used) {
-            let ctx = cuda::primary_context(device).map_err(runtime)?;
-            with_context(ctx, || {
-                check(
-                    // SAFETY: `handle` is a stream of this context (the consumer's, or the
-                    // legacy one), which is current.
-                    unsafe { sys::cuStreamSynchronize(handle) },
-                    "cuStreamSynchronize",
-                )
-            })
-            .map_err(runtime)?;
-        }
-        Ok(())
     }
 }
 
@@ -282,9 +71,9 @@ fn drive(
     home: Option<i32>,
     stream: Option<i64>,
     wait: bool,
-    body: impl FnOnce(&mut Driver) -> Result<()> + Send,
+    body: impl FnOnce(&mut Driver) -> dlpack_core::Result<()> + Send,
 ) -> Result<()> {
-    py.detach(|| {
+    let done = py.detach(|| {
         let mut driver = Driver::new(home, stream);
         let done = body(&mut driver);
         // Even after an error, nothing may still be reading or writing memory we return.
@@ -294,7 +83,8 @@ fn drive(
             Ok(())
         };
         done.and(synced)
-    })
+    });
+    Ok(done?)
 }
 
 /// A C-ordered, native-order host copy of CUDA memory (the copy is complete on return).
@@ -402,8 +192,8 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
     let home = match (dst_place, src_place) {
         (Place::Device(d), _) | (Place::Host, Place::Device(d)) => d,
         (Place::Host, Place::Host) => {
-            return Err(Error::Runtime(
-                "internal error: a host-to-host copy was sent to the CUDA engine".into(),
+            return Err(Error::runtime(
+                "internal error: a host-to-host copy was sent to the CUDA engine",
             ));
         }
     };
@@ -435,11 +225,7 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
     let shape = dst.layout.shape();
     let itemsize = dst.dtype.itemsize();
     let to = view(dst, shape, dst.layout.byte_strides())?;
-    let from = view(
-        source,
-        shape,
-        &host::broadcast_strides(&source.layout, shape)?,
-    )?;
+    let from = view(source, shape, &broadcast_strides(&source.layout, shape)?)?;
     let overlap = to.base.place == from.base.place
         && may_overlap(&to.as_strided(), &from.as_strided(), itemsize);
     let wait = stream.is_none() || to.base.place == Place::Host || from.base.place == Place::Host;

@@ -1,14 +1,15 @@
-//! Copies between tensors in host memory: turns `Tensor` descriptions into the strided engine's
-//! work (byte strides, byte swapping, broadcasting, overlap staging) and runs it without the GIL.
+//! Copies between tensors in host memory: turns `Tensor` descriptions into the core's strided
+//! engine's work (byte strides, byte swapping, broadcasting, overlap staging) and runs it
+//! without the GIL.
 
 use std::ffi::c_void;
 
+use dlpack_core::copy::cpu::{Strided, copy_strided, may_overlap};
+use dlpack_core::layout::broadcast_strides;
 use pyo3::prelude::*;
 
-use super::cpu::{Strided, copy_strided, may_overlap};
 use crate::error::{Error, Result};
 use crate::ffi::python;
-use crate::tensor::layout::{SelfOverlap, self_overlap};
 use crate::tensor::{AlignedBuffer, Layout, Owner, Tensor};
 
 /// Below this many bytes, releasing and retaking the GIL costs more than the copy.
@@ -17,16 +18,12 @@ const DETACH_THRESHOLD: usize = 64 * 1024;
 fn check_host(tensor: &Tensor) -> Result<()> {
     let device = tensor.device.get()?;
     if !device.is_host() {
-        return Err(Error::Runtime(format!(
+        return Err(Error::runtime(format!(
             "internal error: device memory (DLPack device type {}) was sent to the CPU engine",
             device.device_type
         )));
     }
     Ok(())
-}
-
-fn on_host(tensor: &Tensor) -> Result<bool> {
-    Ok(tensor.device.get()?.is_host())
 }
 
 fn strided(ptr: *mut c_void, shape: &[i64], byte_strides: &[i64]) -> Strided {
@@ -129,77 +126,11 @@ pub fn swap_in_place(py: Python<'_>, tensor: &Tensor) {
     );
 }
 
-/// Numpy's broadcasting of `src` to `shape`: byte strides for `src` viewed with `shape`.
-pub fn broadcast_strides(src: &Layout, shape: &[i64]) -> Result<Vec<i64>> {
-    let mismatch = || {
-        Error::value(format!(
-            "could not broadcast source of shape {:?} into destination of shape {shape:?}",
-            src.shape()
-        ))
-    };
-    // Like numpy, leading source dimensions of extent 1 beyond the destination's are dropped.
-    let extra = src.shape().len().saturating_sub(shape.len());
-    if src.shape()[..extra].iter().any(|&n| n != 1) {
-        return Err(mismatch());
-    }
-    let (src_shape, src_strides) = (&src.shape()[extra..], &src.byte_strides()[extra..]);
-    let lead = shape.len() - src_shape.len();
-    let mut strides = vec![0i64; shape.len()];
-    for (k, (&n, &s)) in src_shape.iter().zip(src_strides.iter()).enumerate() {
-        let target = shape[lead + k];
-        strides[lead + k] = if n == target {
-            s
-        } else if n == 1 {
-            0
-        } else {
-            return Err(mismatch());
-        };
-    }
-    Ok(strides)
-}
-
-/// `copyto`: copy `src` into the existing, writable `dst` (numpy's broadcasting; same dtype).
-/// Copies with CUDA memory on either side go to the CUDA engine, on `stream` if given.
-pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>) -> Result<()> {
-    if dst.readonly {
-        return Err(Error::value("the destination is read-only"));
-    }
-    if dst.indirect {
-        return Err(Error::value(
-            "can't write into a buffer with suboffsets (indirect memory)",
-        ));
-    }
-    if dst.dtype != src.dtype {
-        return Err(Error::type_(format!(
-            "copyto needs equal dtypes: the destination holds {}, the source {}",
-            dst.dtype.name(),
-            src.dtype.name()
-        )));
-    }
+/// `copyto` between host tensors: checked by `super::copyto` (writable, direct destination,
+/// equal dtypes, `src` broadcasts to `dst`'s shape, no element of `dst` shares bytes with
+/// another).
+pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor) -> Result<()> {
     let shape = dst.layout.shape();
-    if dst.numel() == 0 {
-        broadcast_strides(&src.layout, shape)?;
-        return Ok(());
-    }
-    // Elements that share bytes would be written more than once, in an order nothing defines
-    // (and by several threads at once): refused, as torch refuses them. A layout too large to
-    // check exactly is copied by one thread (see `copy_strided`).
-    let dims = shape.iter().zip(dst.layout.byte_strides());
-    let itemsize = dst.dtype.itemsize() as u64;
-    if self_overlap(dims.map(|(&n, &s)| (n as u64, s)), itemsize) == SelfOverlap::Overlapping {
-        return Err(Error::value(
-            "more than one element of the destination refers to the same memory (a broadcast \
-             or overlapping view): copyto can't write into it",
-        ));
-    }
-    if !on_host(dst)? || !on_host(src)? {
-        return super::cuda::copy_into(py, dst, src, stream);
-    }
-    if let Some(stream) = stream {
-        return Err(Error::value(format!(
-            "stream must be None when both arrays are in host memory, not {stream}"
-        )));
-    }
     let itemsize = dst.dtype.itemsize();
     let to = strided(dst.data, shape, dst.layout.byte_strides());
     let from = strided(src.data, shape, &broadcast_strides(&src.layout, shape)?);

@@ -1,12 +1,12 @@
-//! The copy engine: what zero-copy can't serve (`copy=True`, memory DLPack can't express,
-//! read-only data asked for a legacy capsule) and `copyto` into existing arrays. `cpu` is the
-//! strided engine, `plan` lays out its loops; `host` plans its work from tensor descriptions;
-//! `cuda` moves and copies device memory.
+//! Copies the zero-copy path can't serve (`copy=True`, memory DLPack can't express, read-only
+//! data asked for a legacy capsule) and `copyto` into existing arrays, between `Tensor`s: `host`
+//! for host memory, `cuda` where CUDA memory takes part, `copyto` checks and dispatches. The
+//! engines themselves (loop planning, the strided CPU engine, transfer planning, the CUDA
+//! driver's side) are the core's, `dlpack_core::copy`.
 
-pub mod cpu;
+mod copyto;
 pub mod cuda;
-pub mod device;
 pub mod host;
-pub mod plan;
 
-pub use host::{copy_into, to_c_order};
+pub use copyto::copy_into;
+pub use host::to_c_order;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 
 use crate::copy;
-use crate::error::{Error, Result};
+use crate::error::{CoreError, Error, Result};
 use crate::ffi::{DLDevice, DLPACK_MINOR_VERSION, FLAG_IS_COPIED, FLAG_READ_ONLY, device_type};
 use crate::import;
 use crate::tensor::{Device, Tensor};
@@ -190,7 +190,9 @@ pub fn prepare(
         return Ok((fresh, target, kind));
     }
     let unavailable = |err: Error| match as_buffer_error(err) {
-        Error::Buffer(msg) => Error::Buffer(format!("can't copy to {}: {msg}", target.name())),
+        Error::Core(CoreError::Buffer(msg)) => {
+            Error::buffer(format!("can't copy to {}: {msg}", target.name()))
+        }
         other => other,
     };
     let (copied, device) = if target_on_host {
@@ -229,7 +231,7 @@ fn fresh_from_producer(
 /// can't serve, so consumers may fall back.
 fn as_buffer_error(err: Error) -> Error {
     match err {
-        Error::Runtime(msg) => Error::Buffer(msg),
+        Error::Core(CoreError::Runtime(msg)) => Error::buffer(msg),
         other => other,
     }
 }

@@ -7,9 +7,9 @@
 use pyo3::prelude::*;
 
 use super::array_interface::{InterfaceDict, resolve_dtype};
-use crate::cuda;
 use crate::error::{Error, Result};
 use crate::tensor::{Device, Layout, Owner, Tensor};
+use dlpack_core::cuda;
 
 pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<Tensor> {
     let fields = InterfaceDict::new(interface, "__cuda_array_interface__")?;

@@ -12,7 +12,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3::{PyTypeInfo, intern};
 
-use crate::error::{Error, Result};
+use crate::error::{CoreError, Error, Result};
 use crate::ffi::python;
 use crate::ffi::{
     CAPSULE_LEGACY, CAPSULE_LEGACY_USED, CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED,
@@ -206,12 +206,12 @@ fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
     let byte_stride = strides.map(|s| {
         move |k: usize| {
             s[k].checked_mul(item)
-                .ok_or_else(|| Error::buffer("DLPack strides overflow"))
+                .ok_or_else(|| CoreError::buffer("DLPack strides overflow"))
         }
     });
     let layout =
         Layout::build(ndim, dtype.itemsize(), |k| shape[k], byte_stride).map_err(|e| match e {
-            Error::Value(msg) => Error::Buffer(msg),
+            CoreError::Value(msg) => CoreError::Buffer(msg),
             other => other,
         })?;
     debug_assert!(

@@ -231,7 +231,7 @@ unsafe extern "C" fn managed_tensor_allocator(
         allocate(unsafe { &*prototype }).map_err(|err| err.python_type_name_and_message())
     }))
     .unwrap_or_else(|_| {
-        let panic = Error::Runtime("dlpack: internal error (panic)".to_owned());
+        let panic = Error::runtime("dlpack: internal error (panic)");
         Err(panic.python_type_name_and_message())
     });
     match result {

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::copy;
-use crate::error::{Error, Result};
+use crate::error::{CoreError, Error, Result};
 use crate::export::capsule::{self, Kind, Source};
 use crate::export::interface::{self, Data};
 use crate::export::policy::{self, MANAGED_REQUEST, Request};
@@ -347,7 +347,7 @@ impl DLPackObject {
             )));
         }
         interface::array_struct(slf, &self.tensor).map_err(|err| match err {
-            Error::Buffer(msg) => PyAttributeError::new_err(msg),
+            Error::Core(CoreError::Buffer(msg)) => PyAttributeError::new_err(msg),
             other => other.into(),
         })
     }

@@ -1,10 +1,7 @@
 //! The one tensor description every importer produces and every exporter reads: where the data
 //! is (pointer and device), what it holds (dtype), how it is laid out (shape, strides), whether
-//! it may be written, and who keeps the memory alive (the owner).
-
-pub mod dtype;
-pub mod layout;
-pub mod memory;
+//! it may be written, and who keeps the memory alive (the owner). Its parts without Python
+//! (element types, layouts, buffers we own) are the core's, re-exported here.
 
 use std::ffi::{c_int, c_void};
 use std::mem::ManuallyDrop;
@@ -15,9 +12,9 @@ use pyo3::{Py, PyAny, Python};
 use crate::error::{Error, Result};
 use crate::ffi::python::{self, Py_buffer, PyObject};
 use crate::ffi::{DLDevice, DLManagedTensor, DLManagedTensorVersioned};
-pub use dtype::DType;
-pub use layout::Layout;
-pub use memory::{AlignedBuffer, DeviceBuffer};
+pub use dlpack_core::dtype::{self, DType};
+pub use dlpack_core::layout::{self, Layout};
+pub use dlpack_core::memory::{AlignedBuffer, DeviceBuffer};
 
 /// Where the data lives.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
-use crate::ffi::{DLDevice, device_type};
+use crate::abi::{DLDevice, device_type};
 
 /// Load the driver library and run `cuInit` once per process; the error says why CUDA is not
 /// usable here.

@@ -403,7 +403,7 @@ fn between_devices<M: Mover>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::AlignedBuffer;
+    use crate::memory::AlignedBuffer;
     use proptest::prelude::*;
     use std::cell::Cell;
     use std::rc::Rc;

@@ -11,7 +11,7 @@ mod kernels;
 use std::sync::OnceLock;
 
 use crate::copy::plan::{self, Kernel, Plan};
-use crate::tensor::layout::strides_nest;
+use crate::layout::strides_nest;
 use kernels::{Dyn, Plain, Swapped};
 
 /// A strided array in bytes: element `i` is at `ptr + sum(i_k * strides[k])`.
@@ -513,8 +513,8 @@ mod tests {
             prop_assert!(results[0] == results[1], "threads changed the result");
             // Where the elements are disjoint, that is the element-by-element reference.
             let layout = shape.iter().zip(&dst).map(|(&n, &s)| (n as u64, s as i64));
-            if crate::tensor::layout::self_overlap(layout, item as u64)
-                == crate::tensor::layout::SelfOverlap::Disjoint
+            if crate::layout::self_overlap(layout, item as u64)
+                == crate::layout::SelfOverlap::Disjoint
             {
                 let mut expected = Array::new(&shape, &dst, item, 3, 101);
                 reference(&mut expected, &source, item, 0);

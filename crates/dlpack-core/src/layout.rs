@@ -494,6 +494,42 @@ pub fn dense_strides(shape: &[i64], byte_strides: &[i64], itemsize: usize) -> Re
     Ok(strides)
 }
 
+/// Numpy's broadcasting of `src` to `shape`: byte strides for `src` viewed with `shape`.
+pub fn broadcast_strides(src: &Layout, shape: &[i64]) -> Result<Vec<i64>> {
+    let mismatch = || {
+        Error::value(format!(
+            "could not broadcast source of shape {:?} into destination of shape {shape:?}",
+            src.shape()
+        ))
+    };
+    // Like numpy, leading source dimensions of extent 1 beyond the destination's are dropped.
+    let extra = src.shape().len().saturating_sub(shape.len());
+    if src.shape()[..extra].iter().any(|&n| n != 1) {
+        return Err(mismatch());
+    }
+    let (src_shape, src_strides) = (&src.shape()[extra..], &src.byte_strides()[extra..]);
+    let lead = shape.len() - src_shape.len();
+    let mut strides = vec![0i64; shape.len()];
+    for (k, (&n, &s)) in src_shape.iter().zip(src_strides.iter()).enumerate() {
+        let target = shape[lead + k];
+        strides[lead + k] = if n == target {
+            s
+        } else if n == 1 {
+            0
+        } else {
+            return Err(mismatch());
+        };
+    }
+    Ok(strides)
+}
+
+/// The bytes `[low, high)` the elements of `shape` with `byte_strides` span relative to the
+/// first element; `(0, 0)` when there are none. The shape and strides are checked as
+/// `Layout::from_byte_strides` checks them.
+pub fn byte_extent(shape: &[i64], byte_strides: &[i64], itemsize: usize) -> Result<(i64, i64)> {
+    Layout::from_byte_strides(shape, Some(byte_strides), itemsize)?.byte_extent(itemsize)
+}
+
 /// C-order strides in elements for `shape` (the caller has checked the product fits).
 #[cfg(test)]
 pub fn c_strides(shape: &[i64]) -> Vec<i64> {

@@ -3,8 +3,8 @@
 
 use std::ffi::CStr;
 
+use crate::abi::{DLDataType, type_code as tc};
 use crate::error::{Error, Result};
-use crate::ffi::{DLDataType, type_code as tc};
 
 /// An element type DLPack can carry (always one lane, whole bytes, native byte order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
