@@ -62,6 +62,16 @@ def test_subclasses_take_the_general_path():
     assert np.array_equal(np.from_dlpack(asdlpack(m)), np.arange(4.0))
 
 
+def test_a_class_named_numpy_ndarray_is_not_read_as_one():
+    """Only numpy's own ndarray type has its struct: a class made under its name is asked for
+    its protocols, not read as an array."""
+    asdlpack(np.zeros(3))  # the struct's layout is known from here on
+    fake = type("ndarray", (), {"__module__": "numpy"})
+    for _ in range(100):
+        with pytest.raises(TypeError, match="supports none"):
+            asdlpack(fake())
+
+
 def test_unsupported_dtypes_still_raise_numpys_error():
     with pytest.raises(BufferError):
         asdlpack(np.array(["x"]))

@@ -58,14 +58,17 @@ fn view(tensor: &Tensor, shape: &[i64], byte_strides: &[i64]) -> Result<View> {
 pub fn after_producer(tensor: &Tensor, device_id: i32, stream: Option<i64>) -> Result<()> {
     match tensor.stream {
         Some(producer) if stream != Some(-1) => {
-            cuda::stream_wait(device_id, producer, stream).map_err(Error::runtime)
+            // SAFETY: `producer` is the stream the CUDA array interface producer named, and
+            // `stream` the consumer's: the protocols promise live streams of the device.
+            unsafe { cuda::stream_wait(device_id, producer, stream) }.map_err(Error::runtime)
         }
         _ => Ok(()),
     }
 }
 
-/// Run `body`'s transfers without the GIL; wait for them when `wait` (host memory or scratch
-/// takes part, or the caller wants the copy complete on return).
+/// Run `body`'s transfers without the GIL, on `stream` (the consumer's, on device `home`); wait
+/// for them when `wait` (host memory or scratch takes part, or the caller wants the copy
+/// complete on return).
 fn drive(
     py: Python<'_>,
     home: Option<i32>,
@@ -74,7 +77,9 @@ fn drive(
     body: impl FnOnce(&mut Driver) -> dlpack_core::Result<()> + Send,
 ) -> Result<()> {
     let done = py.detach(|| {
-        let mut driver = Driver::new(home, stream);
+        // SAFETY: `stream` is the consumer's, which the protocols (`__dlpack__`, `copyto`'s
+        // stream) promise is a live stream of device `home`.
+        let mut driver = unsafe { Driver::new(home, stream) };
         let done = body(&mut driver);
         // Even after an error, nothing may still be reading or writing memory we return.
         let synced = if wait || done.is_err() {
@@ -104,11 +109,14 @@ pub fn to_host(py: Python<'_>, tensor: &Tensor, stream: Option<i64>) -> Result<T
     );
     let src = view(tensor, tensor.layout.shape(), tensor.layout.byte_strides())?;
     drive(py, Some(device_id), stream, true, |driver| {
-        device::copy_views(driver, &dst, &src, itemsize)
+        // SAFETY: `dst` is the buffer we just allocated, kept past the sync; `src` is the
+        // tensor's device memory, live while its owner is.
+        unsafe { device::copy_views(driver, &dst, &src, itemsize) }
     })?;
     let copy = Tensor::host_allocation(buffer, tensor.dtype, layout);
     if tensor.swapped {
-        host::swap_in_place(py, &copy);
+        // SAFETY: `copy` is ours alone, in host memory we allocated.
+        unsafe { host::swap_in_place(py, &copy) };
     }
     Ok(copy)
 }
@@ -168,7 +176,9 @@ pub fn to_device(
     // device source's memory may be reused at once on a stream ours is not ordered with (torch's
     // caching allocator reuses blocks on the stream that allocated them).
     drive(py, Some(device_id), stream, true, |driver| {
-        device::copy_views(driver, &dst, &src, itemsize)
+        // SAFETY: `dst` is the device buffer we just allocated, kept past the sync; `src` is
+        // the source's memory (or our host copy of it), live while its owner is.
+        unsafe { device::copy_views(driver, &dst, &src, itemsize) }
     })?;
     let device = Device::Known(DLDevice {
         device_type: device_type::CUDA,
@@ -214,7 +224,8 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
             Place::Device(id) => to_host(py, src, stream_on(id))?,
         };
         if dst.swapped {
-            host::swap_in_place(py, &copy);
+            // SAFETY: `copy` is ours alone, in host memory we allocated.
+            unsafe { host::swap_in_place(py, &copy) };
             copy.swapped = true;
         }
         staged = copy;
@@ -229,16 +240,22 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
     let overlap = to.base.place == from.base.place
         && may_overlap(&to.as_strided(), &from.as_strided(), itemsize);
     let wait = stream.is_none() || to.base.place == Place::Host || from.base.place == Place::Host;
+    // In the body: `to` is the destination's memory, writable (`super::copyto` checked) and
+    // `from` the source's (or our copy of it), each live while its owner is, past the transfers
+    // (`drive` syncs unless the consumer's stream orders them, as it asked).
     drive(py, Some(home), stream, wait, |driver| {
         if !overlap {
-            return device::copy_views(driver, &to, &from, itemsize);
+            // SAFETY: as said; the two share no bytes.
+            return unsafe { device::copy_views(driver, &to, &from, itemsize) };
         }
         // Shared bytes: the source goes whole into a buffer of its own first.
         let bytes = to.shape.iter().product::<usize>() * itemsize;
         let (at, _scratch) = driver.scratch(from.base.place, bytes)?;
         let dense = View::c_order(at, &to.shape, itemsize);
-        device::copy_views(driver, &dense, &from, itemsize)?;
-        device::copy_views(driver, &to, &dense, itemsize)?;
+        // SAFETY: as said; `dense` is our scratch, kept past the sync below.
+        unsafe { device::copy_views(driver, &dense, &from, itemsize)? };
+        // SAFETY: as above.
+        unsafe { device::copy_views(driver, &to, &dense, itemsize)? };
         driver.sync()
     })
 }

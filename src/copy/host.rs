@@ -34,18 +34,22 @@ fn strided(ptr: *mut c_void, shape: &[i64], byte_strides: &[i64]) -> Strided {
     }
 }
 
-fn run(py: Python<'_>, dst: &Strided, src: &Strided, itemsize: usize, swap: Option<usize>) {
+/// Copy `src` into `dst` with the strided engine, without the GIL when it is worth it.
+///
+/// # Safety
+/// As `copy_strided` requires: every byte the views address is readable (`src`) or writable
+/// (`dst`) host memory for the call, and the two share no bytes (or are the same view, for a
+/// byte swap in place).
+unsafe fn run(py: Python<'_>, dst: &Strided, src: &Strided, itemsize: usize, swap: Option<usize>) {
     let bytes = dst.shape.iter().product::<usize>() * itemsize;
-    // The callers pass views whose every addressed byte lies in memory kept alive for the call
-    // (a tensor's owner, or a buffer we allocated) and that do not overlap.
     if bytes < DETACH_THRESHOLD {
-        // SAFETY: as just said.
+        // SAFETY: per the contract.
         unsafe { copy_strided(dst, src, itemsize, swap) }
     } else {
         let job = SendJob { dst, src };
         py.detach(move || {
             let job = job;
-            // SAFETY: as just said; the memory is not Python's to move while detached.
+            // SAFETY: per the contract; the memory is not Python's to move while detached.
             unsafe { copy_strided(job.dst, job.src, itemsize, swap) }
         })
     }
@@ -76,7 +80,8 @@ pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
         gather_indirect(py, tensor, &buffer, nbytes)?;
         if tensor.swapped {
             // Swap in place: the engine reads each element before writing it back.
-            run(py, &dst, &dst, itemsize, Some(tensor.dtype.swap_unit()));
+            // SAFETY: `dst` is the buffer we just allocated and filled.
+            unsafe { run(py, &dst, &dst, itemsize, Some(tensor.dtype.swap_unit())) };
         }
     } else {
         let src = strided(
@@ -85,7 +90,9 @@ pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
             tensor.layout.byte_strides(),
         );
         let swap = tensor.swapped.then(|| tensor.dtype.swap_unit());
-        run(py, &dst, &src, itemsize, swap);
+        // SAFETY: `dst` is the buffer we just allocated, as large as `src`'s elements; `src` is
+        // the tensor's host memory (checked above), live while its owner is.
+        unsafe { run(py, &dst, &src, itemsize, swap) };
     }
     Ok(Tensor::host_allocation(buffer, tensor.dtype, layout))
 }
@@ -110,20 +117,27 @@ fn gather_indirect(
 }
 
 /// Swap the bytes of a host tensor's elements where they are (native <-> non-native order).
-pub fn swap_in_place(py: Python<'_>, tensor: &Tensor) {
+///
+/// # Safety
+/// The tensor's memory is writable host memory nobody else reads or writes meanwhile (a copy
+/// of our own).
+pub unsafe fn swap_in_place(py: Python<'_>, tensor: &Tensor) {
     let view = strided(
         tensor.data,
         tensor.layout.shape(),
         tensor.layout.byte_strides(),
     );
     // The engine reads each element before writing it back.
-    run(
-        py,
-        &view,
-        &view,
-        tensor.dtype.itemsize(),
-        Some(tensor.dtype.swap_unit()),
-    );
+    // SAFETY: per the contract.
+    unsafe {
+        run(
+            py,
+            &view,
+            &view,
+            tensor.dtype.itemsize(),
+            Some(tensor.dtype.swap_unit()),
+        )
+    };
 }
 
 /// `copyto` between host tensors: checked by `super::copyto` (writable, direct destination,
@@ -151,6 +165,9 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor) -> Result<()> {
         (from, src.swapped)
     };
     let swap = (dst.swapped != from_swapped).then(|| dst.dtype.swap_unit());
-    run(py, &to, &from, itemsize, swap);
+    // SAFETY: both are the tensors' host memory, live while their owners are; `dst` is writable
+    // (`super::copyto` checked) and shares no bytes with `from` (a source that might was staged
+    // into our own buffer).
+    unsafe { run(py, &to, &from, itemsize, swap) };
     Ok(())
 }

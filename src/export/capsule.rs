@@ -32,20 +32,37 @@ pub enum Kind {
 /// The tensor an export describes, and what keeps its memory alive for as long as the export
 /// lives.
 pub enum Source<'a> {
-    /// A tensor held by a Python object (a `DLPackObject`): the export keeps a strong reference
-    /// to `holder`, which must keep `tensor` alive.
-    Held {
-        holder: Py<PyAny>,
-        tensor: &'a Tensor,
-    },
+    /// A tensor held by a Python object (a `DLPackObject`), made by `Source::held`.
+    Held(Held<'a>),
     /// A tensor of the export's own: a copy, or a fresh export from the producer.
     Own(Arc<Tensor>),
 }
 
-impl Source<'_> {
+/// A tensor and the Python object that keeps it alive and unchanged, of which the export keeps
+/// a strong reference; made while attached to Python (the export is then allocated and freed
+/// under the GIL, see `new_export`).
+pub struct Held<'a> {
+    holder: Py<PyAny>,
+    tensor: &'a Tensor,
+    _attached: Python<'a>,
+}
+
+impl<'a> Source<'a> {
+    /// `tensor`, kept alive by a reference to `holder`.
+    ///
+    /// # Safety
+    /// `holder` keeps `tensor` alive and unchanged for as long as it lives.
+    pub unsafe fn held(py: Python<'a>, holder: Py<PyAny>, tensor: &'a Tensor) -> Self {
+        Source::Held(Held {
+            holder,
+            tensor,
+            _attached: py,
+        })
+    }
+
     fn tensor(&self) -> &Tensor {
         match self {
-            Source::Held { tensor, .. } => tensor,
+            Source::Held(held) => held.tensor,
             Source::Own(tensor) => tensor,
         }
     }
@@ -54,7 +71,7 @@ impl Source<'_> {
     /// export's head).
     fn into_raw(self) -> (*const c_void, bool) {
         match self {
-            Source::Held { holder, .. } => (holder.into_ptr().cast_const().cast(), true),
+            Source::Held(held) => (held.holder.into_ptr().cast_const().cast(), true),
             Source::Own(tensor) => (Arc::into_raw(tensor).cast(), false),
         }
     }
@@ -98,12 +115,12 @@ fn new_export<M>(
     let tensor = source.tensor().exportable().map_err(Error::buffer)?;
     let ndim = tensor.shape.len();
     let (layout, dims_offset) = export_layout::<M>(ndim);
-    let held = matches!(source, Source::Held { .. });
+    let held = matches!(source, Source::Held(_));
     // An export held by an object is only made and freed under the GIL (see `free_export`), so
     // it can come from Python's small-object allocator, cheaper than the C heap's.
     // SAFETY: the layout has non-zero size (it holds at least the managed struct); Python's
-    // allocator aligns to 16 bytes, more than the layout needs; a held source means the caller
-    // holds the GIL (it has the holder).
+    // allocator aligns to 16 bytes, more than the layout needs; a held source was made
+    // attached (`Held` carries the token), and lives no longer.
     let base = unsafe {
         if held {
             python::mem_alloc(layout.size())

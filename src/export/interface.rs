@@ -98,7 +98,13 @@ struct ArrayStruct {
 /// `__array_struct__` of a host tensor DLPack-style memory can describe in place (not behind
 /// suboffsets), held by `holder`: a capsule of numpy's `PyArrayInterface`, whose shape and
 /// strides point into the tensor's layout.
-pub fn array_struct<'py>(holder: &Bound<'py, PyAny>, tensor: &Tensor) -> Result<Bound<'py, PyAny>> {
+///
+/// # Safety
+/// `holder` keeps `tensor` alive and unchanged for as long as it lives.
+pub unsafe fn array_struct<'py>(
+    holder: &Bound<'py, PyAny>,
+    tensor: &Tensor,
+) -> Result<Bound<'py, PyAny>> {
     if tensor.indirect {
         return Err(Error::buffer(
             "memory behind suboffsets has no __array_struct__ (its __array_interface__ is a copy)",

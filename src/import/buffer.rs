@@ -8,7 +8,7 @@ use crate::ffi::python::{self, Py_buffer};
 use pyo3::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::tensor::{Device, Layout, Owner, Tensor, dtype};
+use crate::tensor::{Device, FilledView, Layout, Owner, Tensor, dtype};
 
 /// A held `Py_buffer`: released by its `Owner` exactly once.
 pub struct View {
@@ -29,7 +29,8 @@ impl View {
         let view: Box<Py_buffer> = unsafe { Box::from_raw(Box::into_raw(raw).cast()) };
         Ok(View {
             owner: Owner::Buffer {
-                view,
+                // SAFETY: filled just above; only its owner releases it.
+                view: unsafe { FilledView::new(view) },
                 exporter: ManuallyDrop::new(obj.clone().unbind()),
             },
         })

@@ -19,7 +19,7 @@ use crate::ffi::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
     DLPackExchangeAPI, DLTensor, FLAG_READ_ONLY,
 };
-use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
+use crate::tensor::{DType, Device, Layout, Managed, Owner, Tensor, layout};
 
 /// Call a producer's `__dlpack__` method (newest protocol first, then the pre-versioning call
 /// for old producers that don't take `max_version`) and import the capsule. `stream` is
@@ -149,7 +149,8 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
         unsafe { import_versioned(managed.cast()) }
     } else {
         let managed = managed.cast::<DLManagedTensor>();
-        let owner = Owner::Legacy(managed);
+        // SAFETY: the capsule held a legacy managed tensor, now ours alone (renamed "used_").
+        let owner = Owner::Legacy(unsafe { Managed::take(managed) });
         // SAFETY: as above, for a legacy DLManagedTensor.
         let tensor = unsafe { (*managed.as_ptr()).dl_tensor };
         describe(&tensor, false, owner)
@@ -163,7 +164,8 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
 /// `managed` is a valid `DLManagedTensorVersioned` whose deleter nobody else will call.
 pub unsafe fn import_versioned(managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
     // From here on the owner calls the deleter, on success or on any error below.
-    let owner = Owner::Versioned(managed);
+    // SAFETY: per the contract.
+    let owner = Owner::Versioned(unsafe { Managed::take(managed) });
     // SAFETY: per the contract, `version`, `flags` and `dl_tensor` are readable until the
     // deleter runs.
     let (version, flags, tensor) = unsafe {

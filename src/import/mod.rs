@@ -61,8 +61,11 @@ impl Hasher for AddressHasher {
 /// `dst` is valid for writes of a `Tensor`.
 #[inline(always)]
 pub unsafe fn import_known_into(obj: &Bound<'_, PyAny>, dst: *mut Tensor) -> bool {
+    let Some(array) = numpy::ExactNdarray::new(obj) else {
+        return false;
+    };
     // SAFETY: per the contract.
-    numpy::is_exact_ndarray(obj) && unsafe { numpy::import_known_into(obj, dst) }
+    unsafe { numpy::import_known_into(array, dst) }
 }
 
 /// Whether `obj` is an array its library keeps immutable (JAX), whatever its exports say.
@@ -73,8 +76,10 @@ pub fn is_immutable(obj: &Bound<'_, PyAny>) -> bool {
 pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
     let py = obj.py();
     // The common case first, without the per-type lookup: an exact numpy array.
-    let exact_ndarray = numpy::is_exact_ndarray(obj);
-    if exact_ndarray && let Some(tensor) = numpy::import(obj)? {
+    let exact_ndarray = numpy::ExactNdarray::new(obj);
+    if let Some(array) = exact_ndarray
+        && let Some(tensor) = numpy::import(array)?
+    {
         return Ok(Imported {
             tensor,
             producer: None,
@@ -90,9 +95,11 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
     if protocols.numpy_masked {
         refuse_masked_elements(obj)?;
     }
+    // The first array of the process: the probe just found numpy's type.
     if protocols.ndarray
-        && !exact_ndarray
-        && let Some(tensor) = numpy::import(obj)?
+        && exact_ndarray.is_none()
+        && let Some(array) = numpy::ExactNdarray::new(obj)
+        && let Some(tensor) = numpy::import(array)?
     {
         return Ok(Imported {
             tensor,

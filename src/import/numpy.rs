@@ -24,17 +24,18 @@ use crate::ffi::{DLDataType, NPY_ARRAY_WRITEABLE, NumpyArrayFields};
 use crate::tensor::dtype::Element;
 use crate::tensor::{DType, Device, Layout, Owner, Tensor};
 
-/// Whether `ty` is numpy's ndarray itself (not a subclass, which may export differently).
+/// Whether `ty` is numpy's ndarray itself (not a subclass, which may export differently, nor a
+/// class made at run time under its name). Remembers it for `ExactNdarray::new`.
 pub fn is_ndarray_type(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
     let py = ty.py();
     let named = |attr, want: &str| {
         ty.getattr(attr)
             .is_ok_and(|v| v.cast::<PyString>().is_ok_and(|s| s == want))
     };
-    let is_ndarray =
-        named(intern!(py, "__module__"), "numpy") && named(intern!(py, "__name__"), "ndarray");
-    let static_type = !python::is_heap_type(ty);
-    if is_ndarray && static_type {
+    let is_ndarray = !python::is_heap_type(ty)
+        && named(intern!(py, "__module__"), "numpy")
+        && named(intern!(py, "__name__"), "ndarray");
+    if is_ndarray {
         NDARRAY.store(ty.as_type_ptr(), Ordering::Relaxed);
     }
     is_ndarray
@@ -44,38 +45,65 @@ pub fn is_ndarray_type(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
 /// process, so its address identifies it (`import` checks it before any per-type lookup).
 static NDARRAY: AtomicPtr<python::PyTypeObject> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Whether `obj` is exactly numpy's ndarray, as a previous probe found it (false before).
-pub fn is_exact_ndarray(obj: &Bound<'_, PyAny>) -> bool {
-    let ndarray = NDARRAY.load(Ordering::Relaxed);
-    // SAFETY: `obj` is a live object; reading its type pointer touches nothing else.
-    !ndarray.is_null() && unsafe { python::type_of(obj.as_ptr()) } == ndarray
+/// An object whose type is exactly numpy's ndarray (as a probe found it): only `new`, which
+/// checks, makes one, so its struct is numpy's.
+#[derive(Clone, Copy)]
+pub struct ExactNdarray<'a, 'py>(&'a Bound<'py, PyAny>);
+
+impl<'a, 'py> ExactNdarray<'a, 'py> {
+    /// `obj` if it is exactly numpy's ndarray, as a previous probe found it (`None` before).
+    #[inline(always)]
+    pub fn new(obj: &'a Bound<'py, PyAny>) -> Option<Self> {
+        let ndarray = NDARRAY.load(Ordering::Relaxed);
+        // SAFETY: `obj` is a live object; reading its type pointer touches nothing else.
+        let ty = unsafe { python::type_of(obj.as_ptr()) };
+        (!ndarray.is_null() && ty == ndarray).then_some(ExactNdarray(obj))
+    }
+
+    fn py(self) -> Python<'py> {
+        self.0.py()
+    }
+
+    /// The fields at `offset`, which the self-check found to agree with what the array says.
+    fn fields(self, offset: FieldsOffset) -> &'a NumpyArrayFields {
+        // SAFETY: `FieldsOffset` comes only from `self_check`, which found these fields after
+        // the object header on an ndarray; every ndarray has the same struct.
+        unsafe { fields_at(self.0, offset.0) }
+    }
 }
 
 /// Byte offset of the fields after the object header, once the self-check passed. (A
 /// `PyOnceLock`: the check runs Python code, so a plain lock could deadlock against the GIL.)
-static FIELDS_OFFSET: PyOnceLock<Option<usize>> = PyOnceLock::new();
+static FIELDS_OFFSET: PyOnceLock<Option<FieldsOffset>> = PyOnceLock::new();
 
-fn fields<'a>(array: &'a Bound<'_, PyAny>, offset: usize) -> &'a NumpyArrayFields {
-    // SAFETY: `array` is an exact ndarray (checked by the caller) whose struct starts with the
-    // object header of `offset` bytes followed by these fields (checked once per process).
-    unsafe {
-        &*(array
-            .as_ptr()
-            .cast::<u8>()
-            .add(offset)
-            .cast::<NumpyArrayFields>())
-    }
+/// Where numpy's fields start in an ndarray: only `self_check` makes one, having compared them
+/// with an array's own description.
+#[derive(Clone, Copy)]
+struct FieldsOffset(usize);
+
+/// The fields `offset` bytes into `array`.
+///
+/// # Safety
+/// `array` is an ndarray whose struct has numpy's array fields `offset` bytes in (numpy's ABI:
+/// right after the object header).
+unsafe fn fields_at<'a>(array: &'a Bound<'_, PyAny>, offset: usize) -> &'a NumpyArrayFields {
+    let at = array.as_ptr().cast::<u8>().wrapping_add(offset);
+    // SAFETY: per the contract, the fields live there as long as the array.
+    unsafe { &*at.cast::<NumpyArrayFields>() }
 }
 
 /// Compare the struct with what the array interface says, on one array.
-fn self_check(array: &Bound<'_, PyAny>) -> Option<usize> {
+fn self_check(array: ExactNdarray<'_, '_>) -> Option<FieldsOffset> {
     let py = array.py();
     let offset = PyAny::type_object(py)
         .getattr(intern!(py, "__basicsize__"))
         .ok()?
         .extract()
         .ok()?;
-    let f = fields(array, offset);
+    // SAFETY: numpy's ABI puts the fields right after the object header, which is `offset`
+    // bytes; what follows checks that they say what the array does.
+    let f = unsafe { fields_at(array.0, offset) };
+    let array = array.0;
     let interface = array.getattr(intern!(py, "__array_interface__")).ok()?;
     let interface = interface.cast::<PyDict>().ok()?;
     let data = interface.get_item("data").ok()??;
@@ -96,7 +124,7 @@ fn self_check(array: &Bound<'_, PyAny>) -> Option<usize> {
                 crate::ffi::c_array(f.dimensions, nd) == shape.as_slice()
                     && crate::ffi::c_array(f.strides, nd) == strides.as_slice()
             });
-    agrees.then_some(offset)
+    agrees.then_some(FieldsOffset(offset))
 }
 
 /// Element types by dtype object, each dtype held alive so its address stays its own.
@@ -180,19 +208,18 @@ fn element(array: &Bound<'_, PyAny>, descr: *mut python::PyObject) -> Option<Ele
 }
 
 /// Describe an exact ndarray from its struct; `None` sends it down the general path.
-pub fn import(array: &Bound<'_, PyAny>) -> Result<Option<Tensor>> {
+pub fn import(array: ExactNdarray<'_, '_>) -> Result<Option<Tensor>> {
     let Some(offset) = *FIELDS_OFFSET.get_or_init(array.py(), || self_check(array)) else {
         return Ok(None);
     };
-    let f = fields(array, offset);
-    let Some(element) = element(array, f.descr) else {
+    let f = array.fields(offset);
+    let Some(element) = element(array.0, f.descr) else {
         return Ok(None);
     };
-    describe(array, f, element)
+    describe(array.0, f, element)
 }
 
-/// `import` for an exact ndarray (checked by the caller) when everything it needs is already
-/// known: the struct was checked and the dtype is the last one seen. Runs no Python code, so
+/// `import` for an exact ndarray when everything it needs is already known: the struct was checked and the dtype is the last one seen. Runs no Python code, so
 /// it may run outside PyO3's entry points; `None` means "ask `import`", which also gives any
 /// error.
 ///
@@ -202,16 +229,16 @@ pub fn import(array: &Bound<'_, PyAny>) -> Result<Option<Tensor>> {
 /// # Safety
 /// `dst` is valid for writes of a `Tensor`.
 #[inline(always)]
-pub unsafe fn import_known_into(array: &Bound<'_, PyAny>, dst: *mut Tensor) -> bool {
+pub unsafe fn import_known_into(array: ExactNdarray<'_, '_>, dst: *mut Tensor) -> bool {
     let Some(&Some(offset)) = FIELDS_OFFSET.get(array.py()) else {
         return false;
     };
-    let f = fields(array, offset);
+    let f = array.fields(offset);
     let Some(Some(element)) = last(f.descr as usize) else {
         return false;
     };
     // SAFETY: per the contract.
-    matches!(unsafe { describe_into(array, f, element, dst) }, Ok(true))
+    matches!(unsafe { describe_into(array.0, f, element, dst) }, Ok(true))
 }
 
 fn describe(

@@ -73,25 +73,32 @@ fn guarded(body: impl FnOnce(Python<'_>) -> Result<()>) -> c_int {
     })
 }
 
-/// The `DLPackObject` behind a consumer's `PyObject*`.
-fn checked_object<'py>(py: Python<'py>, py_object: *mut c_void) -> Result<Bound<'py, PyAny>> {
-    if py_object.is_null() {
-        return Err(Error::type_("the C exchange API got a NULL object"));
-    }
-    // SAFETY: the consumer passes a live object of the type it found this table on.
-    let any = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
-    match object::state(&any) {
-        Some(_) => Ok(any),
-        None => Err(Error::type_(
-            "the C exchange API of DLPackObject got another type",
-        )),
-    }
-}
+/// A consumer's `PyObject*` found to be a `DLPackObject`: only `new`, which checks, makes one.
+struct Checked<'py>(Bound<'py, PyAny>);
 
-/// The state of an object `checked_object` accepted.
-fn state<'a>(any: &'a Bound<'_, PyAny>) -> &'a DLPackObject {
-    // SAFETY: `checked_object` checked the type; `any` keeps the object alive for 'a.
-    unsafe { object::state_unchecked(any.as_ptr()) }
+impl<'py> Checked<'py> {
+    /// The `DLPackObject` behind a consumer's `PyObject*`.
+    ///
+    /// # Safety
+    /// `py_object` is null or a live object.
+    unsafe fn new(py: Python<'py>, py_object: *mut c_void) -> Result<Self> {
+        if py_object.is_null() {
+            return Err(Error::type_("the C exchange API got a NULL object"));
+        }
+        // SAFETY: per the contract, a live object.
+        let any = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
+        match object::state(&any) {
+            Some(_) => Ok(Checked(any)),
+            None => Err(Error::type_(
+                "the C exchange API of DLPackObject got another type",
+            )),
+        }
+    }
+
+    fn state(&self) -> &DLPackObject {
+        // SAFETY: `new` found the object to be one of ours, which `self` keeps alive.
+        unsafe { object::state_unchecked(self.0.as_ptr()) }
+    }
 }
 
 unsafe extern "C" fn managed_tensor_from_py_object(
@@ -123,8 +130,9 @@ unsafe extern "C" fn managed_tensor_from_py_object(
         return 0;
     }
     guarded(|py| {
-        let any = checked_object(py, py_object)?;
-        let managed = state(&any).export_managed(&any)?;
+        // SAFETY: the consumer passes a live object (or null).
+        let object = unsafe { Checked::new(py, py_object)? };
+        let managed = object.state().export_managed(&object.0)?;
         // SAFETY: the consumer gives a writable slot for the result.
         unsafe { *out = managed.as_ptr() };
         Ok(())
@@ -149,8 +157,9 @@ unsafe extern "C" fn managed_tensor_to_py_object(
 
 unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
     guarded(|py| {
-        let any = checked_object(py, py_object)?;
-        let tensor = state(&any).tensor();
+        // SAFETY: the consumer passes a live object (or null).
+        let object = unsafe { Checked::new(py, py_object)? };
+        let tensor = object.state().tensor();
         let exportable = tensor.exportable().map_err(|reason| {
             Error::buffer(format!("{reason}; a borrowed DLTensor can't be a copy"))
         })?;
@@ -185,7 +194,10 @@ unsafe extern "C" fn current_work_stream(
 }
 
 /// A new, C-ordered, 64-byte aligned CPU tensor for the prototype's dtype and shape.
-fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorVersioned>> {
+///
+/// # Safety
+/// `prototype.shape` has `prototype.ndim` readable entries (when `ndim > 0` and it is not null).
+unsafe fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorVersioned>> {
     if Device::Known(prototype.device) != Device::CPU {
         return Err(Error::buffer(format!(
             "dlpack allocates CPU memory only, not device type {} id {}",
@@ -200,7 +212,7 @@ fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorVersione
     let shape = if ndim == 0 {
         &[][..]
     } else {
-        // SAFETY: a prototype's shape has `ndim` entries.
+        // SAFETY: per the contract (`ndim` is the prototype's, the shape not null).
         unsafe { crate::ffi::c_array(prototype.shape, ndim) }
     };
     let layout = Layout::from_byte_strides(shape, None, dtype.itemsize())?;
@@ -227,8 +239,9 @@ unsafe extern "C" fn managed_tensor_allocator(
             let null = Error::value("NULL prototype or output");
             return Err(null.python_type_name_and_message());
         }
-        // SAFETY: the consumer passes a readable prototype.
-        allocate(unsafe { &*prototype }).map_err(|err| err.python_type_name_and_message())
+        // SAFETY: the consumer passes a readable prototype, whose shape has `ndim` entries.
+        let allocated = unsafe { allocate(&*prototype) };
+        allocated.map_err(|err| err.python_type_name_and_message())
     }))
     .unwrap_or_else(|_| {
         let panic = Error::runtime("dlpack: internal error (panic)");

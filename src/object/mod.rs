@@ -41,7 +41,7 @@ pub struct DLPackObject {
 /// buffer protocol) in a `DLPackObject`, without copying.
 pub fn asdlpack<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     // DLPackObject is final: an exact type check suffices (and skips a subtype walk).
-    if pytype::is_instance(obj.as_ptr()) {
+    if pytype::is_instance(obj) {
         return Ok(obj.clone());
     }
     let import::Imported { tensor, producer } = import::import(obj)?;
@@ -54,7 +54,7 @@ pub fn asdlpack<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 /// `asdlpack_method`, which also gives errors; `Some(Err)`: the object could not be made.
 #[inline(always)]
 fn asdlpack_known<'py>(obj: &Bound<'py, PyAny>) -> Option<PyResult<Bound<'py, PyAny>>> {
-    if pytype::is_instance(obj.as_ptr()) {
+    if pytype::is_instance(obj) {
         return Some(Ok(obj.clone()));
     }
     // SAFETY: `state` is an instance's uninitialised state, written whole when we say so.
@@ -204,16 +204,27 @@ impl DLPackObject {
         }
     }
 
-    /// What the export of this object's tensor shares it through: a reference to the object.
-    pub(super) fn held<'a>(&'a self, slf: &Bound<'_, PyAny>) -> Source<'a> {
-        Source::Held {
-            holder: slf.clone().unbind(),
-            tensor: &self.tensor,
-        }
+    /// What the export of this object's tensor shares it through: a reference to `slf`, this
+    /// object's Python side.
+    pub(super) fn held<'a>(&'a self, slf: &Bound<'a, PyAny>) -> Source<'a> {
+        self.check_is_state_of(slf);
+        // SAFETY: `slf` is the object whose state this is (checked just above), which keeps its
+        // tensor, immutable, as long as it lives.
+        unsafe { Source::held(slf.py(), slf.clone().unbind(), &self.tensor) }
+    }
+
+    /// That `slf` is the object whose state this is: an export through it lives on `slf`'s
+    /// reference (a mix-up would be a bug, caught here before anything dangles).
+    fn check_is_state_of(&self, slf: &Bound<'_, PyAny>) {
+        let ours = state(slf).is_some_and(|state| std::ptr::eq(state, self));
+        assert!(
+            ours,
+            "a DLPackObject's state was paired with another object"
+        );
     }
 
     /// The source of an export `policy::prepare` decided on: this object's tensor, or its own.
-    fn source<'a>(&'a self, slf: &Bound<'_, PyAny>, own: Option<Arc<Tensor>>) -> Source<'a> {
+    fn source<'a>(&'a self, slf: &Bound<'a, PyAny>, own: Option<Arc<Tensor>>) -> Source<'a> {
         match own {
             None => self.held(slf),
             Some(tensor) => Source::Own(tensor),
@@ -346,7 +357,11 @@ impl DLPackObject {
                 "DLPackObject of {device} memory has no __array_struct__ (host memory only)"
             )));
         }
-        interface::array_struct(slf, &self.tensor).map_err(|err| match err {
+        self.check_is_state_of(slf);
+        // SAFETY: `slf` is the object whose state this is (checked just above), which keeps its
+        // tensor, immutable, as long as it lives.
+        let capsule = unsafe { interface::array_struct(slf, &self.tensor) };
+        capsule.map_err(|err| match err {
             Error::Core(CoreError::Buffer(msg)) => PyAttributeError::new_err(msg),
             other => other.into(),
         })

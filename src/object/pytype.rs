@@ -157,7 +157,7 @@ pub unsafe fn new_object_with(
 pub fn state<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a DLPackObject> {
     // SAFETY: an instance of our type has its state initialised for as long as it lives, which
     // `object` guarantees for 'a.
-    is_instance(object.as_ptr()).then(|| unsafe { state_unchecked(object.as_ptr()) })
+    is_instance(object).then(|| unsafe { state_unchecked(object.as_ptr()) })
 }
 
 /// The state of a live `DLPackObject`.
@@ -169,10 +169,11 @@ pub unsafe fn state_unchecked<'a>(object: *mut PyObject) -> &'a DLPackObject {
     unsafe { (*object.cast::<Instance>()).state.assume_init_ref() }
 }
 
-/// Whether `object` (a live object) is a `DLPackObject`; false before the type exists.
-pub fn is_instance(object: *mut PyObject) -> bool {
+/// Whether `object` is a `DLPackObject`; false before the type exists.
+pub fn is_instance(object: &Bound<'_, PyAny>) -> bool {
     // SAFETY: reading a live object's type (never null, unlike `TYPE` before module set-up).
-    unsafe { python::type_of(object) == TYPE.load(Ordering::Relaxed) }
+    let ty = unsafe { python::type_of(object.as_ptr()) };
+    ty == TYPE.load(Ordering::Relaxed)
 }
 
 /// `tp_dealloc`: untrack, release what the state holds (in place: the instance is unreachable,

@@ -44,7 +44,7 @@ pub enum Owner {
     /// A buffer-protocol view, `PyBuffer_Release`d on drop, and its exporter (the view holds a
     /// reference too; this one lets the garbage collector see it).
     Buffer {
-        view: Box<Py_buffer>,
+        view: FilledView,
         exporter: ManuallyDrop<Py<PyAny>>,
     },
     /// A Python object that owns the memory (array interface, CUDA array interface).
@@ -55,13 +55,47 @@ pub enum Owner {
         source: ManuallyDrop<Py<PyAny>>,
     },
     /// A producer's legacy managed tensor; its deleter is called on drop.
-    Legacy(NonNull<DLManagedTensor>),
+    Legacy(Managed<DLManagedTensor>),
     /// A producer's versioned managed tensor; its deleter is called on drop.
-    Versioned(NonNull<DLManagedTensorVersioned>),
+    Versioned(Managed<DLManagedTensorVersioned>),
     /// Memory we allocated for a copy; needs no Python to free.
     Allocation(#[allow(dead_code, reason = "held to be freed on drop")] AlignedBuffer),
     /// CUDA memory we allocated for a copy; needs no Python to free.
     DeviceAllocation(#[allow(dead_code, reason = "held to be freed on drop")] DeviceBuffer),
+}
+
+/// A buffer view that `get_buffer` filled, which its owner releases once: only `new` makes one.
+pub struct FilledView(Box<Py_buffer>);
+
+impl FilledView {
+    /// # Safety
+    /// `view` was filled by a successful `get_buffer` and is released by nobody else.
+    pub unsafe fn new(view: Box<Py_buffer>) -> Self {
+        FilledView(view)
+    }
+}
+
+impl std::ops::Deref for FilledView {
+    type Target = Py_buffer;
+    fn deref(&self) -> &Py_buffer {
+        &self.0
+    }
+}
+
+/// A producer's managed tensor whose deleter is ours to call, once: only `take` makes one.
+pub struct Managed<T>(NonNull<T>);
+
+impl<T> Managed<T> {
+    /// # Safety
+    /// `managed` is a valid managed tensor (legacy or versioned, as `T` says) that stays valid
+    /// until its deleter runs, and whose deleter nobody else will call.
+    pub unsafe fn take(managed: NonNull<T>) -> Self {
+        Managed(managed)
+    }
+
+    pub fn as_ptr(&self) -> *mut T {
+        self.0.as_ptr()
+    }
 }
 
 impl Owner {
@@ -101,33 +135,36 @@ impl Owner {
     /// drop its non-Python fields (`Allocation`, `DeviceAllocation`), which this leaves alone.
     unsafe fn release_python(&mut self) {
         // Per the contract, this runs once, holding the GIL, so the decrefs and releases happen
-        // now and only once.
+        // now and only once: "as said" below.
         match self {
-            // SAFETY: as said; the view was filled by a successful `get_buffer`.
-            Owner::Buffer { view, exporter } => unsafe {
-                python::release_buffer(&mut **view);
-                python::decref(exporter.as_ptr());
-            },
+            Owner::Buffer { view, exporter } => {
+                // SAFETY: as said; a `FilledView` was filled by a successful `get_buffer`.
+                unsafe { python::release_buffer(&raw mut *view.0) };
+                // SAFETY: as said.
+                unsafe { python::decref(exporter.as_ptr()) };
+            }
             // SAFETY: as said.
             Owner::Object(obj) => unsafe { python::decref(obj.as_ptr()) },
-            // SAFETY: as said.
-            Owner::ArrayStruct { capsule, source } => unsafe {
-                python::decref(capsule.as_ptr());
-                python::decref(source.as_ptr());
-            },
-            // SAFETY: we took the managed tensor from a capsule we renamed "used_" (or from the
-            // producer's exchange API); nobody else will call its deleter.
-            Owner::Legacy(managed) => unsafe {
-                if let Some(deleter) = (*managed.as_ptr()).deleter {
-                    deleter(managed.as_ptr());
+            Owner::ArrayStruct { capsule, source } => {
+                // SAFETY: as said.
+                unsafe { python::decref(capsule.as_ptr()) };
+                // SAFETY: as said.
+                unsafe { python::decref(source.as_ptr()) };
+            }
+            Owner::Legacy(managed) => {
+                // SAFETY: a `Managed` is valid until its deleter runs, which happens only here.
+                if let Some(deleter) = unsafe { (*managed.as_ptr()).deleter } {
+                    // SAFETY: as said; nobody else calls the deleter (`Managed::take`).
+                    unsafe { deleter(managed.as_ptr()) };
                 }
-            },
-            // SAFETY: as for `Legacy`.
-            Owner::Versioned(managed) => unsafe {
-                if let Some(deleter) = (*managed.as_ptr()).deleter {
-                    deleter(managed.as_ptr());
+            }
+            Owner::Versioned(managed) => {
+                // SAFETY: as for `Legacy`.
+                if let Some(deleter) = unsafe { (*managed.as_ptr()).deleter } {
+                    // SAFETY: as for `Legacy`.
+                    unsafe { deleter(managed.as_ptr()) };
                 }
-            },
+            }
             Owner::Allocation(_) | Owner::DeviceAllocation(_) => {}
         }
     }
@@ -139,19 +176,22 @@ impl Owner {
     /// # Safety
     /// `owner` is live and not used (nor dropped) again; the calling thread holds the GIL.
     pub unsafe fn release_attached_in_place(owner: *mut Owner) {
-        // SAFETY: per the contract, this is the only release of the owner's Python side, and
-        // each remaining field is dropped once.
-        unsafe {
-            (*owner).release_python();
-            match &mut *owner {
-                Owner::Buffer { view, .. } => std::ptr::drop_in_place(view),
-                Owner::Allocation(buffer) => std::ptr::drop_in_place(buffer),
-                Owner::DeviceAllocation(buffer) => std::ptr::drop_in_place(buffer),
-                Owner::Object(_)
-                | Owner::ArrayStruct { .. }
-                | Owner::Legacy(_)
-                | Owner::Versioned(_) => {}
-            }
+        // SAFETY: per the contract, `owner` is live and ours alone from here on.
+        let owner = unsafe { &mut *owner };
+        // SAFETY: per the contract, this is the only release of the owner's Python side.
+        unsafe { owner.release_python() };
+        // Each remaining field is dropped once, here ("as said" below), and never used again.
+        match owner {
+            // SAFETY: as said.
+            Owner::Buffer { view, .. } => unsafe { std::ptr::drop_in_place(view) },
+            // SAFETY: as said.
+            Owner::Allocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
+            // SAFETY: as said.
+            Owner::DeviceAllocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
+            Owner::Object(_)
+            | Owner::ArrayStruct { .. }
+            | Owner::Legacy(_)
+            | Owner::Versioned(_) => {}
         }
     }
 }

@@ -131,17 +131,15 @@ pub fn primary_context(device_id: i32) -> Result<Context, String> {
         return Ok(ctx);
     }
     let mut device: sys::CUdevice = 0;
-    // SAFETY: out-parameters are live locals; the driver validates the ordinal.
-    unsafe {
-        check(sys::cuDeviceGet(&mut device, device_id), "cuDeviceGet")?;
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        check(
-            sys::cuDevicePrimaryCtxRetain(&mut ctx, device),
-            "cuDevicePrimaryCtxRetain",
-        )?;
-        contexts.push((device_id, Context(ctx)));
-        Ok(Context(ctx))
-    }
+    // SAFETY: the out-parameter is a live local; the driver validates the ordinal.
+    let found = unsafe { sys::cuDeviceGet(&mut device, device_id) };
+    check(found, "cuDeviceGet")?;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: the out-parameter is a live local; `device` is a device the driver named.
+    let retained = unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, device) };
+    check(retained, "cuDevicePrimaryCtxRetain")?;
+    contexts.push((device_id, Context(ctx)));
+    Ok(Context(ctx))
 }
 
 /// Run `body` with `ctx` current on this thread, restoring the previous context after.
@@ -165,32 +163,33 @@ pub fn stream_handle(stream: Option<i64>) -> sys::CUstream {
 
 /// Make `consumer` wait, on the device, for the work queued on `producer` so far: an event
 /// recorded on one and waited for by the other, so the host never blocks.
-pub fn stream_wait(device_id: i32, producer: isize, consumer: Option<i64>) -> Result<(), String> {
+///
+/// # Safety
+/// `producer` and `consumer` (when given) are handles of live CUDA streams of device
+/// `device_id` (or 1 or 2, the default streams).
+pub unsafe fn stream_wait(
+    device_id: i32,
+    producer: isize,
+    consumer: Option<i64>,
+) -> Result<(), String> {
     let ctx = primary_context(device_id)?;
+    // The event is created, recorded, waited on and released here (the driver defers its
+    // destruction until it completes), with the device's context current.
     with_context(ctx, || {
         let mut event: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: a context is current; the event is created, recorded, waited on and
-        // released here (the driver defers its destruction until it completes).
-        unsafe {
-            check(
-                sys::cuEventCreate(
-                    &mut event,
-                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
-                ),
-                "cuEventCreate",
-            )?;
-            let recorded = check(
-                sys::cuEventRecord(event, producer as sys::CUstream),
-                "cuEventRecord",
-            )
-            .and_then(|()| {
-                check(
-                    sys::cuStreamWaitEvent(stream_handle(consumer), event, 0),
-                    "cuStreamWaitEvent",
-                )
-            });
-            let _ = sys::cuEventDestroy_v2(event);
-            recorded
-        }
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: the out-parameter is a live local.
+        let created = unsafe { sys::cuEventCreate(&mut event, flags) };
+        check(created, "cuEventCreate")?;
+        // SAFETY: a live event; `producer` is a live stream per the contract.
+        let recorded = unsafe { sys::cuEventRecord(event, producer as sys::CUstream) };
+        let waited = check(recorded, "cuEventRecord").and_then(|()| {
+            // SAFETY: a live, recorded event; `consumer` is a live stream per the contract.
+            let waited = unsafe { sys::cuStreamWaitEvent(stream_handle(consumer), event, 0) };
+            check(waited, "cuStreamWaitEvent")
+        });
+        // SAFETY: the event was created above and is destroyed once.
+        let _ = unsafe { sys::cuEventDestroy_v2(event) };
+        waited
     })
 }

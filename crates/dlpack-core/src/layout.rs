@@ -48,15 +48,15 @@ impl Dims {
         if ndim <= INLINE_NDIM {
             // Zeroed bytes, then the fields: writing the zeroed variant as a value went through
             // a misaligned copy on the stack.
-            // SAFETY: per the contract; all-zero bytes are a valid `Dims::Inline` (`repr(u8)`,
-            // first variant), whose fields are then set through the enum.
-            unsafe {
-                std::ptr::write_bytes(dst, 0, 1);
-                if let Dims::Inline { len, values } = &mut *dst {
-                    *len = (3 * ndim) as u8;
-                    for (k, value) in values[..ndim].iter_mut().enumerate() {
-                        *value = extent(k);
-                    }
+            // SAFETY: per the contract, `dst` may be written.
+            unsafe { std::ptr::write_bytes(dst, 0, 1) };
+            // SAFETY: all-zero bytes are a valid `Dims::Inline` (`repr(u8)`, first variant),
+            // whose fields are then set through the enum; nothing else refers to `dst`.
+            let dims = unsafe { &mut *dst };
+            if let Dims::Inline { len, values } = dims {
+                *len = (3 * ndim) as u8;
+                for (k, value) in values[..ndim].iter_mut().enumerate() {
+                    *value = extent(k);
                 }
             }
             return;
@@ -137,11 +137,10 @@ impl Layout {
         byte_stride: Option<S>,
     ) -> Result<Layout> {
         let mut layout = std::mem::MaybeUninit::uninit();
-        // SAFETY: `layout` is valid for writes, and initialised when `build_into` succeeds.
-        unsafe {
-            Layout::build_into(layout.as_mut_ptr(), ndim, itemsize, extent, byte_stride)?;
-            Ok(layout.assume_init())
-        }
+        // SAFETY: `layout` is valid for writes.
+        unsafe { Layout::build_into(layout.as_mut_ptr(), ndim, itemsize, extent, byte_stride)? };
+        // SAFETY: `build_into` succeeded, so it initialised `layout`.
+        Ok(unsafe { layout.assume_init() })
     }
 
     /// `build`, writing the layout into `dst` (see `Dims::write_into` for why): initialised
@@ -163,12 +162,16 @@ impl Layout {
             )));
         }
         let item = i64::try_from(itemsize).map_err(|_| Error::value("item size too large"))?;
-        // SAFETY: per the contract; every field is written before `layout` is formed.
-        let layout = unsafe {
-            Dims::write_into(&raw mut (*dst).dims, ndim, extent);
-            (&raw mut (*dst).whole_elements).write(true);
-            &mut *dst
-        };
+        // SAFETY: per the contract, `dst` points at a `Layout`'s memory: its fields lie inside.
+        let dims = unsafe { &raw mut (*dst).dims };
+        // SAFETY: as above.
+        let whole_elements = unsafe { &raw mut (*dst).whole_elements };
+        // SAFETY: per the contract, the field may be written.
+        unsafe { Dims::write_into(dims, ndim, extent) };
+        // SAFETY: as above.
+        unsafe { whole_elements.write(true) };
+        // SAFETY: both fields were written just above; nothing else refers to `dst`.
+        let layout = unsafe { &mut *dst };
         let filled = layout.fill(ndim, item, itemsize, byte_stride);
         if filled.is_err() {
             // SAFETY: initialised above, and not used again.

@@ -108,10 +108,17 @@ pub trait Mover {
     /// Memory handed out by `scratch`, freed when dropped (after a `sync`).
     type Scratch;
     /// Enqueue a copy of `bytes` contiguous bytes.
-    fn linear(&mut self, dst: Addr, src: Addr, bytes: usize) -> Result<()>;
+    ///
+    /// # Safety
+    /// The `bytes` bytes at `dst` are writable and those at `src` readable, at their places, and
+    /// stay so, untouched by anything else, until the next `sync` returns; the two don't overlap.
+    unsafe fn linear(&mut self, dst: Addr, src: Addr, bytes: usize) -> Result<()>;
     /// Enqueue a pitched copy (never between two devices). `Ok(false)`: the driver refused this
     /// layout, and the rows are sent one by one instead.
-    fn pitched(&mut self, block: &Pitched) -> Result<bool>;
+    ///
+    /// # Safety
+    /// As for `linear`, for every row of the block on each side.
+    unsafe fn pitched(&mut self, block: &Pitched) -> Result<bool>;
     /// `bytes` bytes of memory at `place`.
     fn scratch(&mut self, place: Place, bytes: usize) -> Result<(Addr, Self::Scratch)>;
     /// Wait for every transfer enqueued so far.
@@ -222,7 +229,18 @@ pub const TUNING: Tuning = Tuning {
 /// Copy `src` into `dst`: views of the same shape and byte order, of `itemsize`-byte elements,
 /// sharing no bytes. Transfers into device memory may still be pending when this returns (the
 /// caller syncs when it must); host memory it wrote is complete.
-pub fn copy_views<M: Mover>(m: &mut M, dst: &View, src: &View, itemsize: usize) -> Result<()> {
+///
+/// # Safety
+/// Every byte of every element of `dst` is writable, and every byte `src` spans (gaps between
+/// its elements included) readable, at their places, and stays so, untouched by anything else,
+/// until the mover's next `sync` after this returns (or until this returns, for host memory
+/// this writes); the two share no bytes.
+pub unsafe fn copy_views<M: Mover>(
+    m: &mut M,
+    dst: &View,
+    src: &View,
+    itemsize: usize,
+) -> Result<()> {
     let Some(plan) = plan::plan(&dst.shape, &dst.strides, &src.strides) else {
         return Ok(());
     };
@@ -230,36 +248,47 @@ pub fn copy_views<M: Mover>(m: &mut M, dst: &View, src: &View, itemsize: usize) 
     match (dst.base.place, src.base.place) {
         (Place::Host, Place::Host) => {
             m.sync()?;
-            cpu(dst, src, itemsize)
+            // SAFETY: per the contract; nothing is pending after the sync.
+            unsafe { cpu(dst, src, itemsize) }
         }
         (Place::Device(a), Place::Device(b)) if a != b => {
-            between_devices(m, dst, src, itemsize, &rows)
+            // SAFETY: per the contract.
+            unsafe { between_devices(m, dst, src, itemsize, &rows) }
         }
         _ if rows.count() <= m.tuning().few_rows
             || (rows.width >= m.tuning().wide_row
                 && rows.transfers() <= m.tuning().many_transfers) =>
         {
-            transfer(m, dst.base, src.base, &rows)
+            // SAFETY: the rows address exactly the views' elements, as the contract needs.
+            unsafe { transfer(m, dst.base, src.base, &rows) }
         }
-        _ => staged(m, dst, src, itemsize, &rows),
+        // SAFETY: per the contract.
+        _ => unsafe { staged(m, dst, src, itemsize, &rows) },
     }
 }
 
-fn cpu(dst: &View, src: &View, itemsize: usize) -> Result<()> {
+/// The CPU engine on two host views.
+///
+/// # Safety
+/// As for `copy_views`, and no transfer into or out of the views is pending.
+unsafe fn cpu(dst: &View, src: &View, itemsize: usize) -> Result<()> {
     if dst.base.place != Place::Host || src.base.place != Place::Host {
         return Err(Error::Runtime(
             "internal error: the CPU engine was handed device memory".into(),
         ));
     }
     let (to, from) = (dst.as_strided(), src.as_strided());
-    // SAFETY: both views lie in host memory the caller keeps alive, share no bytes, and no
-    // transfer into or out of them is pending (callers sync first).
+    // SAFETY: per the contract, both views lie in live host memory, share no bytes, and no
+    // transfer into or out of them is pending.
     unsafe { copy_strided(&to, &from, itemsize, None) };
     Ok(())
 }
 
 /// Send the rows: one transfer per block, rows one by one where the driver refuses a block.
-fn transfer<M: Mover>(m: &mut M, dst: Addr, src: Addr, rows: &Rows) -> Result<()> {
+///
+/// # Safety
+/// The rows from `dst` and `src` address memory as `copy_views` requires.
+unsafe fn transfer<M: Mover>(m: &mut M, dst: Addr, src: Addr, rows: &Rows) -> Result<()> {
     let mut index = vec![0usize; rows.loops.len()];
     loop {
         let (mut d, mut s) = (rows.dst_offset, rows.src_offset);
@@ -267,7 +296,8 @@ fn transfer<M: Mover>(m: &mut M, dst: Addr, src: Addr, rows: &Rows) -> Result<()
             d += i as isize * l.dst;
             s += i as isize * l.src;
         }
-        block(m, dst.offset(d), src.offset(s), rows)?;
+        // SAFETY: per the contract, for this block of the rows.
+        unsafe { block(m, dst.offset(d), src.offset(s), rows)? };
         // The next block, innermost loop fastest.
         let mut k = index.len();
         loop {
@@ -284,10 +314,15 @@ fn transfer<M: Mover>(m: &mut M, dst: Addr, src: Addr, rows: &Rows) -> Result<()
     }
 }
 
-fn block<M: Mover>(m: &mut M, dst: Addr, src: Addr, rows: &Rows) -> Result<()> {
+/// One block of rows: one pitched transfer, or its rows one by one.
+///
+/// # Safety
+/// As for `transfer`, for this block.
+unsafe fn block<M: Mover>(m: &mut M, dst: Addr, src: Addr, rows: &Rows) -> Result<()> {
     let (h, d) = (rows.height, rows.depth);
     if h.n == 1 && d.n == 1 {
-        return m.linear(dst, src, rows.width);
+        // SAFETY: per the contract: the block is one row.
+        return unsafe { m.linear(dst, src, rows.width) };
     }
     let slices = |stride: isize, pitch: isize| {
         if d.n > 1 {
@@ -307,16 +342,18 @@ fn block<M: Mover>(m: &mut M, dst: Addr, src: Addr, rows: &Rows) -> Result<()> {
         dst_rows: slices(d.dst, h.dst),
         src_rows: slices(d.src, h.src),
     };
-    if m.pitched(&pitched)? {
+    // SAFETY: per the contract: the block's rows.
+    if unsafe { m.pitched(&pitched)? } {
         return Ok(());
     }
     for z in 0..d.n as isize {
         for y in 0..h.n as isize {
-            m.linear(
+            let (to, from) = (
                 dst.offset(z * d.dst + y * h.dst),
                 src.offset(z * d.src + y * h.src),
-                rows.width,
-            )?;
+            );
+            // SAFETY: per the contract: one row of the block.
+            unsafe { m.linear(to, from, rows.width)? };
         }
     }
     Ok(())
@@ -324,10 +361,20 @@ fn block<M: Mover>(m: &mut M, dst: Addr, src: Addr, rows: &Rows) -> Result<()> {
 
 /// Bring the bytes `view` spans into host memory: the returned view addresses the copy (valid
 /// after a sync), kept alive by the scratch.
-fn to_host_span<M: Mover>(m: &mut M, view: &View, itemsize: usize) -> Result<(View, M::Scratch)> {
+///
+/// # Safety
+/// Every byte `view` spans (gaps between its elements included) is readable until the next
+/// `sync`.
+unsafe fn to_host_span<M: Mover>(
+    m: &mut M,
+    view: &View,
+    itemsize: usize,
+) -> Result<(View, M::Scratch)> {
     let (low, high) = view.span(itemsize);
     let (at, keep) = m.scratch(Place::Host, (high - low) as usize)?;
-    m.linear(at, view.base.offset(low), (high - low) as usize)?;
+    // SAFETY: per the contract for the source; the scratch is ours, and the caller keeps it
+    // until after the next sync.
+    unsafe { m.linear(at, view.base.offset(low), (high - low) as usize)? };
     let staged = View {
         base: at.offset(-low),
         shape: view.shape.clone(),
@@ -337,14 +384,25 @@ fn to_host_span<M: Mover>(m: &mut M, view: &View, itemsize: usize) -> Result<(Vi
 }
 
 /// Layouts that would take many small transfers: reorder on the host, move whole spans.
-fn staged<M: Mover>(m: &mut M, dst: &View, src: &View, itemsize: usize, rows: &Rows) -> Result<()> {
+///
+/// # Safety
+/// As for `copy_views`, and every byte `src` spans is readable (a source is read whole).
+unsafe fn staged<M: Mover>(
+    m: &mut M,
+    dst: &View,
+    src: &View,
+    itemsize: usize,
+    rows: &Rows,
+) -> Result<()> {
     let (low, high) = dst.span(itemsize);
     let gapless = (high - low) as usize == dst.numel() * itemsize;
     match (dst.base.place, src.base.place) {
         (Place::Host, _) => {
-            let (from, _keep) = to_host_span(m, src, itemsize)?;
+            // SAFETY: per the contract, `src`'s span is readable.
+            let (from, _keep) = unsafe { to_host_span(m, src, itemsize)? };
             m.sync()?;
-            cpu(dst, &from, itemsize)
+            // SAFETY: `dst` per the contract, `from` our scratch, complete after the sync.
+            unsafe { cpu(dst, &from, itemsize) }
         }
         // The destination's bytes are all its own, so its whole span can be written at once
         // from an image built on the host.
@@ -356,24 +414,33 @@ fn staged<M: Mover>(m: &mut M, dst: &View, src: &View, itemsize: usize, rows: &R
                 strides: dst.strides.clone(),
             };
             if src.base.place == Place::Host {
-                cpu(&target, src, itemsize)?;
+                // SAFETY: `target` lies in our scratch, `src` is host memory per the contract.
+                unsafe { cpu(&target, src, itemsize)? };
             } else {
-                let (from, _keep) = to_host_span(m, src, itemsize)?;
+                // SAFETY: per the contract, `src`'s span is readable.
+                let (from, _keep) = unsafe { to_host_span(m, src, itemsize)? };
                 m.sync()?;
-                cpu(&target, &from, itemsize)?;
+                // SAFETY: both in our scratch, `from` complete after the sync.
+                unsafe { cpu(&target, &from, itemsize)? };
             }
-            m.linear(dst.base.offset(low), image, (high - low) as usize)?;
+            // SAFETY: the destination's span is its elements' bytes alone (gapless), writable
+            // per the contract; the image is our scratch, kept until after the sync.
+            unsafe { m.linear(dst.base.offset(low), image, (high - low) as usize)? };
             m.sync()
         }
         // Writing the span of a destination with gaps would overwrite bytes that aren't ours:
         // without a kernel, rows one by one are the exact way.
-        _ => transfer(m, dst.base, src.base, rows),
+        // SAFETY: the rows address exactly the views' elements.
+        _ => unsafe { transfer(m, dst.base, src.base, rows) },
     }
 }
 
 /// Between two devices: the source made dense on its device, one peer transfer, and the
 /// destination filled from a dense buffer on its own device.
-fn between_devices<M: Mover>(
+///
+/// # Safety
+/// As for `copy_views`.
+unsafe fn between_devices<M: Mover>(
     m: &mut M,
     dst: &View,
     src: &View,
@@ -385,18 +452,22 @@ fn between_devices<M: Mover>(
             dst.base.offset(rows.dst_offset),
             src.base.offset(rows.src_offset),
         );
-        return m.linear(d, s, rows.width);
+        // SAFETY: per the contract: the views are one run each.
+        return unsafe { m.linear(d, s, rows.width) };
     }
     let bytes = dst.numel() * itemsize;
     let (near, _keep_near) = m.scratch(src.base.place, bytes)?;
     let near = View::c_order(near, &dst.shape, itemsize);
-    copy_views(m, &near, src, itemsize)?;
+    // SAFETY: `src` per the contract, `near` our scratch, kept until after the syncs.
+    unsafe { copy_views(m, &near, src, itemsize)? };
     // Work on different devices is ordered by the host.
     m.sync()?;
     let (far, _keep_far) = m.scratch(dst.base.place, bytes)?;
-    m.linear(far, near.base, bytes)?;
+    // SAFETY: both our scratch, `near` complete after the sync.
+    unsafe { m.linear(far, near.base, bytes)? };
     let far = View::c_order(far, &dst.shape, itemsize);
-    copy_views(m, dst, &far, itemsize)?;
+    // SAFETY: `dst` per the contract, `far` our scratch, kept until after the sync.
+    unsafe { copy_views(m, dst, &far, itemsize)? };
     m.sync()
 }
 
@@ -516,13 +587,13 @@ mod tests {
     impl Mover for Emulator {
         type Scratch = Freed;
 
-        fn linear(&mut self, dst: Addr, src: Addr, bytes: usize) -> Result<()> {
+        unsafe fn linear(&mut self, dst: Addr, src: Addr, bytes: usize) -> Result<()> {
             self.linear_calls += 1;
             self.enqueue(dst, src, bytes);
             Ok(())
         }
 
-        fn pitched(&mut self, b: &Pitched) -> Result<bool> {
+        unsafe fn pitched(&mut self, b: &Pitched) -> Result<bool> {
             assert!(
                 !matches!((b.dst.place, b.src.place), (Place::Device(x), Place::Device(y)) if x != y),
                 "a pitched transfer between two devices"
@@ -561,8 +632,8 @@ mod tests {
                 for (dst, src, bytes) in queue {
                     self.check(dst.at, bytes);
                     self.check(src.at, bytes);
-                    // SAFETY: the engine only enqueues ranges inside the test's buffers and
-                    // the emulator's scratch, which lives as long as the emulator.
+                    // SAFETY: the ranges were checked just above to lie inside the test's
+                    // buffers or live scratch.
                     unsafe { std::ptr::copy(src.at as *const u8, dst.at as *mut u8, bytes) };
                 }
             }
@@ -701,7 +772,8 @@ mod tests {
         let mut src = side(&shape, &src_steps, itemsize, places.1, 100);
         let before = dst.bytes.clone();
         let mut m = emulator(refuse_pitched, tuning, [&dst, &src]);
-        copy_views(&mut m, &dst.view(), &src.view(), itemsize).unwrap();
+        // SAFETY: both views lie in their sides' buffers, which outlive the sync.
+        unsafe { copy_views(&mut m, &dst.view(), &src.view(), itemsize).unwrap() };
         m.sync().unwrap();
         // Every element arrived, and no byte outside the destination's elements changed.
         let mut touched = vec![false; dst.bytes.len()];
@@ -781,7 +853,8 @@ mod tests {
         let mut dst = side(&[n, n], &[n as isize, 1], 4, Place::Device(0), 0);
         let mut src = side(&[n, n], &[1, n as isize], 4, Place::Host, 9);
         let mut m = emulator(false, TUNING, [&dst, &src]);
-        copy_views(&mut m, &dst.view(), &src.view(), 4).unwrap();
+        // SAFETY: as in `copy_case`.
+        unsafe { copy_views(&mut m, &dst.view(), &src.view(), 4).unwrap() };
         m.sync().unwrap();
         assert_eq!((m.linear_calls, m.pitched_calls), (1, 0));
         assert_eq!(dst.element(&[3, 7], 4), src.element(&[3, 7], 4));
@@ -792,7 +865,8 @@ mod tests {
         let mut dst = side(&[64, 32], &[32, 1], 4, Place::Host, 0);
         let mut src = side(&[64, 32], &[100, 1], 4, Place::Device(0), 9);
         let mut m = emulator(false, TUNING, [&dst, &src]);
-        copy_views(&mut m, &dst.view(), &src.view(), 4).unwrap();
+        // SAFETY: as in `copy_case`.
+        unsafe { copy_views(&mut m, &dst.view(), &src.view(), 4).unwrap() };
         m.sync().unwrap();
         assert_eq!((m.linear_calls, m.pitched_calls), (0, 1));
         assert_eq!(dst.element(&[63, 31], 4), src.element(&[63, 31], 4));

@@ -3,6 +3,7 @@
 //! our host allocator, freed on whatever thread drops it.
 
 use std::ffi::c_void;
+use std::ptr;
 
 use cudarc::driver::sys;
 
@@ -37,7 +38,11 @@ unsafe impl Send for Driver {}
 impl Driver {
     /// Transfers on device `home` go on `stream` (the consumer's; `None`: the legacy default
     /// stream, `-1`: none asked for, the same), on any other device on its legacy default one.
-    pub fn new(home: Option<i32>, stream: Option<i64>) -> Self {
+    ///
+    /// # Safety
+    /// `stream`, when given (and not -1), is a handle of a live CUDA stream of device `home`
+    /// (or 1 or 2, the default streams), which stays live until the driver is dropped.
+    pub unsafe fn new(home: Option<i32>, stream: Option<i64>) -> Self {
         Driver {
             home,
             stream: stream.filter(|&s| s != -1),
@@ -78,10 +83,67 @@ fn side(addr: Addr) -> (sys::CUmemorytype, usize, sys::CUdeviceptr) {
     }
 }
 
+/// The 2-D copy of a one-slice block: no arrays, no offsets.
+fn memcpy_2d(b: &Pitched) -> sys::CUDA_MEMCPY2D {
+    let (src_type, src_host, src_device) = side(b.src);
+    let (dst_type, dst_host, dst_device) = side(b.dst);
+    sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: src_type,
+        srcHost: src_host as *const c_void,
+        srcDevice: src_device,
+        srcArray: ptr::null_mut(),
+        srcPitch: b.src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: dst_type,
+        dstHost: dst_host as *mut c_void,
+        dstDevice: dst_device,
+        dstArray: ptr::null_mut(),
+        dstPitch: b.dst_pitch,
+        WidthInBytes: b.width,
+        Height: b.height,
+    }
+}
+
+/// The 3-D copy of a block: no arrays, no offsets.
+fn memcpy_3d(b: &Pitched) -> sys::CUDA_MEMCPY3D {
+    let (src_type, src_host, src_device) = side(b.src);
+    let (dst_type, dst_host, dst_device) = side(b.dst);
+    sys::CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: src_type,
+        srcHost: src_host as *const c_void,
+        srcDevice: src_device,
+        srcArray: ptr::null_mut(),
+        reserved0: ptr::null_mut(),
+        srcPitch: b.src_pitch,
+        srcHeight: b.src_rows,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: dst_type,
+        dstHost: dst_host as *mut c_void,
+        dstDevice: dst_device,
+        dstArray: ptr::null_mut(),
+        reserved1: ptr::null_mut(),
+        dstPitch: b.dst_pitch,
+        dstHeight: b.dst_rows,
+        WidthInBytes: b.width,
+        Height: b.height,
+        Depth: b.depth,
+    }
+}
+
 impl Mover for Driver {
     type Scratch = Scratch;
 
-    fn linear(&mut self, dst: Addr, src: Addr, bytes: usize) -> Result<()> {
+    unsafe fn linear(&mut self, dst: Addr, src: Addr, bytes: usize) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
@@ -96,78 +158,50 @@ impl Mover for Driver {
             }
             _ => None,
         };
-        with_context(ctx, || {
-            // SAFETY: the planner only sends ranges of `bytes` bytes inside memory that its
-            // caller keeps alive until the transfer is synchronised; each call matches the
-            // places of its two sides.
-            unsafe {
-                match (dst.place, src.place, peer) {
-                    (_, _, Some((dst_ctx, src_ctx))) => check(
-                        sys::cuMemcpyPeerAsync(
-                            d as u64, dst_ctx.0, s as u64, src_ctx.0, bytes, handle,
-                        ),
-                        "cuMemcpyPeerAsync",
-                    ),
-                    (Place::Device(_), Place::Device(_), None) => check(
-                        sys::cuMemcpyDtoDAsync_v2(d as u64, s as u64, bytes, handle),
-                        "cuMemcpyDtoDAsync",
-                    ),
-                    (Place::Device(_), Place::Host, _) => check(
-                        sys::cuMemcpyHtoDAsync_v2(d as u64, s as *const c_void, bytes, handle),
-                        "cuMemcpyHtoDAsync",
-                    ),
-                    (Place::Host, _, _) => check(
-                        sys::cuMemcpyDtoHAsync_v2(d as *mut c_void, s as u64, bytes, handle),
-                        "cuMemcpyDtoHAsync",
-                    ),
-                }
-            }
+        // In every arm: per the contract, `bytes` bytes at each side are live memory of its
+        // place until the stream is synchronised; the call matches the two places; `handle` is
+        // a stream of the current context (`Driver::new`'s contract, or a default stream).
+        with_context(ctx, || match (dst.place, src.place, peer) {
+            (_, _, Some((dst_ctx, src_ctx))) => check(
+                // SAFETY: as said; both contexts are retained primary contexts.
+                unsafe {
+                    sys::cuMemcpyPeerAsync(d as u64, dst_ctx.0, s as u64, src_ctx.0, bytes, handle)
+                },
+                "cuMemcpyPeerAsync",
+            ),
+            (Place::Device(_), Place::Device(_), None) => check(
+                // SAFETY: as said.
+                unsafe { sys::cuMemcpyDtoDAsync_v2(d as u64, s as u64, bytes, handle) },
+                "cuMemcpyDtoDAsync",
+            ),
+            (Place::Device(_), Place::Host, _) => check(
+                // SAFETY: as said.
+                unsafe { sys::cuMemcpyHtoDAsync_v2(d as u64, s as *const c_void, bytes, handle) },
+                "cuMemcpyHtoDAsync",
+            ),
+            (Place::Host, _, _) => check(
+                // SAFETY: as said.
+                unsafe { sys::cuMemcpyDtoHAsync_v2(d as *mut c_void, s as u64, bytes, handle) },
+                "cuMemcpyDtoHAsync",
+            ),
         })
         .map_err(runtime)
     }
 
-    fn pitched(&mut self, b: &Pitched) -> Result<bool> {
+    unsafe fn pitched(&mut self, b: &Pitched) -> Result<bool> {
         let device = runs_on(b.dst, b.src)?;
         let (ctx, handle) = self.queue(device)?;
-        let (src_type, src_host, src_device) = side(b.src);
-        let (dst_type, dst_host, dst_device) = side(b.dst);
+        // Per the contract, the descriptors name `depth` slices of `height` rows of `width`
+        // bytes inside memory live until the stream is synchronised; `handle` is a stream of the
+        // current context.
         let status = with_context(ctx, || {
-            // SAFETY: the descriptors name `depth` slices of `height` rows of `width` bytes
-            // inside memory the caller keeps alive until the transfer is synchronised; the
-            // structs are plain data, zeroed fields mean "none" (no arrays, no offsets).
-            let status = unsafe {
-                if b.depth == 1 {
-                    let mut copy: sys::CUDA_MEMCPY2D = std::mem::zeroed();
-                    copy.srcMemoryType = src_type;
-                    copy.srcHost = src_host as *const c_void;
-                    copy.srcDevice = src_device;
-                    copy.srcPitch = b.src_pitch;
-                    copy.dstMemoryType = dst_type;
-                    copy.dstHost = dst_host as *mut c_void;
-                    copy.dstDevice = dst_device;
-                    copy.dstPitch = b.dst_pitch;
-                    copy.WidthInBytes = b.width;
-                    copy.Height = b.height;
-                    sys::cuMemcpy2DAsync_v2(&copy, handle)
-                } else {
-                    let mut copy: sys::CUDA_MEMCPY3D = std::mem::zeroed();
-                    copy.srcMemoryType = src_type;
-                    copy.srcHost = src_host as *const c_void;
-                    copy.srcDevice = src_device;
-                    copy.srcPitch = b.src_pitch;
-                    copy.srcHeight = b.src_rows;
-                    copy.dstMemoryType = dst_type;
-                    copy.dstHost = dst_host as *mut c_void;
-                    copy.dstDevice = dst_device;
-                    copy.dstPitch = b.dst_pitch;
-                    copy.dstHeight = b.dst_rows;
-                    copy.WidthInBytes = b.width;
-                    copy.Height = b.height;
-                    copy.Depth = b.depth;
-                    sys::cuMemcpy3DAsync_v2(&copy, handle)
-                }
-            };
-            Ok(status)
+            Ok(if b.depth == 1 {
+                // SAFETY: as said.
+                unsafe { sys::cuMemcpy2DAsync_v2(&memcpy_2d(b), handle) }
+            } else {
+                // SAFETY: as said.
+                unsafe { sys::cuMemcpy3DAsync_v2(&memcpy_3d(b), handle) }
+            })
         })
         .map_err(runtime)?;
         use sys::cudaError_enum as E;
@@ -212,8 +246,8 @@ impl Mover for Driver {
             let ctx = cuda::primary_context(device).map_err(runtime)?;
             with_context(ctx, || {
                 check(
-                    // SAFETY: `handle` is a stream of this context (the consumer's, or the
-                    // legacy one), which is current.
+                    // SAFETY: `handle` is a stream of this context (the consumer's, live per
+                    // `Driver::new`'s contract, or the legacy one), which is current.
                     unsafe { sys::cuStreamSynchronize(handle) },
                     "cuStreamSynchronize",
                 )
