@@ -59,8 +59,9 @@ lint: venv
 	$(PIP) install ruff
 	cargo fmt --check
 	cargo clippy --workspace --all-targets --quiet -- -D warnings
-	$(PY) -m ruff check dlpack bench
-	$(PY) -m ruff format --check dlpack bench
+	$(PY) tools/module_cycles.py
+	$(PY) -m ruff check dlpack bench tools
+	$(PY) -m ruff format --check dlpack bench tools
 
 # Exchange cost against the native paths and pydlpack (installed aside, in bench/.pydlpack).
 bench: venv

@@ -16,7 +16,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use pyo3::{PyTypeInfo, intern};
 
-use super::AddressMap;
+use super::address_map::AddressMap;
 use super::array_interface::resolve_dtype;
 use crate::error::Result;
 use crate::ffi::python;

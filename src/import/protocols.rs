@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyType};
 
-use super::AddressMap;
+use super::address_map::AddressMap;
 use crate::ffi::python;
 use crate::ffi::{CAPSULE_EXCHANGE_API, DLPACK_MAJOR_VERSION, DLPackExchangeAPI};
 use pyo3::intern;

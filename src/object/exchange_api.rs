@@ -14,7 +14,8 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use super::{self as object, DLPackObject};
+use super::instance::{self, new_object};
+use super::state::DLPackObject;
 use crate::error::{Error, Result};
 use crate::export::capsule::{self, Source};
 use crate::ffi::python;
@@ -89,7 +90,7 @@ impl<'py> Checked<'py> {
         }
         // SAFETY: per the contract, a live object.
         let any = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
-        match object::state(&any) {
+        match instance::state(&any) {
             Some(_) => Ok(Checked(any)),
             None => Err(Error::type_(
                 "the C exchange API of DLPackObject got another type",
@@ -99,7 +100,7 @@ impl<'py> Checked<'py> {
 
     fn state(&self) -> &DLPackObject {
         // SAFETY: `new` found the object to be one of ours, which `self` keeps alive.
-        unsafe { object::state_unchecked(self.0.as_ptr()) }
+        unsafe { instance::state_unchecked(self.0.as_ptr()) }
     }
 }
 
@@ -123,7 +124,7 @@ unsafe extern "C" fn managed_tensor_from_py_object(
         let py = unsafe { Python::assume_attached() };
         // SAFETY: as said.
         let any = unsafe { pyo3::Borrowed::from_ptr(py, py_object.cast()) };
-        match object::state(&any).and_then(|state| state.export_managed_in_place(&any)) {
+        match instance::state(&any).and_then(|state| state.export_managed_in_place(&any)) {
             Some(managed) => {
                 // SAFETY: as said.
                 unsafe { *out = managed.as_ptr() };
@@ -154,7 +155,7 @@ unsafe extern "C" fn managed_tensor_to_py_object(
             .ok_or_else(|| Error::value("the C exchange API got a NULL managed tensor"))?;
         // SAFETY: the consumer hands over ownership of a valid managed tensor.
         let tensor = unsafe { import_versioned(managed)? };
-        let object = object::new_object(py, DLPackObject::new(tensor))?;
+        let object = new_object(py, DLPackObject::new(tensor))?;
         // SAFETY: the consumer gives a writable slot; it receives our new reference.
         unsafe { *out_py_object = object.into_ptr().cast() };
         Ok(())

@@ -1,0 +1,81 @@
+//! Strides and extents derived from a layout: dense strides in its memory order, numpy's
+//! broadcasting, the bytes it spans.
+
+use super::strided::Layout;
+use crate::error::{Error, Result};
+
+/// Byte strides that pack `shape` densely with its dimensions in the order `byte_strides` lays
+/// them out in memory (numpy's `order="K"`): C order stays C order and Fortran order stays
+/// Fortran order, so copying into them is a plain copy. Ties go the C way (later dimensions
+/// inner).
+pub fn dense_strides(shape: &[i64], byte_strides: &[i64], itemsize: usize) -> Result<Vec<i64>> {
+    if byte_strides.len() != shape.len() {
+        return Err(Error::value(format!(
+            "strides {byte_strides:?} do not match the {} dimensions of shape {shape:?}",
+            shape.len()
+        )));
+    }
+    let mut order: Vec<usize> = (0..shape.len()).collect();
+    order.sort_by_key(|&k| (byte_strides[k].unsigned_abs(), std::cmp::Reverse(k)));
+    let overflow = || Error::value(format!("shape {shape:?} spans more than 2**63 bytes"));
+    let mut strides = vec![0i64; shape.len()];
+    let mut step = i64::try_from(itemsize).map_err(|_| overflow())?;
+    for k in order {
+        strides[k] = step;
+        step = step.checked_mul(shape[k].max(1)).ok_or_else(overflow)?;
+    }
+    Ok(strides)
+}
+
+/// Numpy's broadcasting of `src` to `shape`: byte strides for `src` viewed with `shape`.
+pub fn broadcast_strides(src: &Layout, shape: &[i64]) -> Result<Vec<i64>> {
+    let mismatch = || {
+        Error::value(format!(
+            "could not broadcast source of shape {:?} into destination of shape {shape:?}",
+            src.shape()
+        ))
+    };
+    // Like numpy, leading source dimensions of extent 1 beyond the destination's are dropped.
+    let extra = src.shape().len().saturating_sub(shape.len());
+    if src.shape()[..extra].iter().any(|&n| n != 1) {
+        return Err(mismatch());
+    }
+    let (src_shape, src_strides) = (&src.shape()[extra..], &src.byte_strides()[extra..]);
+    let lead = shape.len() - src_shape.len();
+    let mut strides = vec![0i64; shape.len()];
+    for (k, (&n, &s)) in src_shape.iter().zip(src_strides.iter()).enumerate() {
+        let target = shape[lead + k];
+        strides[lead + k] = if n == target {
+            s
+        } else if n == 1 {
+            0
+        } else {
+            return Err(mismatch());
+        };
+    }
+    Ok(strides)
+}
+
+/// The bytes `[low, high)` the elements of `shape` with `byte_strides` span relative to the
+/// first element; `(0, 0)` when there are none. The shape and strides are checked as
+/// `Layout::from_byte_strides` checks them.
+pub fn byte_extent(shape: &[i64], byte_strides: &[i64], itemsize: usize) -> Result<(i64, i64)> {
+    Layout::from_byte_strides(shape, Some(byte_strides), itemsize)?.byte_extent(itemsize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dense_strides_keep_memory_order() {
+        assert_eq!(dense_strides(&[2, 3], &[12, 4], 4).unwrap(), [12, 4]);
+        assert_eq!(dense_strides(&[2, 3], &[4, 8], 4).unwrap(), [4, 8]);
+        assert_eq!(dense_strides(&[2, 3], &[-4, 8], 4).unwrap(), [4, 8]);
+        // ties (broadcast dimensions) go the C way
+        assert_eq!(dense_strides(&[2, 3], &[0, 0], 8).unwrap(), [24, 8]);
+        assert_eq!(dense_strides(&[0, 3], &[4, 8], 4).unwrap(), [4, 4]);
+        assert!(dense_strides(&[2], &[4, 4], 4).is_err());
+        assert!(dense_strides(&[1 << 62, 4], &[4, 8], 4).is_err());
+    }
+}

@@ -1,0 +1,178 @@
+//! `import`: which protocol an object is read through (see the module's doc for the order), and
+//! what a type's exports mean (immutable JAX arrays, masked numpy arrays, torch's flags).
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use super::{array_interface, buffer, cuda_array_interface, dlpack, numpy, protocols};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// What `asdlpack` imported, and the DLPack producer to ask again when a consumer names a
+/// stream (device data only).
+pub struct Imported {
+    pub tensor: Tensor,
+    pub producer: Option<Py<PyAny>>,
+}
+
+/// `import` for the commonest case, when it needs no Python code: an exact numpy array of a
+/// dtype seen last time, written into `dst` (see `numpy::import_known_into`). False otherwise
+/// (`dst` untouched; `import` then says what it is, or what is wrong).
+///
+/// # Safety
+/// `dst` is valid for writes of a `Tensor`.
+#[inline(always)]
+pub unsafe fn import_known_into(obj: &Bound<'_, PyAny>, dst: *mut Tensor) -> bool {
+    let Some(array) = numpy::ExactNdarray::new(obj) else {
+        return false;
+    };
+    // SAFETY: per the contract.
+    unsafe { numpy::import_known_into(array, dst) }
+}
+
+/// Whether `obj` is an array its library keeps immutable (JAX), whatever its exports say.
+pub fn is_immutable(obj: &Bound<'_, PyAny>) -> bool {
+    protocols::of_type(&obj.get_type()).immutable
+}
+
+pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
+    let py = obj.py();
+    // The common case first, without the per-type lookup: an exact numpy array.
+    let exact_ndarray = numpy::ExactNdarray::new(obj);
+    if let Some(array) = exact_ndarray
+        && let Some(tensor) = numpy::import(array)?
+    {
+        return Ok(Imported {
+            tensor,
+            producer: None,
+        });
+    }
+    if dlpack::is_capsule(obj) {
+        return Ok(Imported {
+            tensor: dlpack::import_capsule(obj)?,
+            producer: None,
+        });
+    }
+    let protocols = protocols::of_type(&obj.get_type());
+    if protocols.numpy_masked {
+        refuse_masked_elements(obj)?;
+    }
+    // The first array of the process: the probe just found numpy's type.
+    if protocols.ndarray
+        && exact_ndarray.is_none()
+        && let Some(array) = numpy::ExactNdarray::new(obj)
+        && let Some(tensor) = numpy::import(array)?
+    {
+        return Ok(Imported {
+            tensor,
+            producer: None,
+        });
+    }
+    let attr = |name: &Bound<'py, PyString>, on_type: bool| -> Result<Option<Bound<'py, PyAny>>> {
+        if on_type || protocols.dynamic {
+            Ok(obj.getattr_opt(name)?)
+        } else {
+            Ok(None) // neither the type nor (lacking a __dict__ or __getattr__) the instance has it
+        }
+    };
+    if let Some(table) = protocols.exchange_api
+        && (!protocols.torch || torch_exports_faithfully(obj)?)
+    {
+        // SAFETY: the address came from the type's exchange API capsule and stays valid for
+        // the life of the process.
+        if let Some(mut tensor) = unsafe { dlpack::import_exchange_api(obj, table) } {
+            tensor.readonly |= protocols.immutable; // as below
+            return Ok(Imported {
+                tensor,
+                producer: None,
+            });
+        }
+    }
+    let mut refused = None;
+    if let Some(method) = attr(intern!(py, "__dlpack__"), protocols.dlpack)? {
+        match dlpack::import_producer(&method, None) {
+            Ok(mut tensor) => {
+                // Lent on to consumers that may write (the buffer protocol, the array
+                // interface), an immutable array's memory must say it is read-only.
+                tensor.readonly |= protocols.immutable;
+                let on_device = !matches!(tensor.device.get(), Ok(d) if d.is_host());
+                let producer = on_device.then(|| obj.clone().unbind());
+                return Ok(Imported { tensor, producer });
+            }
+            Err(err) if err.is_buffer_error(py) => refused = Some(err),
+            Err(err) => return Err(err),
+        }
+    }
+    let fallback = || -> Result<Option<Tensor>> {
+        if let Some(cai) = attr(
+            intern!(py, "__cuda_array_interface__"),
+            protocols.cuda_array_interface,
+        )? {
+            return cuda_array_interface::import(obj, cai).map(Some);
+        }
+        if let Some(capsule) = attr(intern!(py, "__array_struct__"), protocols.array_struct)? {
+            return array_interface::import_struct(obj, capsule).map(Some);
+        }
+        if let Some(interface) = attr(
+            intern!(py, "__array_interface__"),
+            protocols.array_interface,
+        )? {
+            return array_interface::import(obj, interface).map(Some);
+        }
+        if buffer::supports(obj) {
+            return buffer::import(obj).map(Some);
+        }
+        Ok(None)
+    };
+    match (fallback(), refused) {
+        (Ok(Some(tensor)), _) => Ok(Imported {
+            tensor,
+            producer: None,
+        }),
+        // The producer's own refusal explains best what is wrong.
+        (Ok(None), Some(refusal)) | (Err(_), Some(refusal)) => Err(refusal),
+        (Err(err), None) => Err(err),
+        (Ok(None), None) => Err(Error::type_(format!(
+            "asdlpack() needs an object that supports DLPack (__dlpack__ or a DLPack capsule), \
+             the CUDA array interface (__cuda_array_interface__), the array interface \
+             (__array_interface__ / __array_struct__) or the buffer protocol; {} supports none",
+            array_interface::type_name(obj)
+        ))),
+    }
+}
+
+/// A numpy masked array exports its data without the mask (numpy's own `__dlpack__` and array
+/// interface drop it), so one with masked elements would reach the consumer with whatever those
+/// elements' memory holds: refused. Without masked elements its data are its values.
+fn refuse_masked_elements(array: &Bound<'_, PyAny>) -> Result<()> {
+    let py = array.py();
+    let is_masked = py
+        .import(intern!(py, "numpy.ma"))?
+        .getattr(intern!(py, "is_masked"))?;
+    if is_masked.call1((array,))?.is_truthy()? {
+        return Err(Error::buffer(
+            "a numpy masked array with masked elements can't be DLPack (DLPack has no mask): \
+             pass .filled(value) for its values, or .data for the memory as it is",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether torch's C exchange API gives this tensor's true values. It exports the raw memory
+/// of tensors whose conjugate or negative bit is set (their values are the memory's conjugate
+/// or negation) and of tensors that require grad, all of which torch's `__dlpack__` refuses:
+/// those take the `__dlpack__` path, which raises torch's own error. The negative bit is
+/// refused here, since torch's `__dlpack__` exports it without a word.
+fn torch_exports_faithfully(tensor: &Bound<'_, PyAny>) -> Result<bool> {
+    let py = tensor.py();
+    let flag = |name| -> Result<bool> { Ok(tensor.call_method0(name)?.is_truthy()?) };
+    if flag(intern!(py, "is_neg"))? {
+        return Err(Error::buffer(
+            "this torch tensor has its negative bit set (a lazy negation DLPack can't carry); \
+             call .resolve_neg() first",
+        ));
+    }
+    Ok(!flag(intern!(py, "is_conj"))?
+        && !tensor.getattr(intern!(py, "requires_grad"))?.is_truthy()?)
+}

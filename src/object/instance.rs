@@ -1,0 +1,226 @@
+//! `DLPackObject` instances as CPython sees them: their memory (the object header, then the
+//! state), a small free list (GIL-protected) they come from and return to, and the slots that
+//! end them (`tp_dealloc`, `tp_traverse`). An instance is tracked by the garbage collector only
+//! when it can be part of a cycle (it references a garbage-collected object): a numpy array or
+//! bytes owner can't be.
+
+use std::ffi::{c_int, c_void};
+use std::mem::MaybeUninit;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use pyo3::prelude::*;
+
+use super::state::DLPackObject;
+use crate::ffi::python::{self, GilCell, PyObject, PyTypeObject};
+
+/// An instance's memory: the object header, then our state (initialised while the instance is
+/// alive; released in place when it dies).
+#[repr(C)]
+pub(super) struct Instance {
+    header: PyObject,
+    state: MaybeUninit<DLPackObject>,
+}
+
+/// The type, once created (the module holds it, and so does the reference leaked here: it lives
+/// as long as the process).
+static TYPE: AtomicPtr<PyTypeObject> = AtomicPtr::new(ptr::null_mut());
+
+/// Dead instances kept for reuse, the way CPython keeps its own free lists.
+struct FreeList {
+    slots: GilCell<([usize; FREE_LIST_SIZE], usize)>,
+}
+
+const FREE_LIST_SIZE: usize = 16;
+
+static FREE: FreeList = FreeList {
+    slots: GilCell::new(([0; FREE_LIST_SIZE], 0)),
+};
+
+impl FreeList {
+    /// # Safety
+    /// The caller holds the GIL.
+    unsafe fn pop(&self) -> Option<*mut PyObject> {
+        // SAFETY: per the contract, nobody else touches the list meanwhile.
+        let (slots, len) = unsafe { self.slots.get() };
+        (*len > 0).then(|| {
+            *len -= 1;
+            slots[*len] as *mut PyObject
+        })
+    }
+
+    /// Keep `instance` (dead: untracked, state released); false when the list is full.
+    ///
+    /// # Safety
+    /// The caller holds the GIL.
+    unsafe fn push(&self, instance: *mut PyObject) -> bool {
+        // SAFETY: per the contract, nobody else touches the list meanwhile.
+        let (slots, len) = unsafe { self.slots.get() };
+        if *len == FREE_LIST_SIZE {
+            return false;
+        }
+        slots[*len] = instance as usize;
+        *len += 1;
+        true
+    }
+}
+
+/// The type, once `pytype` made it (null before).
+pub(super) fn type_ptr() -> *mut PyTypeObject {
+    TYPE.load(Ordering::Acquire)
+}
+
+/// Keep the type `pytype` made (once, at module initialisation; it lives as long as the
+/// process).
+pub(super) fn set_type(ty: *mut PyTypeObject) {
+    TYPE.store(ty, Ordering::Release);
+}
+
+/// A new `DLPackObject` holding `state`.
+pub fn new_object(py: Python<'_>, state: DLPackObject) -> PyResult<Bound<'_, PyAny>> {
+    let init = |dst: *mut DLPackObject| {
+        // SAFETY: `new_object_with` hands over the instance's state to write.
+        unsafe { dst.write(state) };
+        true
+    };
+    // SAFETY: `init` writes the state whole.
+    let made = unsafe { new_object_with(py, init) };
+    made.expect("`init` always writes the state")
+}
+
+/// A new `DLPackObject` whose state `init` writes in place (fast paths: a state built on the
+/// stack and copied in cost more than building it); `None` when `init` declines, having
+/// written nothing that needs dropping. Allocating may run a garbage collection (and so
+/// finalizers), so no `GilCell` borrow may be held across this call.
+///
+/// # Safety
+/// `init` gets the instance's uninitialised state; when it returns true, it has written all of
+/// it.
+#[inline(always)]
+pub unsafe fn new_object_with(
+    py: Python<'_>,
+    init: impl FnOnce(*mut DLPackObject) -> bool,
+) -> Option<PyResult<Bound<'_, PyAny>>> {
+    let ty = TYPE.load(Ordering::Acquire);
+    if ty.is_null() {
+        return Some(Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "dlpack._dlpack is not initialised",
+        )));
+    }
+    // We hold the GIL (`py`): "attached" below. A recycled instance is dead memory of our type,
+    // which `revive_instance` makes a live object again (with a reference to the type); a fresh
+    // one comes live and untracked from `new_instance`. The state is written before the object
+    // is tracked or shared; a declined instance is dead again (its type reference released) and
+    // goes back to the free list or the allocator.
+    // SAFETY: attached.
+    let object = match unsafe { FREE.pop() } {
+        Some(object) => {
+            // SAFETY: attached; a dead, untracked instance of `ty` from the free list.
+            unsafe { python::revive_instance(object, ty) };
+            object
+        }
+        None => {
+            // SAFETY: attached; our type is collected and has no items.
+            let object = unsafe { python::new_instance(ty) };
+            if object.is_null() {
+                return Some(Err(PyErr::fetch(py)));
+            }
+            object
+        }
+    };
+    // SAFETY: a live instance of our type, whose memory is an `Instance`.
+    let state = unsafe { (*object.cast::<Instance>()).state.as_mut_ptr() };
+    if !init(state) {
+        // The instance is dead again: nothing was written that needs dropping (the contract).
+        // SAFETY: attached.
+        if !unsafe { FREE.push(object) } {
+            // SAFETY: attached; untracked, dead, and not used again.
+            unsafe { python::free_instance(object) };
+        }
+        // SAFETY: attached; the reference the instance held on its type.
+        unsafe { python::decref(ty.cast()) };
+        return None;
+    }
+    // SAFETY: `init` wrote the whole state.
+    if unsafe { (*state).references_collectable() } {
+        // SAFETY: attached; the state is complete, so traversal is valid.
+        unsafe { python::track(object) };
+    }
+    // SAFETY: a new reference to a live object.
+    Some(Ok(unsafe { Bound::from_owned_ptr(py, object) }))
+}
+
+/// The state of `object` if it is a `DLPackObject` (the type is final: an exact check).
+pub fn state<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a DLPackObject> {
+    // SAFETY: an instance of our type has its state initialised for as long as it lives, which
+    // `object` guarantees for 'a.
+    is_instance(object).then(|| unsafe { state_unchecked(object.as_ptr()) })
+}
+
+/// The state of a live `DLPackObject`.
+///
+/// # Safety
+/// `object` is a live instance of our type, and outlives the returned reference.
+pub unsafe fn state_unchecked<'a>(object: *mut PyObject) -> &'a DLPackObject {
+    // SAFETY: per the contract, an `Instance`, live for 'a.
+    let instance = unsafe { &*object.cast::<Instance>() };
+    // SAFETY: a live instance's state is initialised.
+    unsafe { instance.state.assume_init_ref() }
+}
+
+/// Whether `object` is a `DLPackObject`; false before the type exists.
+pub fn is_instance(object: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: reading a live object's type (never null, unlike `TYPE` before module set-up).
+    let ty = unsafe { python::type_of(object.as_ptr()) };
+    ty == TYPE.load(Ordering::Relaxed)
+}
+
+/// `tp_dealloc`: untrack, release what the state holds (in place: the instance is unreachable,
+/// so the Python code this may run can't see it), then recycle or free the memory.
+pub(super) unsafe extern "C" fn dealloc(object: *mut PyObject) {
+    // CPython calls this once, holding the GIL, on a dead instance of our type whose state is
+    // initialised ("as said" below). The state is released exactly once; the memory then either
+    // joins the free list or goes back to the collector's allocator; instances of a heap type
+    // own a reference to it, released last.
+    // SAFETY: as said.
+    let ty = unsafe { python::type_of(object) };
+    // SAFETY: as said.
+    unsafe { python::untrack(object) };
+    // SAFETY: as said: its memory is an `Instance`.
+    let state = unsafe { (*object.cast::<Instance>()).state.as_mut_ptr() };
+    // A panic must not unwind into CPython; none is expected (leaking beats aborting).
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: as said; not used again.
+        unsafe { DLPackObject::release_attached_in_place(state) };
+    }));
+    // SAFETY: as said: dead and untracked.
+    if !unsafe { FREE.push(object) } {
+        // SAFETY: as said; not used again.
+        unsafe { python::free_instance(object) };
+    }
+    // SAFETY: as said.
+    unsafe { python::decref(ty.cast()) };
+}
+
+/// `tp_traverse`: the type (instances of heap types reference it), the producer and the
+/// objects that own the memory.
+pub(super) unsafe extern "C" fn traverse(
+    object: *mut PyObject,
+    visit: python::visitproc,
+    arg: *mut c_void,
+) -> c_int {
+    // The collector only traverses live, tracked instances (tracked after their state was
+    // written); `visit` is its callback, called with live objects ("as said" below).
+    // SAFETY: as said.
+    let ty = unsafe { python::type_of(object) };
+    // SAFETY: as said.
+    let code = unsafe { visit(ty.cast(), arg) };
+    if code != 0 {
+        return code;
+    }
+    // SAFETY: as said.
+    let state = unsafe { state_unchecked(object) };
+    // SAFETY: as said (each referenced object is live: the state holds it).
+    state.for_each_reference(|referenced| unsafe { visit(referenced, arg) })
+}
