@@ -4,6 +4,21 @@
 //! needs no Python (DLPack's ABI, element types, layouts, memory we own, the copy engines, the
 //! CUDA driver loaded at run time) is the core crate's, `dlpack_core`; `ffi` adds the Python
 //! side's ABIs, `error` the one mapping to Python exceptions.
+//!
+//! ```text
+//! import   one importer per protocol (buffer, array_interface, cuda_array_interface, dlpack,
+//!          numpy's struct); dispatch picks one, protocols caches what a type offers
+//! tensor   description (Tensor, Device, Exportable) and owner (what keeps the memory alive)
+//! export   policy (what a request gets), capsule, buffer (PEP 3118), interface (numpy's and
+//!          the CUDA array interfaces)
+//! copy     copies between tensors: host, cuda, copyto (the checks both share)
+//! object   DLPackObject: state, behaviour, instance (its CPython memory), pytype (the type and
+//!          entry points), arguments, exchange_api; functions (asdlpack, copyto, _footprint)
+//! ffi      the DLPack ABI (the core's), capsule names, numpy's structs, python (every raw
+//!          CPython call)
+//! tables   device types, element types and layout math for the Python package
+//! error    the core's error or Python's, one mapping to Python exceptions
+//! ```
 
 mod copy;
 mod error;

@@ -79,8 +79,7 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
     if let Some(table) = protocols.exchange_api
         && (!protocols.torch || torch_exports_faithfully(obj)?)
     {
-        // SAFETY: the address came from the type's exchange API capsule and stays valid for
-        // the life of the process.
+        // SAFETY: `protocols` are those of `obj`'s type, so `table` is its exchange API.
         if let Some(mut tensor) = unsafe { dlpack::import_exchange_api(obj, table) } {
             tensor.readonly |= protocols.immutable; // as below
             return Ok(Imported {

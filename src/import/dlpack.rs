@@ -12,12 +12,13 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3::{PyTypeInfo, intern};
 
+use super::protocols::ExchangeApi;
 use crate::error::{CoreError, Error, Result};
 use crate::ffi::python;
 use crate::ffi::{
     CAPSULE_LEGACY, CAPSULE_LEGACY_USED, CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED,
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
-    DLPackExchangeAPI, DLTensor, FLAG_READ_ONLY,
+    DLTensor, FLAG_READ_ONLY,
 };
 use crate::tensor::{DType, Device, Layout, Managed, Owner, Tensor, layout};
 
@@ -71,13 +72,12 @@ pub fn import_producer(
 /// handshake only `__dlpack__` has.
 ///
 /// # Safety
-/// `table` is the address of the `DLPackExchangeAPI` published by `obj`'s type.
-pub unsafe fn import_exchange_api(obj: &Bound<'_, PyAny>, table: usize) -> Option<Tensor> {
-    // SAFETY: per the contract.
-    let table = unsafe { &*(table as *const DLPackExchangeAPI) };
-    let export = table.managed_tensor_from_py_object_no_sync?;
+/// `api` is the exchange API published by `obj`'s type, whose functions take its objects.
+pub unsafe fn import_exchange_api(obj: &Bound<'_, PyAny>, api: ExchangeApi) -> Option<Tensor> {
+    let export = api.table().managed_tensor_from_py_object_no_sync?;
     let mut managed: *mut DLManagedTensorVersioned = std::ptr::null_mut();
-    // SAFETY: the producer's function, called with an object of its type and an out slot.
+    // SAFETY: the producer's function (per the contract), called with an object of its type and
+    // an out slot.
     let status = unsafe { export(obj.as_ptr().cast(), &mut managed) };
     if status != 0 || managed.is_null() {
         // SAFETY: the producer may have set an exception; the Python path reports its own. We

@@ -18,9 +18,8 @@ pub struct Protocols {
     pub cuda_array_interface: bool,
     pub array_struct: bool,
     pub array_interface: bool,
-    /// The type's DLPack C exchange API table (major version 1), as an address: valid for the
-    /// life of the process by the protocol's rules.
-    pub exchange_api: Option<usize>,
+    /// The type's DLPack C exchange API table (major version 1).
+    pub exchange_api: Option<ExchangeApi>,
     /// A torch tensor type: its C exchange API exports tensors its `__dlpack__` refuses
     /// (conjugate or negative bit, requires grad), so those are checked first.
     pub torch: bool,
@@ -35,6 +34,29 @@ pub struct Protocols {
     /// (whose attributes can change after we probed it), or its instances may carry attributes
     /// of their own (an instance `__dict__`, or `__getattr__`).
     pub dynamic: bool,
+}
+
+/// A `DLPackExchangeAPI` table a type published: only `exchange_api`, which found it in the
+/// type's capsule, makes one. Valid for the life of the process, by the protocol's rules.
+#[derive(Clone, Copy)]
+pub struct ExchangeApi(&'static DLPackExchangeAPI);
+
+impl std::fmt::Debug for ExchangeApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ExchangeApi({:p})", self.0)
+    }
+}
+
+// SAFETY: the table is immutable, and its functions may be called from any thread (holding the
+// GIL, as the protocol asks).
+unsafe impl Send for ExchangeApi {}
+// SAFETY: as above.
+unsafe impl Sync for ExchangeApi {}
+
+impl ExchangeApi {
+    pub fn table(self) -> &'static DLPackExchangeAPI {
+        self.0
+    }
 }
 
 /// Types seen so far by address, each held alive so its address can't be reused by another.
@@ -91,7 +113,7 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
 
 /// The `DLPackExchangeAPI` a type publishes in `__dlpack_c_exchange_api__` (a capsule named
 /// "dlpack_exchange_api"), if its major version is ours and it can export managed tensors.
-fn exchange_api(ty: &Bound<'_, PyType>) -> Option<usize> {
+fn exchange_api(ty: &Bound<'_, PyType>) -> Option<ExchangeApi> {
     let py = ty.py();
     let capsule = ty
         .getattr_opt(intern!(py, "__dlpack_c_exchange_api__"))
@@ -107,10 +129,10 @@ fn exchange_api(ty: &Bound<'_, PyType>) -> Option<usize> {
     }
     // SAFETY: a capsule of this name holds a `DLPackExchangeAPI` that lives as long as the
     // process (the protocol's rule).
-    let table = unsafe { &*(table as *const DLPackExchangeAPI) };
+    let table: &'static DLPackExchangeAPI = unsafe { &*(table as *const DLPackExchangeAPI) };
     (table.header.version.major == DLPACK_MAJOR_VERSION
         && table.managed_tensor_from_py_object_no_sync.is_some())
-    .then_some(table as *const DLPackExchangeAPI as usize)
+    .then_some(ExchangeApi(table))
 }
 
 /// Whether `ty` is `numpy.ma.MaskedArray` or a subclass of it (found by name along the MRO, so

@@ -73,7 +73,11 @@ pub(super) fn type_ptr() -> *mut PyTypeObject {
 
 /// Keep the type `pytype` made (once, at module initialisation; it lives as long as the
 /// process).
-pub(super) fn set_type(ty: *mut PyTypeObject) {
+///
+/// # Safety
+/// `ty` is the `DLPackObject` type `pytype` created (instances laid out as `Instance`, with
+/// `dealloc` and `traverse` as its slots), which is never freed.
+pub(super) unsafe fn set_type(ty: *mut PyTypeObject) {
     TYPE.store(ty, Ordering::Release);
 }
 

@@ -28,7 +28,8 @@ pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
     if ty.is_null() {
         arguments::intern_keywords(py);
         ty = create_type(py)?;
-        instance::set_type(ty);
+        // SAFETY: the type just made, whose reference is never released.
+        unsafe { instance::set_type(ty) };
     }
     // SAFETY: `ty` is a live type object (one reference is never released).
     let ty = unsafe { Bound::from_borrowed_ptr(py, ty.cast()) };

@@ -36,6 +36,13 @@ impl Device {
 /// An imported tensor. Held by its `DLPackObject`, which every capsule exported from it keeps
 /// alive (copies are shared in an `Arc` by their capsules); the owner releases the memory when
 /// the last of them goes.
+///
+/// What every importer vouches for, and copies and exports rely on: while `owner` lives, the
+/// bytes `data` and `layout` address (items of `dtype`, reached through the buffer view when
+/// `indirect`) are memory of `device`, readable, and writable unless `readonly`; `stream` is a
+/// stream of that device. It is the producer's word (an address in an array interface, a
+/// DLPack tensor), which nothing can check; the fields are public, so this is a rule of the
+/// crate rather than of the type.
 pub struct Tensor {
     /// Address of the first element (any `byte_offset` already applied).
     pub data: *mut c_void,

@@ -113,13 +113,20 @@ pub fn check(status: sys::CUresult, what: &str) -> Result<(), String> {
 }
 
 /// The primary context of a device: retained once per process and never released, so any
-/// thread (a deleter's, too) can make it current.
+/// thread (a deleter's, too) can make it current. Only `primary_context` makes one.
 #[derive(Clone, Copy)]
-pub struct Context(pub(crate) sys::CUcontext);
+pub struct Context(sys::CUcontext);
 // SAFETY: a CUDA context handle may be used from any thread.
 unsafe impl Send for Context {}
 // SAFETY: as above.
 unsafe impl Sync for Context {}
+
+impl Context {
+    /// The driver's handle, live for the rest of the process.
+    pub fn handle(self) -> sys::CUcontext {
+        self.0
+    }
+}
 
 pub fn primary_context(device_id: i32) -> Result<Context, String> {
     driver()?;

@@ -15,11 +15,13 @@
 //!            and type codes, the C exchange API table
 //! device     device type names (DEVICE_TYPES), host and CPU-readable memory, DLDevice's names
 //! dtype      DType, Element (type and byte order), TypeStr; buffer formats and typestrs
-//! layout     Layout (shape, byte and element strides), byte extents, dense strides, overlap
+//! layout     strided (Layout: shape, byte and element strides, checked), derived (dense and
+//!            broadcast strides, byte extents), overlap (whether elements share bytes)
 //! memory     AlignedBuffer (host, huge pages when large), DeviceBuffer (CUDA)
 //! cuda       the CUDA driver, opened at run time: pointer attributes, contexts, streams, events
 //! copy       plan (loops of a strided copy), cpu (the strided engine and its kernels), device
-//!            (transfers planned over a Mover), driver (the CUDA driver as a Mover)
+//!            (transfers planned over a Mover: view, rows, mover, engine), driver (the CUDA
+//!            driver as a Mover)
 //! error      Error: a kind (BufferError, TypeError, ValueError, RuntimeError, MemoryError in
 //!            Python) and a message
 //! ```

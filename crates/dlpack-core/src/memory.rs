@@ -20,12 +20,14 @@ const HUGE_PAGE_THRESHOLD: usize = 4 << 20;
 const HUGE_PAGE: usize = 2 << 20;
 
 /// Ask for transparent huge pages behind `len` bytes at `ptr` (a hint: failure changes nothing).
-fn advise_huge_pages(ptr: *mut u8, len: usize) {
+///
+/// # Safety
+/// `ptr..ptr + len` is memory we allocated, whole huge pages.
+unsafe fn advise_huge_pages(ptr: *mut u8, len: usize) {
     #[cfg(target_os = "linux")]
     {
         use rustix::mm::{Advice, madvise};
-        // SAFETY: `ptr..ptr + len` is memory we just allocated, whole huge pages; the advice
-        // only changes how the kernel backs it.
+        // SAFETY: per the contract; the advice only changes how the kernel backs the memory.
         let _ = unsafe { madvise(ptr.cast(), len, Advice::LinuxHugepage) };
     }
     #[cfg(not(target_os = "linux"))]
@@ -58,7 +60,8 @@ impl AlignedBuffer {
         let ptr = NonNull::new(unsafe { alloc::alloc(layout) })
             .ok_or_else(|| Error::Memory(format!("out of memory allocating {bytes} bytes")))?;
         if huge {
-            advise_huge_pages(ptr.as_ptr(), layout.size());
+            // SAFETY: just allocated, `layout.size()` bytes aligned to huge pages.
+            unsafe { advise_huge_pages(ptr.as_ptr(), layout.size()) };
         }
         Ok(AlignedBuffer { ptr, layout })
     }

@@ -165,7 +165,14 @@ impl Mover for Driver {
             (_, _, Some((dst_ctx, src_ctx))) => check(
                 // SAFETY: as said; both contexts are retained primary contexts.
                 unsafe {
-                    sys::cuMemcpyPeerAsync(d as u64, dst_ctx.0, s as u64, src_ctx.0, bytes, handle)
+                    sys::cuMemcpyPeerAsync(
+                        d as u64,
+                        dst_ctx.handle(),
+                        s as u64,
+                        src_ctx.handle(),
+                        bytes,
+                        handle,
+                    )
                 },
                 "cuMemcpyPeerAsync",
             ),
