@@ -108,46 +108,45 @@ pub unsafe fn fill(view: *mut Py_buffer, owner: *mut PyObject, tensor: &Tensor, 
             layout.byte_strides().as_ptr().cast_mut().cast::<isize>(),
         )
     };
-    // SAFETY: per the contract; every field is written, and the owner reference taken here is
-    // the one `PyBuffer_Release` gives back.
-    unsafe {
-        python::incref(owner);
-        view.write(Py_buffer {
-            buf,
-            obj: owner,
-            len: tensor.nbytes() as isize,
-            itemsize: itemsize as isize,
-            readonly: c_int::from(tensor.readonly),
-            // Without a shape the consumer sees one run of bytes (as CPython's memoryview
-            // says: one dimension, `len` bytes).
-            ndim: if asks(python::PyBUF_ND) {
-                ndim as c_int
-            } else {
-                1
-            },
-            format: if asks(python::PyBUF_FORMAT) {
-                tensor
-                    .dtype
-                    .buffer_format(tensor.swapped)
-                    .as_ptr()
-                    .cast_mut()
-            } else {
-                std::ptr::null_mut::<c_char>()
-            },
-            shape: if asks(python::PyBUF_ND) {
-                shape
-            } else {
-                std::ptr::null_mut()
-            },
-            strides: if asks(python::PyBUF_STRIDES) {
-                strides
-            } else {
-                std::ptr::null_mut()
-            },
-            suboffsets: std::ptr::null_mut(),
-            internal: std::ptr::null_mut(),
-        });
-    }
+    // SAFETY: per the contract; this reference is the one `PyBuffer_Release` gives back.
+    unsafe { python::incref(owner) };
+    let filled = Py_buffer {
+        buf,
+        obj: owner,
+        len: tensor.nbytes() as isize,
+        itemsize: itemsize as isize,
+        readonly: c_int::from(tensor.readonly),
+        // Without a shape the consumer sees one run of bytes (as CPython's memoryview
+        // says: one dimension, `len` bytes).
+        ndim: if asks(python::PyBUF_ND) {
+            ndim as c_int
+        } else {
+            1
+        },
+        format: if asks(python::PyBUF_FORMAT) {
+            tensor
+                .dtype
+                .buffer_format(tensor.swapped)
+                .as_ptr()
+                .cast_mut()
+        } else {
+            std::ptr::null_mut::<c_char>()
+        },
+        shape: if asks(python::PyBUF_ND) {
+            shape
+        } else {
+            std::ptr::null_mut()
+        },
+        strides: if asks(python::PyBUF_STRIDES) {
+            strides
+        } else {
+            std::ptr::null_mut()
+        },
+        suboffsets: std::ptr::null_mut(),
+        internal: std::ptr::null_mut(),
+    };
+    // SAFETY: per the contract, `view` is writable.
+    unsafe { view.write(filled) };
 }
 
 const _: () = assert!(

@@ -118,36 +118,39 @@ fn new_export<M>(
     let held = matches!(source, Source::Held(_));
     // An export held by an object is only made and freed under the GIL (see `free_export`), so
     // it can come from Python's small-object allocator, cheaper than the C heap's.
-    // SAFETY: the layout has non-zero size (it holds at least the managed struct); Python's
-    // allocator aligns to 16 bytes, more than the layout needs; a held source was made
-    // attached (`Held` carries the token), and lives no longer.
-    let base = unsafe {
-        if held {
-            python::mem_alloc(layout.size())
-        } else {
-            alloc::alloc(layout)
-        }
+    // The layout has non-zero size (it holds at least the managed struct).
+    let base = if held {
+        // SAFETY: a held source was made attached (`Held` carries the token) and lives no
+        // longer, so the GIL is held; Python's allocator aligns to 16 bytes, more than the
+        // layout needs.
+        unsafe { python::mem_alloc(layout.size()) }
+    } else {
+        // SAFETY: a layout of non-zero size.
+        unsafe { alloc::alloc(layout) }
     };
     let Some(base) = NonNull::new(base) else {
         alloc::handle_alloc_error(layout)
     };
-    // SAFETY: `base` is a fresh allocation of `layout`: the head fits at offset 0, the
-    // 2 * ndim i64s at `dims_offset`; we write each field once before anyone reads it.
-    unsafe {
-        let dims = base.as_ptr().add(dims_offset).cast::<i64>();
-        ptr::copy_nonoverlapping(tensor.shape.as_ptr(), dims, ndim);
-        ptr::copy_nonoverlapping(tensor.strides.as_ptr(), dims.add(ndim), ndim);
-        let dl_tensor = dl_tensor(tensor, device, dims, dims.add(ndim));
-        let (holder, holder_is_object) = source.into_raw();
-        let head = base.cast::<Export<M>>();
-        head.as_ptr().write(Export {
-            managed: make(dl_tensor),
-            holder,
-            ndim: ndim as u32, // at most MAX_NDIM
-            holder_is_object,
-        });
-        Ok(head)
-    }
+    // `base` is a fresh allocation of `layout`: the head fits at offset 0, the 2 * ndim i64s
+    // at `dims_offset` ("inside" below); each is written once before anyone reads it.
+    let shape = base.as_ptr().wrapping_add(dims_offset).cast::<i64>();
+    let strides = shape.wrapping_add(ndim);
+    // SAFETY: `ndim` i64s, inside; the tensor's shape has `ndim` entries.
+    unsafe { ptr::copy_nonoverlapping(tensor.shape.as_ptr(), shape, ndim) };
+    // SAFETY: as above, for the strides.
+    unsafe { ptr::copy_nonoverlapping(tensor.strides.as_ptr(), strides, ndim) };
+    let dl_tensor = dl_tensor(tensor, device, shape, strides);
+    let (holder, holder_is_object) = source.into_raw();
+    let head = base.cast::<Export<M>>();
+    let export = Export {
+        managed: make(dl_tensor),
+        holder,
+        ndim: ndim as u32, // at most MAX_NDIM
+        holder_is_object,
+    };
+    // SAFETY: the head, inside, aligned (the allocation is aligned for `Export<M>`).
+    unsafe { head.as_ptr().write(export) };
+    Ok(head)
 }
 
 /// The `DLTensor` of `tensor` on `device`, whose shape and strides (`ndim` each) are at `shape`
@@ -180,33 +183,37 @@ pub fn dl_tensor(
 /// `head` came from `new_export::<M>` and is freed only once; `attached` only when this thread
 /// holds the GIL.
 unsafe fn free_export<M>(head: *mut Export<M>, attached: bool) {
-    // SAFETY: per the contract, `head` is a live export; we read its fields before freeing. An
-    // object holder is our strong reference to a live object, released (with the memory) while
-    // this thread holds the GIL; its decref may run the object's deallocator. A tensor holder
-    // came from `Arc::into_raw`.
-    unsafe {
-        let Export {
-            holder,
-            ndim,
-            holder_is_object,
-            ..
-        } = *head;
-        if !holder_is_object {
-            alloc::dealloc(head.cast(), export_layout::<M>(ndim as usize).0);
-            drop(Arc::from_raw(holder.cast::<Tensor>()));
-            return;
-        }
-        let release = || {
-            python::mem_free(head.cast());
-            // Releasing the last reference releases the source.
-            python::decref(holder.cast_mut().cast());
-        };
-        if attached {
-            release();
-        } else if python::interpreter_alive() {
-            let _gil = GilState::ensure();
-            release();
-        }
+    // SAFETY: per the contract, `head` is a live export; its fields are read before it is
+    // freed.
+    let Export {
+        holder,
+        ndim,
+        holder_is_object,
+        ..
+    } = unsafe { &*head };
+    let (holder, ndim, holder_is_object) = (*holder, *ndim, *holder_is_object);
+    if !holder_is_object {
+        // SAFETY: a tensor's export came from `alloc::alloc` with this layout, freed once.
+        unsafe { alloc::dealloc(head.cast(), export_layout::<M>(ndim as usize).0) };
+        // SAFETY: a tensor holder came from `Arc::into_raw`, and is released once.
+        drop(unsafe { Arc::from_raw(holder.cast::<Tensor>()) });
+        return;
+    }
+    // An object's export came from Python's allocator; its holder is our strong reference to a
+    // live object. Both go while this thread holds the GIL ("as said" below); the decref may run
+    // the object's deallocator, which releases the source.
+    let release = || {
+        // SAFETY: as said; freed once.
+        unsafe { python::mem_free(head.cast()) };
+        // SAFETY: as said; the reference is given up once.
+        unsafe { python::decref(holder.cast_mut().cast()) };
+    };
+    if attached {
+        release();
+    } else if python::interpreter_alive() {
+        // SAFETY: the interpreter is alive (checked just above).
+        let _gil = unsafe { GilState::ensure() };
+        release();
     }
 }
 
@@ -244,31 +251,32 @@ pub unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned
 /// # Safety
 /// Called with the GIL held on a live capsule.
 unsafe fn unused_pointer(capsule: *mut PyObject, name: &CStr) -> *mut c_void {
-    // SAFETY: per the contract; IsValid/GetName/GetPointer with the capsule's own name touch no
-    // error state.
-    unsafe {
-        if python::capsule_name(capsule) == name.as_ptr()
-            || python::capsule_is_valid(capsule, name.as_ptr())
-        {
-            python::capsule_pointer(capsule, name.as_ptr())
-        } else {
-            ptr::null_mut()
-        }
+    // Per the contract ("as said" below); IsValid/GetName/GetPointer with the capsule's own
+    // name touch no error state.
+    // SAFETY: as said.
+    let same_name = unsafe { python::capsule_name(capsule) } == name.as_ptr();
+    // SAFETY: as said.
+    if same_name || unsafe { python::capsule_is_valid(capsule, name.as_ptr()) } {
+        // SAFETY: as said.
+        unsafe { python::capsule_pointer(capsule, name.as_ptr()) }
+    } else {
+        ptr::null_mut()
     }
 }
 
 /// Capsule destructor: free the export unless a consumer renamed the capsule (took it).
 unsafe extern "C" fn destroy_legacy_capsule(capsule: *mut PyObject) {
-    // SAFETY: Python calls this with the GIL held on a live capsule; an unused capsule still owns
-    // its export.
-    unsafe { delete::<DLManagedTensor>(unused_pointer(capsule, CAPSULE_LEGACY).cast(), true) }
+    // SAFETY: Python calls this with the GIL held on a live capsule.
+    let managed = unsafe { unused_pointer(capsule, CAPSULE_LEGACY) };
+    // SAFETY: an unused capsule still owns its export; the GIL is held.
+    unsafe { delete::<DLManagedTensor>(managed.cast(), true) }
 }
 
 unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut PyObject) {
     // SAFETY: as in `destroy_legacy_capsule`.
-    unsafe {
-        delete::<DLManagedTensorVersioned>(unused_pointer(capsule, CAPSULE_VERSIONED).cast(), true)
-    }
+    let managed = unsafe { unused_pointer(capsule, CAPSULE_VERSIONED) };
+    // SAFETY: as in `destroy_legacy_capsule`.
+    unsafe { delete::<DLManagedTensorVersioned>(managed.cast(), true) }
 }
 
 /// A new versioned managed tensor of the source's tensor on `device`, outside any capsule (the C
@@ -334,16 +342,17 @@ pub fn to_capsule<'py>(
             |p| unsafe { delete::<DLManagedTensorVersioned>(p.cast(), true) },
         ),
     };
-    // SAFETY: `pointer` is non-null, `name` is a 'static C string, and `destructor` matches the
-    // name; on failure the capsule does not exist, so we free the export ourselves, holding the
-    // GIL (`py`), after taking the error (the release may run Python code).
-    unsafe {
-        let capsule = python::capsule_new(pointer, name, destructor);
-        if capsule.is_null() {
-            let err = PyErr::fetch(py);
-            delete(pointer);
-            return Err(Error::Python(err));
-        }
-        Ok(Bound::from_owned_ptr(py, capsule))
+    // SAFETY: we hold the GIL (`py`); `pointer` is non-null, `name` is a 'static C string, and
+    // `destructor` matches the name.
+    let capsule = unsafe { python::capsule_new(pointer, name, destructor) };
+    if capsule.is_null() {
+        // The capsule does not exist, so we free the export ourselves, after taking the error
+        // (the release may run Python code).
+        let err = PyErr::fetch(py);
+        // SAFETY: the export is ours alone, freed once, holding the GIL.
+        unsafe { delete(pointer) };
+        return Err(Error::Python(err));
     }
+    // SAFETY: a new reference to a live capsule.
+    Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
 }

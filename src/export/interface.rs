@@ -150,15 +150,15 @@ pub unsafe fn array_struct<'py>(
     // SAFETY: we hold the GIL (`holder` proves it); the capsule owns the allocation, which its
     // destructor frees (with the holder reference) exactly once; numpy asks for the pointer
     // under the capsule's name, none, as numpy names its own.
-    unsafe {
-        let capsule = python::capsule_new_unnamed(pointer.cast(), free_array_struct);
-        if capsule.is_null() {
-            let err = PyErr::fetch(holder.py());
-            drop_array_struct(pointer);
-            return Err(Error::Python(err));
-        }
-        Ok(Bound::from_owned_ptr(holder.py(), capsule))
+    let capsule = unsafe { python::capsule_new_unnamed(pointer.cast(), free_array_struct) };
+    if capsule.is_null() {
+        let err = PyErr::fetch(holder.py());
+        // SAFETY: no capsule owns the allocation: it is ours to free, once; we hold the GIL.
+        unsafe { drop_array_struct(pointer) };
+        return Err(Error::Python(err));
     }
+    // SAFETY: a new reference to a live capsule.
+    Ok(unsafe { Bound::from_owned_ptr(holder.py(), capsule) })
 }
 
 /// Free an `ArrayStruct` and release its holder.
@@ -168,22 +168,24 @@ pub unsafe fn array_struct<'py>(
 /// holds the GIL.
 unsafe fn drop_array_struct(pointer: *mut ArrayStruct) {
     // SAFETY: per the contract.
-    unsafe {
-        let allocation = Box::from_raw(pointer);
-        python::decref(allocation.holder);
-    }
+    let allocation = unsafe { Box::from_raw(pointer) };
+    // SAFETY: per the contract: the reference the allocation held, given up once.
+    unsafe { python::decref(allocation.holder) };
 }
 
 /// The `__array_struct__` capsule's destructor.
 unsafe extern "C" fn free_array_struct(capsule: *mut PyObject) {
-    // SAFETY: CPython calls this once, holding the GIL, on our live, unnamed capsule, whose
-    // pointer is its `ArrayStruct`. A panic must not unwind into C; none is expected.
-    let _ = std::panic::catch_unwind(|| unsafe {
-        let pointer = python::capsule_pointer(capsule, std::ptr::null());
+    // CPython calls this once, holding the GIL, on our live, unnamed capsule, whose pointer is
+    // its `ArrayStruct` ("as said" below). A panic must not unwind into C; none is expected.
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: as said.
+        let pointer = unsafe { python::capsule_pointer(capsule, std::ptr::null()) };
         if pointer.is_null() {
-            python::clear_error();
+            // SAFETY: as said.
+            unsafe { python::clear_error() };
             return;
         }
-        drop_array_struct(pointer.cast::<ArrayStruct>());
+        // SAFETY: as said; the capsule is dying, so the allocation is freed once.
+        unsafe { drop_array_struct(pointer.cast::<ArrayStruct>()) };
     });
 }

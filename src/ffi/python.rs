@@ -84,8 +84,10 @@ pub unsafe fn type_of(object: *mut PyObject) -> *mut PyTypeObject {
 /// # Safety
 /// `object` is a live object.
 pub unsafe fn is_collected(object: *mut PyObject) -> bool {
-    // SAFETY: per the contract; the type of a live object is a live type.
-    unsafe { ffi::PyType_IS_GC(ffi::Py_TYPE(object)) != 0 }
+    // SAFETY: per the contract.
+    let ty = unsafe { type_of(object) };
+    // SAFETY: the type of a live object is a live type.
+    unsafe { ffi::PyType_IS_GC(ty) != 0 }
 }
 
 /// Whether `ty` is a heap type (made at run time: its attributes may change later).
@@ -96,8 +98,11 @@ pub fn is_heap_type(ty: &Bound<'_, PyType>) -> bool {
 
 /// `None` and `False`, by address (borrowed: the interpreter keeps them).
 pub fn none_and_false() -> (*mut PyObject, *mut PyObject) {
-    // SAFETY: reading the addresses of two singletons, which live as long as the interpreter.
-    unsafe { (ffi::Py_None(), ffi::Py_False()) }
+    // SAFETY: reading the address of a singleton, which lives as long as the interpreter.
+    let none = unsafe { ffi::Py_None() };
+    // SAFETY: as above.
+    let false_ = unsafe { ffi::Py_False() };
+    (none, false_)
 }
 
 // -- the GIL and the interpreter --------------------------------------------------------------
@@ -308,17 +313,20 @@ pub unsafe fn buffer_to_c_order(dst: *mut u8, view: *const Py_buffer, len: isize
 pub unsafe fn exact_tuple_items<const N: usize>(
     tuple: *mut PyObject,
 ) -> Option<[*mut PyObject; N]> {
-    // SAFETY: per the contract; the item reads happen only on an exact tuple of N items.
-    unsafe {
-        if ffi::PyTuple_CheckExact(tuple) == 0 || ffi::PyTuple_Size(tuple) != N as isize {
-            return None;
-        }
-        let mut items = [ptr::null_mut(); N];
-        for (k, item) in items.iter_mut().enumerate() {
-            *item = ffi::PyTuple_GetItem(tuple, k as isize);
-        }
-        Some(items)
+    // SAFETY: per the contract.
+    if unsafe { ffi::PyTuple_CheckExact(tuple) } == 0 {
+        return None;
     }
+    // SAFETY: per the contract, and `tuple` is a tuple.
+    if unsafe { tuple_size(tuple) } != N as isize {
+        return None;
+    }
+    let mut items = [ptr::null_mut(); N];
+    for (k, item) in items.iter_mut().enumerate() {
+        // SAFETY: per the contract; the tuple has N items.
+        *item = unsafe { tuple_item(tuple, k as isize) };
+    }
+    Some(items)
 }
 
 /// The size of a tuple.
@@ -348,16 +356,16 @@ pub unsafe fn tuple_item(tuple: *mut PyObject, k: isize) -> *mut PyObject {
 /// `value` is a live object; the calling thread holds the GIL.
 #[inline(always)]
 pub unsafe fn exact_int(value: *mut PyObject) -> Option<i64> {
-    // SAFETY: per the contract; on an exact int PyLong_AsLongAndOverflow reports overflow in
-    // its flag and raises nothing.
-    unsafe {
-        if value.is_null() || ffi::PyLong_CheckExact(value) == 0 {
-            return None;
-        }
-        let mut overflow = 0;
-        let v = ffi::PyLong_AsLongAndOverflow(value, &mut overflow);
-        (overflow == 0 && (v != -1 || ffi::PyErr_Occurred().is_null())).then_some(v as i64)
+    // SAFETY: per the contract (and not null).
+    if value.is_null() || unsafe { ffi::PyLong_CheckExact(value) } == 0 {
+        return None;
     }
+    let mut overflow = 0;
+    // SAFETY: per the contract; on an exact int this reports overflow in its flag and raises
+    // nothing.
+    let v = unsafe { ffi::PyLong_AsLongAndOverflow(value, &mut overflow) };
+    // SAFETY: per the contract, the GIL is held.
+    (overflow == 0 && (v != -1 || !unsafe { error_occurred() })).then_some(v as i64)
 }
 
 /// The number of code points of a str.
@@ -396,15 +404,14 @@ pub unsafe fn type_from_spec(spec: *mut PyType_Spec) -> *mut PyObject {
 /// `ty` is a live garbage-collected type whose instances have no items; the calling thread holds
 /// the GIL.
 pub unsafe fn new_instance(ty: *mut PyTypeObject) -> *mut PyObject {
-    // SAFETY: per the contract. The generic allocator zeroes the instance and tracks it; it is
-    // untracked before any Python code can run (so before any collection).
-    unsafe {
-        let object = ffi::PyType_GenericAlloc(ty, 0);
-        if !object.is_null() {
-            ffi::PyObject_GC_UnTrack(object.cast());
-        }
-        object
+    // SAFETY: per the contract. The generic allocator zeroes the instance and tracks it.
+    let object = unsafe { ffi::PyType_GenericAlloc(ty, 0) };
+    if !object.is_null() {
+        // SAFETY: a fresh instance of a collected type, untracked before any Python code can
+        // run (so before any collection).
+        unsafe { untrack(object) };
     }
+    object
 }
 
 /// Make a dead instance of `ty` (kept for reuse) a live object again: reference count 1, and a
@@ -415,9 +422,7 @@ pub unsafe fn new_instance(ty: *mut PyTypeObject) -> *mut PyObject {
 /// released; the calling thread holds the GIL.
 pub unsafe fn revive_instance(object: *mut PyObject, ty: *mut PyTypeObject) {
     // SAFETY: per the contract.
-    unsafe {
-        ffi::PyObject_Init(object, ty);
-    }
+    unsafe { ffi::PyObject_Init(object, ty) };
 }
 
 /// Let the garbage collector see `object` (its state is complete).

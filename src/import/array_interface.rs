@@ -274,19 +274,20 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
             type_name(e.into_inner().as_any())
         ))
     })?;
-    // SAFETY: `capsule` is a live capsule, and we hold the GIL (`capsule` proves it); we ask
-    // for the pointer under the capsule's own name.
-    let info = unsafe {
-        let name = python::capsule_name(capsule.as_ptr());
-        if name.is_null() && python::error_occurred() {
-            return Err(PyErr::fetch(source.py()).into());
-        }
-        let info = python::capsule_pointer(capsule.as_ptr(), name);
-        if info.is_null() {
-            python::clear_error(); // ours says more
-        }
-        info as *const PyArrayInterface
-    };
+    // `capsule` is a live capsule, and we hold the GIL (`capsule` proves it): "as said" below.
+    // SAFETY: as said.
+    let name = unsafe { python::capsule_name(capsule.as_ptr()) };
+    // SAFETY: as said.
+    if name.is_null() && unsafe { python::error_occurred() } {
+        return Err(PyErr::fetch(source.py()).into());
+    }
+    // SAFETY: as said; we ask for the pointer under the capsule's own name.
+    let info = unsafe { python::capsule_pointer(capsule.as_ptr(), name) };
+    if info.is_null() {
+        // SAFETY: as said.
+        unsafe { python::clear_error() }; // ours says more
+    }
+    let info = info as *const PyArrayInterface;
     if info.is_null() {
         return Err(Error::value(
             "__array_struct__ capsule holds no PyArrayInterface",
@@ -317,24 +318,16 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
     };
     let typestr = format!("{order}{}{itemsize}", info.typekind as char);
     let Element { dtype, swapped } = resolve_dtype(source, &typestr)?;
-    // SAFETY: shape and (when non-null) strides have `nd` entries while the capsule lives.
-    let (shape, strides) = unsafe {
-        let shape: Vec<i64> = if ndim == 0 {
-            Vec::new()
-        } else {
-            crate::ffi::c_array(info.shape, ndim)
-                .iter()
-                .map(|&n| n as i64)
-                .collect()
-        };
-        let strides = (ndim > 0 && !info.strides.is_null()).then(|| {
-            crate::ffi::c_array(info.strides, ndim)
-                .iter()
-                .map(|&n| n as i64)
-                .collect::<Vec<_>>()
-        });
-        (shape, strides)
-    };
+    // Shape and (when non-null) strides have `nd` entries while the capsule lives: numpy's
+    // protocol ("as said" below).
+    // SAFETY: as said; not null when `ndim > 0` (checked above), not read when 0.
+    let shape = unsafe { crate::ffi::c_array(info.shape, ndim) };
+    let shape: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
+    let strides = (ndim > 0 && !info.strides.is_null()).then(|| {
+        // SAFETY: as said.
+        let strides = unsafe { crate::ffi::c_array(info.strides, ndim) };
+        strides.iter().map(|&n| n as i64).collect::<Vec<_>>()
+    });
     let layout = Layout::from_byte_strides(&shape, strides.as_deref(), dtype.itemsize())?;
     Tensor::check_data(info.data, &layout)?;
     Ok(Tensor {

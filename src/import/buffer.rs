@@ -76,12 +76,10 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
         Layout::from_byte_strides(&extent, None, itemsize)?
     } else {
         // SAFETY: shape (and strides, when present) have `ndim` entries while the view lives.
-        let (shape, strides) = unsafe {
-            (
-                crate::ffi::c_array(raw.shape, ndim),
-                (!raw.strides.is_null()).then(|| crate::ffi::c_array(raw.strides, ndim)),
-            )
-        };
+        let shape = unsafe { crate::ffi::c_array(raw.shape, ndim) };
+        // SAFETY: as above.
+        let strides =
+            (!raw.strides.is_null()).then(|| unsafe { crate::ffi::c_array(raw.strides, ndim) });
         Layout::build(
             ndim,
             itemsize,

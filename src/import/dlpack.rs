@@ -85,8 +85,9 @@ pub unsafe fn import_exchange_api(obj: &Bound<'_, PyAny>, table: usize) -> Optio
         unsafe { python::clear_error() };
         return None;
     }
+    let managed = NonNull::new(managed)?;
     // SAFETY: on success the producer handed us ownership of a valid managed tensor.
-    let tensor = unsafe { import_versioned(NonNull::new_unchecked(managed)) }.ok()?;
+    let tensor = unsafe { import_versioned(managed) }.ok()?;
     let host = tensor.device.get().is_ok_and(|d| d.is_host());
     host.then_some(tensor)
 }
@@ -132,18 +133,17 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
     } else {
         (CAPSULE_LEGACY, CAPSULE_LEGACY_USED)
     };
-    // SAFETY: the name matches, so GetPointer returns the managed tensor (never null for a
-    // valid DLPack capsule, checked below); renaming marks it consumed, as the protocol asks.
-    let managed = unsafe {
-        let managed = python::capsule_pointer(ptr, current.as_ptr());
-        if managed.is_null() {
-            return Err(PyErr::fetch(capsule.py()).into());
-        }
-        if !python::capsule_rename(ptr, used) {
-            return Err(PyErr::fetch(capsule.py()).into());
-        }
-        NonNull::new_unchecked(managed)
+    // SAFETY: `ptr` is a live capsule whose name matches, so GetPointer returns the managed
+    // tensor (never null for a valid DLPack capsule); we hold the GIL.
+    let managed = unsafe { python::capsule_pointer(ptr, current.as_ptr()) };
+    let Some(managed) = NonNull::new(managed) else {
+        return Err(PyErr::fetch(capsule.py()).into());
     };
+    // Renaming marks it consumed, as the protocol asks.
+    // SAFETY: as above.
+    if !unsafe { python::capsule_rename(ptr, used) } {
+        return Err(PyErr::fetch(capsule.py()).into());
+    }
     if versioned {
         // SAFETY: the capsule held a versioned managed tensor, now ours alone.
         unsafe { import_versioned(managed.cast()) }
@@ -151,9 +151,10 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
         let managed = managed.cast::<DLManagedTensor>();
         // SAFETY: the capsule held a legacy managed tensor, now ours alone (renamed "used_").
         let owner = Owner::Legacy(unsafe { Managed::take(managed) });
-        // SAFETY: as above, for a legacy DLManagedTensor.
+        // SAFETY: as above: readable until its deleter runs.
         let tensor = unsafe { (*managed.as_ptr()).dl_tensor };
-        describe(&tensor, false, owner)
+        // SAFETY: the producer's tensor, valid while the owner keeps the managed tensor.
+        unsafe { describe(&tensor, false, owner) }
     }
 }
 
@@ -166,24 +167,26 @@ pub unsafe fn import_versioned(managed: NonNull<DLManagedTensorVersioned>) -> Re
     // From here on the owner calls the deleter, on success or on any error below.
     // SAFETY: per the contract.
     let owner = Owner::Versioned(unsafe { Managed::take(managed) });
-    // SAFETY: per the contract, `version`, `flags` and `dl_tensor` are readable until the
-    // deleter runs.
-    let (version, flags, tensor) = unsafe {
-        let m = managed.as_ptr();
-        ((*m).version, (*m).flags, (*m).dl_tensor)
-    };
+    // SAFETY: per the contract, the managed tensor is readable until the deleter runs.
+    let m = unsafe { &*managed.as_ptr() };
+    let (version, flags, tensor) = (m.version, m.flags, m.dl_tensor);
     if version.major != DLPACK_MAJOR_VERSION {
         return Err(Error::buffer(format!(
             "DLPack major version {} is not supported (this is DLPack {}.{})",
             version.major, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION
         )));
     }
-    describe(&tensor, flags & FLAG_READ_ONLY != 0, owner)
+    // SAFETY: the producer's tensor, valid while the owner keeps the managed tensor.
+    unsafe { describe(&tensor, flags & FLAG_READ_ONLY != 0, owner) }
 }
 
 /// Validate a producer's `DLTensor` and describe it. On error the owner (and so the producer's
 /// deleter) is dropped.
-fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
+///
+/// # Safety
+/// `t` is a producer's `DLTensor` that stays valid while `owner` lives: its shape and (when not
+/// null) strides have `ndim` entries.
+unsafe fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
     let ndim = usize::try_from(t.ndim)
         .ok()
         .filter(|&n| n <= layout::MAX_NDIM)
@@ -192,18 +195,11 @@ fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
         return Err(Error::buffer("DLPack tensor without a shape"));
     }
     let dtype = DType::from_dlpack(t.dtype)?;
-    // SAFETY: a DLTensor's shape and (when non-null) strides have `ndim` entries, valid while
-    // the managed tensor lives.
-    let (shape, strides) = unsafe {
-        let shape = if ndim == 0 {
-            &[][..]
-        } else {
-            crate::ffi::c_array(t.shape, ndim)
-        };
-        let strides =
-            (ndim > 0 && !t.strides.is_null()).then(|| crate::ffi::c_array(t.strides, ndim));
-        (shape, strides)
-    };
+    // SAFETY: per the contract; not null when `ndim > 0` (checked above), not read when 0.
+    let shape = unsafe { crate::ffi::c_array(t.shape, ndim) };
+    // SAFETY: per the contract.
+    let strides =
+        (ndim > 0 && !t.strides.is_null()).then(|| unsafe { crate::ffi::c_array(t.strides, ndim) });
     let item = dtype.itemsize() as i64;
     let byte_stride = strides.map(|s| {
         move |k: usize| {

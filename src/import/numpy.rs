@@ -64,12 +64,25 @@ impl<'a, 'py> ExactNdarray<'a, 'py> {
         self.0.py()
     }
 
-    /// The fields at `offset`, which the self-check found to agree with what the array says.
-    fn fields(self, offset: FieldsOffset) -> &'a NumpyArrayFields {
+    /// The array's fields at `offset`, which the self-check found to agree with what an array
+    /// says.
+    fn fields(self, offset: FieldsOffset) -> Fields<'a, 'py> {
         // SAFETY: `FieldsOffset` comes only from `self_check`, which found these fields after
         // the object header on an ndarray; every ndarray has the same struct.
-        unsafe { fields_at(self.0, offset.0) }
+        let fields = unsafe { fields_at(self.0, offset.0) };
+        Fields {
+            array: self.0,
+            fields,
+        }
     }
+}
+
+/// An ndarray's own fields, as numpy keeps them while the array lives: only
+/// `ExactNdarray::fields` makes one.
+#[derive(Clone, Copy)]
+struct Fields<'a, 'py> {
+    array: &'a Bound<'py, PyAny>,
+    fields: &'a NumpyArrayFields,
 }
 
 /// Byte offset of the fields after the object header, once the self-check passed. (A
@@ -114,16 +127,16 @@ fn self_check(array: ExactNdarray<'_, '_>) -> Option<FieldsOffset> {
     let strides: Vec<isize> = array.getattr(intern!(py, "strides")).ok()?.extract().ok()?;
     let descr = array.getattr(intern!(py, "dtype")).ok()?;
     let nd = usize::try_from(f.nd).ok()?;
-    // SAFETY: when the header matches, dimensions and strides have `nd` entries.
-    let agrees = nd == shape.len()
+    let header_agrees = nd == shape.len()
         && f.data as usize == address
         && (f.flags & NPY_ARRAY_WRITEABLE == 0) == readonly
-        && f.descr == descr.as_ptr()
-        && (nd == 0
-            || unsafe {
-                crate::ffi::c_array(f.dimensions, nd) == shape.as_slice()
-                    && crate::ffi::c_array(f.strides, nd) == strides.as_slice()
-            });
+        && f.descr == descr.as_ptr();
+    // When the header matches, dimensions and strides have `nd` entries ("as said" below).
+    // SAFETY: as said.
+    let agrees = header_agrees
+        && unsafe { crate::ffi::c_array(f.dimensions, nd) } == shape.as_slice()
+        // SAFETY: as said.
+        && unsafe { crate::ffi::c_array(f.strides, nd) } == strides.as_slice();
     agrees.then_some(FieldsOffset(offset))
 }
 
@@ -178,7 +191,9 @@ fn publish(key: usize, element: Option<Element>) {
     LAST_SEQ.fetch_add(1, Ordering::Release);
 }
 
-fn element(array: &Bound<'_, PyAny>, descr: *mut python::PyObject) -> Option<Element> {
+/// The element type of the array's dtype, if DLPack has it.
+fn element(fields: Fields<'_, '_>) -> Option<Element> {
+    let (array, descr) = (fields.array, fields.fields.descr);
     let key = descr as usize;
     if let Some(element) = last(key) {
         return element;
@@ -212,16 +227,16 @@ pub fn import(array: ExactNdarray<'_, '_>) -> Result<Option<Tensor>> {
     let Some(offset) = *FIELDS_OFFSET.get_or_init(array.py(), || self_check(array)) else {
         return Ok(None);
     };
-    let f = array.fields(offset);
-    let Some(element) = element(array.0, f.descr) else {
+    let fields = array.fields(offset);
+    let Some(element) = element(fields) else {
         return Ok(None);
     };
-    describe(array.0, f, element)
+    describe(fields, element)
 }
 
-/// `import` for an exact ndarray when everything it needs is already known: the struct was checked and the dtype is the last one seen. Runs no Python code, so
-/// it may run outside PyO3's entry points; `None` means "ask `import`", which also gives any
-/// error.
+/// `import` for an exact ndarray when everything it needs is already known: the struct was
+/// checked and the dtype is the last one seen. Runs no Python code, so it may run outside
+/// PyO3's entry points; `None` means "ask `import`", which also gives any error.
 ///
 /// The tensor is written into `dst` (uninitialised memory, left so when this returns false):
 /// built on the stack and moved, the description cost more in copying than in reading.
@@ -233,24 +248,20 @@ pub unsafe fn import_known_into(array: ExactNdarray<'_, '_>, dst: *mut Tensor) -
     let Some(&Some(offset)) = FIELDS_OFFSET.get(array.py()) else {
         return false;
     };
-    let f = array.fields(offset);
-    let Some(Some(element)) = last(f.descr as usize) else {
+    let fields = array.fields(offset);
+    let Some(Some(element)) = last(fields.fields.descr as usize) else {
         return false;
     };
     // SAFETY: per the contract.
-    matches!(unsafe { describe_into(array.0, f, element, dst) }, Ok(true))
+    matches!(unsafe { describe_into(fields, element, dst) }, Ok(true))
 }
 
-fn describe(
-    array: &Bound<'_, PyAny>,
-    f: &NumpyArrayFields,
-    element: Element,
-) -> Result<Option<Tensor>> {
+fn describe(fields: Fields<'_, '_>, element: Element) -> Result<Option<Tensor>> {
     let mut tensor = std::mem::MaybeUninit::<Tensor>::uninit();
-    // SAFETY: `tensor` is valid for writes, and initialised when `describe_into` says so.
-    unsafe {
-        Ok(describe_into(array, f, element, tensor.as_mut_ptr())?.then(|| tensor.assume_init()))
-    }
+    // SAFETY: `tensor` is valid for writes.
+    let written = unsafe { describe_into(fields, element, tensor.as_mut_ptr())? };
+    // SAFETY: `describe_into` initialised the tensor when it says it wrote it.
+    Ok(written.then(|| unsafe { tensor.assume_init() }))
 }
 
 /// Every field of `Tensor`, named so that adding one fails to compile here: `describe_into`
@@ -278,44 +289,64 @@ fn describe_into_writes_every_field(tensor: &Tensor) {
 /// `dst` is valid for writes of a `Tensor`.
 #[inline(always)]
 unsafe fn describe_into(
-    array: &Bound<'_, PyAny>,
-    f: &NumpyArrayFields,
+    Fields { array, fields: f }: Fields<'_, '_>,
     Element { dtype, swapped }: Element,
     dst: *mut Tensor,
 ) -> Result<bool> {
     let Ok(ndim) = usize::try_from(f.nd) else {
         return Ok(false);
     };
-    // SAFETY: an ndarray's dimensions and strides have `nd` entries while it lives.
-    let (shape, strides) = unsafe {
-        if ndim == 0 {
-            (&[][..], &[][..])
-        } else {
-            (
-                crate::ffi::c_array(f.dimensions, ndim),
-                crate::ffi::c_array(f.strides, ndim),
-            )
-        }
-    };
+    // An ndarray's dimensions and strides have `nd` entries while it lives ("as said" below).
+    // SAFETY: as said.
+    let shape = unsafe { crate::ffi::c_array(f.dimensions, ndim) };
+    // SAFETY: as said.
+    let strides = unsafe { crate::ffi::c_array(f.strides, ndim) };
     let strides = Some(|k: usize| Ok(strides[k] as i64));
     // The layout is built in place too (see `Layout::build_into`); every other field is written
-    // once it can't fail any more, so `dst` is either whole or untouched.
-    // SAFETY: per the contract; the layout is dropped again if the tensor is not completed.
-    unsafe {
-        let layout = &raw mut (*dst).layout;
-        Layout::build_into(layout, ndim, dtype.itemsize(), |k| shape[k] as i64, strides)?;
-        if let Err(err) = Tensor::check_data(f.data, &*layout) {
-            std::ptr::drop_in_place(layout);
-            return Err(err);
-        }
-        (&raw mut (*dst).data).write(f.data);
-        (&raw mut (*dst).device).write(Device::CPU);
-        (&raw mut (*dst).dtype).write(dtype);
-        (&raw mut (*dst).readonly).write(f.flags & NPY_ARRAY_WRITEABLE == 0);
-        (&raw mut (*dst).swapped).write(swapped);
-        (&raw mut (*dst).indirect).write(false);
-        (&raw mut (*dst).stream).write(None);
-        (&raw mut (*dst).owner).write(Owner::object(array.clone().unbind()));
+    // once it can't fail any more, so `dst` is either whole or untouched. Per the contract, the
+    // fields of `dst` lie in memory we may write ("as said" below).
+    // SAFETY: as said.
+    let layout = unsafe { &raw mut (*dst).layout };
+    // SAFETY: as said; on failure the layout is left unwritten (or dropped again).
+    unsafe { Layout::build_into(layout, ndim, dtype.itemsize(), |k| shape[k] as i64, strides)? };
+    // SAFETY: built just above.
+    if let Err(err) = Tensor::check_data(f.data, unsafe { &*layout }) {
+        // SAFETY: built just above, and dropped once: the tensor is not completed.
+        unsafe { std::ptr::drop_in_place(layout) };
+        return Err(err);
     }
+    // Each field: its place in `dst`, then its value, written once.
+    // SAFETY: as said.
+    let data_field = unsafe { &raw mut (*dst).data };
+    // SAFETY: as said.
+    unsafe { data_field.write(f.data) };
+    // SAFETY: as said.
+    let device_field = unsafe { &raw mut (*dst).device };
+    // SAFETY: as said.
+    unsafe { device_field.write(Device::CPU) };
+    // SAFETY: as said.
+    let dtype_field = unsafe { &raw mut (*dst).dtype };
+    // SAFETY: as said.
+    unsafe { dtype_field.write(dtype) };
+    // SAFETY: as said.
+    let readonly_field = unsafe { &raw mut (*dst).readonly };
+    // SAFETY: as said.
+    unsafe { readonly_field.write(f.flags & NPY_ARRAY_WRITEABLE == 0) };
+    // SAFETY: as said.
+    let swapped_field = unsafe { &raw mut (*dst).swapped };
+    // SAFETY: as said.
+    unsafe { swapped_field.write(swapped) };
+    // SAFETY: as said.
+    let indirect_field = unsafe { &raw mut (*dst).indirect };
+    // SAFETY: as said.
+    unsafe { indirect_field.write(false) };
+    // SAFETY: as said.
+    let stream_field = unsafe { &raw mut (*dst).stream };
+    // SAFETY: as said.
+    unsafe { stream_field.write(None) };
+    // SAFETY: as said.
+    let owner_field = unsafe { &raw mut (*dst).owner };
+    // SAFETY: as said.
+    unsafe { owner_field.write(Owner::object(array.clone().unbind())) };
     Ok(true)
 }

@@ -97,16 +97,17 @@ fn exchange_api(ty: &Bound<'_, PyType>) -> Option<usize> {
         .getattr_opt(intern!(py, "__dlpack_c_exchange_api__"))
         .ok()??;
     let capsule = capsule.cast::<PyCapsule>().ok()?;
-    // SAFETY: `capsule` is a live capsule, and we hold the GIL (`capsule` proves it); a wrong
-    // name gives NULL (and an error we clear).
-    let table = unsafe {
-        let table = python::capsule_pointer(capsule.as_ptr(), CAPSULE_EXCHANGE_API.as_ptr());
-        if table.is_null() {
-            python::clear_error();
-            return None;
-        }
-        &*(table as *const DLPackExchangeAPI)
-    };
+    // `capsule` is a live capsule, and we hold the GIL (`capsule` proves it): "as said" below.
+    // SAFETY: as said; a wrong name gives NULL (and an error we clear).
+    let table = unsafe { python::capsule_pointer(capsule.as_ptr(), CAPSULE_EXCHANGE_API.as_ptr()) };
+    if table.is_null() {
+        // SAFETY: as said.
+        unsafe { python::clear_error() };
+        return None;
+    }
+    // SAFETY: a capsule of this name holds a `DLPackExchangeAPI` that lives as long as the
+    // process (the protocol's rule).
+    let table = unsafe { &*(table as *const DLPackExchangeAPI) };
     (table.header.version.major == DLPACK_MAJOR_VERSION
         && table.managed_tensor_from_py_object_no_sync.is_some())
     .then_some(table as *const DLPackExchangeAPI as usize)

@@ -10,8 +10,8 @@ use pyo3::types::{PyBool, PyString, PyTuple};
 
 use crate::error::{Error, Result};
 use crate::export::policy::{Request, reported_minor};
-use crate::ffi::DLDevice;
 use crate::ffi::python::{self, GilCell, Py_ssize_t, PyObject};
+use crate::ffi::{DLDevice, c_array};
 use crate::import::array_interface::{to_i64, type_name};
 
 /// `__dlpack__`'s parameters, all keyword-only, in signature order.
@@ -71,18 +71,22 @@ pub unsafe fn common_arguments(
         return Some(values);
     }
     let (none, _) = python::none_and_false();
-    // SAFETY: per the contract: `kwnames` is a tuple of names, one value each after the
-    // (zero) positional arguments; we hold the GIL for the names table.
-    unsafe {
-        for k in 0..python::tuple_size(kwnames) {
-            let slot = interned_keyword_slot(python::tuple_item(kwnames, k))?;
-            let value = *args.add(k as usize);
-            if !values[slot].is_null() {
-                return None;
-            }
-            if value != none {
-                values[slot] = value;
-            }
+    // Per the contract, `kwnames` is a tuple of names, one value each after the (zero)
+    // positional arguments, and we hold the GIL ("as said" below).
+    // SAFETY: as said.
+    let keywords = unsafe { python::tuple_size(kwnames) };
+    // SAFETY: as said: `keywords` values at `args`.
+    let given = unsafe { c_array(args, keywords as usize) };
+    for (k, &value) in given.iter().enumerate() {
+        // SAFETY: as said: name `k` of the tuple.
+        let name = unsafe { python::tuple_item(kwnames, k as isize) };
+        // SAFETY: as said.
+        let slot = unsafe { interned_keyword_slot(name) }?;
+        if !values[slot].is_null() {
+            return None;
+        }
+        if value != none {
+            values[slot] = value;
         }
     }
     Some(values)
@@ -112,6 +116,8 @@ pub unsafe fn dlpack_arguments<'a, 'py>(
     // SAFETY: `kwnames` is a tuple (of strings, for any call CPython makes).
     let names = unsafe { Bound::from_borrowed_ptr(py, kwnames) };
     let names = names.cast::<PyTuple>()?;
+    // SAFETY: one value per keyword name follows the (zero) positional arguments.
+    let given = unsafe { c_array(args, names.len()) };
     let (none, _) = python::none_and_false();
     for (k, name) in names.iter().enumerate() {
         // SAFETY: we hold the GIL (`py`).
@@ -125,8 +131,7 @@ pub unsafe fn dlpack_arguments<'a, 'py>(
                 "DLPackObject.__dlpack__() got an unexpected keyword argument '{name}'"
             )));
         };
-        // SAFETY: one value per keyword name follows the (zero) positional arguments.
-        let value = unsafe { *args.add(k) };
+        let value = given[k];
         if values[slot].is_some() {
             return Err(PyTypeError::new_err(format!(
                 "DLPackObject.__dlpack__() got multiple values for argument '{}'",
@@ -159,8 +164,10 @@ pub unsafe fn asdlpack_argument<'a, 'py>(
         unsafe { python::tuple_size(kwnames) }
     };
     let keyword = (keywords == 1).then(|| {
-        // SAFETY: with one keyword, `kwnames` holds one name, borrowed from the tuple.
-        unsafe { Bound::from_borrowed_ptr(py, python::tuple_item(kwnames, 0)) }
+        // SAFETY: with one keyword, `kwnames` holds one name.
+        let name = unsafe { python::tuple_item(kwnames, 0) };
+        // SAFETY: a live str, borrowed from the tuple.
+        unsafe { Bound::from_borrowed_ptr(py, name) }
     });
     let type_error = |message: String| Err(PyTypeError::new_err(message));
     match (nargs + keywords, &keyword) {
@@ -178,20 +185,24 @@ pub unsafe fn asdlpack_argument<'a, 'py>(
             ));
         }
     }
-    // SAFETY: the one argument, positional or keyword, is the first value; the caller holds it
-    // for the call.
-    Ok(unsafe { Borrowed::from_ptr(py, *args) })
+    // SAFETY: the one argument, positional or keyword, is the first value.
+    let obj = unsafe { *args };
+    // SAFETY: a live object the caller holds for the call.
+    Ok(unsafe { Borrowed::from_ptr(py, obj) })
 }
 
 /// A pair of ints, as consumers pass `max_version` and `dl_device`: an exact tuple of two exact
 /// ints read in place, without the checks and conversions `int_pair` needs for anything else.
 fn exact_int_pair(value: &Bound<'_, PyAny>) -> Option<(i64, i64)> {
-    // SAFETY: `value` is a live object, and we hold the GIL (`value` proves it); the items are
-    // borrowed from the tuple, which keeps them alive.
-    unsafe {
-        let [first, second] = python::exact_tuple_items::<2>(value.as_ptr())?;
-        Some((python::exact_int(first)?, python::exact_int(second)?))
-    }
+    // `value` is a live object, and we hold the GIL (`value` proves it); the items are borrowed
+    // from the tuple, which keeps them alive: "as said" below.
+    // SAFETY: as said.
+    let [first, second] = unsafe { python::exact_tuple_items::<2>(value.as_ptr()) }?;
+    // SAFETY: as said.
+    let first = unsafe { python::exact_int(first) }?;
+    // SAFETY: as said.
+    let second = unsafe { python::exact_int(second) }?;
+    Some((first, second))
 }
 
 fn int_pair(value: &Bound<'_, PyAny>, what: &str) -> Result<(i64, i64)> {
@@ -273,14 +284,14 @@ pub unsafe fn versioned_minor(py: Python<'_>, max_version: *mut PyObject) -> Opt
     let version = unsafe { Borrowed::from_ptr(py, max_version) };
     let (major, minor) = exact_int_pair(&version)?;
     let minor = reported_minor(major, minor)?;
-    // SAFETY: the cache holds a strong reference to its tuple (an exact tuple of ints, whose
-    // release runs no Python code), taken here and released when replaced.
-    unsafe {
-        python::incref(max_version);
-        let old = std::mem::replace(last, (max_version as usize, minor)).0;
-        if old != 0 {
-            python::decref(old as *mut PyObject);
-        }
+    // The cache holds a strong reference to its tuple (an exact tuple of ints, whose release
+    // runs no Python code), taken here and released when replaced ("as said" below).
+    // SAFETY: as said; a live object, and we hold the GIL.
+    unsafe { python::incref(max_version) };
+    let old = std::mem::replace(last, (max_version as usize, minor)).0;
+    if old != 0 {
+        // SAFETY: as said.
+        unsafe { python::decref(old as *mut PyObject) };
     }
     Some(minor)
 }

@@ -50,10 +50,12 @@ static TABLE: Table = Table(DLPackExchangeAPI {
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     let table: *const DLPackExchangeAPI = &TABLE.0;
     // SAFETY: the pointer is to a 'static table, so no destructor is needed; we hold the GIL.
-    unsafe {
-        let capsule = python::capsule_new_static(table.cast_mut().cast(), CAPSULE_EXCHANGE_API);
-        Ok(Bound::from_owned_ptr_or_err(py, capsule)?.cast_into_unchecked())
-    }
+    let capsule =
+        unsafe { python::capsule_new_static(table.cast_mut().cast(), CAPSULE_EXCHANGE_API) };
+    // SAFETY: a new reference (or null with an exception raised); we hold the GIL.
+    let capsule = unsafe { Bound::from_owned_ptr_or_err(py, capsule)? };
+    // SAFETY: `capsule_new_static` made a capsule.
+    Ok(unsafe { capsule.cast_into_unchecked() })
 }
 
 /// Run `body` attached to Python, turning errors and panics into a raised exception and -1.
@@ -109,18 +111,22 @@ unsafe extern "C" fn managed_tensor_from_py_object(
     // a tvm-ffi exchange: it runs no Python code, so it only needs the GIL, taken (or found
     // held) by PyGILState_Ensure as numpy's deleters do. (`PyGILState_Check` can't tell: it
     // says yes on any thread once a subinterpreter has existed.)
-    // SAFETY: the consumer passes a live object (or null) and a writable slot; with the GIL
-    // held, Python objects may be read and referenced.
-    let fast = catch_unwind(AssertUnwindSafe(|| unsafe {
+    // The consumer passes a live object (or null) and a writable slot; with the GIL held,
+    // Python objects may be read and referenced ("as said" below).
+    let fast = catch_unwind(AssertUnwindSafe(|| {
         if py_object.is_null() {
             return false;
         }
-        let _gil = python::GilState::ensure();
-        let py = Python::assume_attached();
-        let any = pyo3::Borrowed::from_ptr(py, py_object.cast());
+        // SAFETY: the interpreter is running: the consumer holds one of its objects.
+        let _gil = unsafe { python::GilState::ensure() };
+        // SAFETY: the GIL is held, just above.
+        let py = unsafe { Python::assume_attached() };
+        // SAFETY: as said.
+        let any = unsafe { pyo3::Borrowed::from_ptr(py, py_object.cast()) };
         match object::state(&any).and_then(|state| state.export_managed_in_place(&any)) {
             Some(managed) => {
-                *out = managed.as_ptr();
+                // SAFETY: as said.
+                unsafe { *out = managed.as_ptr() };
                 true
             }
             None => false,
@@ -239,8 +245,10 @@ unsafe extern "C" fn managed_tensor_allocator(
             let null = Error::value("NULL prototype or output");
             return Err(null.python_type_name_and_message());
         }
-        // SAFETY: the consumer passes a readable prototype, whose shape has `ndim` entries.
-        let allocated = unsafe { allocate(&*prototype) };
+        // SAFETY: the consumer passes a readable prototype.
+        let prototype = unsafe { &*prototype };
+        // SAFETY: the consumer's prototype's shape has `ndim` entries.
+        let allocated = unsafe { allocate(prototype) };
         allocated.map_err(|err| err.python_type_name_and_message())
     }))
     .unwrap_or_else(|_| {

@@ -57,13 +57,20 @@ fn asdlpack_known<'py>(obj: &Bound<'py, PyAny>) -> Option<PyResult<Bound<'py, Py
     if pytype::is_instance(obj) {
         return Some(Ok(obj.clone()));
     }
-    // SAFETY: `state` is an instance's uninitialised state, written whole when we say so.
-    unsafe {
-        pytype::new_object_with(obj.py(), |state| {
-            (&raw mut (*state).producer).write(None);
-            import::import_known_into(obj, &raw mut (*state).tensor)
-        })
-    }
+    let init = |state: *mut DLPackObject| {
+        // `state` is an instance's uninitialised state, whose fields may be written ("as said"
+        // below); a declined one holds only the producer's `None`, which needs no drop.
+        // SAFETY: as said.
+        let producer = unsafe { &raw mut (*state).producer };
+        // SAFETY: as said.
+        unsafe { producer.write(None) };
+        // SAFETY: as said.
+        let tensor = unsafe { &raw mut (*state).tensor };
+        // SAFETY: as said.
+        unsafe { import::import_known_into(obj, tensor) }
+    };
+    // SAFETY: `init` writes the state whole when it says so.
+    unsafe { pytype::new_object_with(obj.py(), init) }
 }
 
 /// Copy `src` into the existing array `dst`, as `numpy.copyto(dst, src)` does: any supported
@@ -193,15 +200,17 @@ impl DLPackObject {
     /// # Safety
     /// `state` is a live object's state, not used again; the calling thread holds the GIL.
     unsafe fn release_attached_in_place(state: *mut DLPackObject) {
-        // SAFETY: per the contract; both fields are released exactly once, the producer as a
-        // plain reference (a `Py` dropped here, outside PyO3's attach, would be queued).
-        unsafe {
-            let DLPackObject { tensor, producer } = &mut *state;
-            if let Some(producer) = std::ptr::read(producer) {
-                python::decref(producer.into_ptr());
-            }
-            Tensor::release_attached_in_place(tensor);
+        // SAFETY: per the contract, live and ours alone from here on.
+        let DLPackObject { tensor, producer } = unsafe { &mut *state };
+        // Both fields are released exactly once ("as said" below), the producer as a plain
+        // reference (a `Py` dropped here, outside PyO3's attach, would be queued).
+        // SAFETY: as said: moved out once, never read again.
+        if let Some(producer) = unsafe { std::ptr::read(producer) } {
+            // SAFETY: as said; the GIL is held (the contract).
+            unsafe { python::decref(producer.into_ptr()) };
         }
+        // SAFETY: as said; the GIL is held (the contract).
+        unsafe { Tensor::release_attached_in_place(tensor) };
     }
 
     /// What the export of this object's tensor shares it through: a reference to `slf`, this
@@ -302,15 +311,14 @@ impl DLPackObject {
         if !matches!(self.tensor.device, Device::Known(d) if d == DLDevice::CPU) {
             return None;
         }
-        // SAFETY: per the contract; the cached tuple is alive (the cache holds a reference).
-        unsafe {
-            let cached = *CPU_DEVICE.get() as *mut python::PyObject;
-            if cached.is_null() {
-                return None;
-            }
-            python::incref(cached);
-            Some(cached)
+        // SAFETY: per the contract, we hold the GIL, and keep no borrow of the cell.
+        let cached = unsafe { *CPU_DEVICE.get() } as *mut python::PyObject;
+        if cached.is_null() {
+            return None;
         }
+        // SAFETY: the cached tuple is alive (the cache holds a reference); we hold the GIL.
+        unsafe { python::incref(cached) };
+        Some(cached)
     }
 
     /// A read-only, C-ordered copy of this host tensor, as a new `DLPackObject`: what the

@@ -85,18 +85,20 @@ pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         TYPE.store(ty, Ordering::Release);
     }
     // SAFETY: `ty` is a live type object (one reference is never released).
-    Ok(unsafe { Bound::from_borrowed_ptr(py, ty.cast()).cast_into_unchecked() })
+    let ty = unsafe { Bound::from_borrowed_ptr(py, ty.cast()) };
+    // SAFETY: a type object.
+    Ok(unsafe { ty.cast_into_unchecked() })
 }
 
 /// A new `DLPackObject` holding `state`.
 pub fn new_object(py: Python<'_>, state: DLPackObject) -> PyResult<Bound<'_, PyAny>> {
-    // SAFETY: the state is written whole.
-    let made = unsafe {
-        new_object_with(py, |dst| {
-            dst.write(state);
-            true
-        })
+    let init = |dst: *mut DLPackObject| {
+        // SAFETY: `new_object_with` hands over the instance's state to write.
+        unsafe { dst.write(state) };
+        true
     };
+    // SAFETY: `init` writes the state whole.
+    let made = unsafe { new_object_with(py, init) };
     made.expect("`init` always writes the state")
 }
 
@@ -119,38 +121,47 @@ pub unsafe fn new_object_with(
             "dlpack._dlpack is not initialised",
         )));
     }
-    // SAFETY: we hold the GIL (`py`). A recycled instance is dead memory of our type, which
-    // `revive_instance` makes a live object again (with a reference to the type); a fresh one
-    // comes live and untracked from `new_instance`. The state is written before the object is
-    // tracked or shared; a declined instance is dead again (its type reference released) and
+    // We hold the GIL (`py`): "attached" below. A recycled instance is dead memory of our type,
+    // which `revive_instance` makes a live object again (with a reference to the type); a fresh
+    // one comes live and untracked from `new_instance`. The state is written before the object
+    // is tracked or shared; a declined instance is dead again (its type reference released) and
     // goes back to the free list or the allocator.
-    unsafe {
-        let object = match FREE.pop() {
-            Some(object) => {
-                python::revive_instance(object, ty);
-                object
-            }
-            None => {
-                let object = python::new_instance(ty);
-                if object.is_null() {
-                    return Some(Err(PyErr::fetch(py)));
-                }
-                object
-            }
-        };
-        let state = (*object.cast::<Instance>()).state.as_mut_ptr();
-        if !init(state) {
-            if !FREE.push(object) {
-                python::free_instance(object);
-            }
-            python::decref(ty.cast());
-            return None;
+    // SAFETY: attached.
+    let object = match unsafe { FREE.pop() } {
+        Some(object) => {
+            // SAFETY: attached; a dead, untracked instance of `ty` from the free list.
+            unsafe { python::revive_instance(object, ty) };
+            object
         }
-        if (*state).references_collectable() {
-            python::track(object);
+        None => {
+            // SAFETY: attached; our type is collected and has no items.
+            let object = unsafe { python::new_instance(ty) };
+            if object.is_null() {
+                return Some(Err(PyErr::fetch(py)));
+            }
+            object
         }
-        Some(Ok(Bound::from_owned_ptr(py, object)))
+    };
+    // SAFETY: a live instance of our type, whose memory is an `Instance`.
+    let state = unsafe { (*object.cast::<Instance>()).state.as_mut_ptr() };
+    if !init(state) {
+        // The instance is dead again: nothing was written that needs dropping (the contract).
+        // SAFETY: attached.
+        if !unsafe { FREE.push(object) } {
+            // SAFETY: attached; untracked, dead, and not used again.
+            unsafe { python::free_instance(object) };
+        }
+        // SAFETY: attached; the reference the instance held on its type.
+        unsafe { python::decref(ty.cast()) };
+        return None;
     }
+    // SAFETY: `init` wrote the whole state.
+    if unsafe { (*state).references_collectable() } {
+        // SAFETY: attached; the state is complete, so traversal is valid.
+        unsafe { python::track(object) };
+    }
+    // SAFETY: a new reference to a live object.
+    Some(Ok(unsafe { Bound::from_owned_ptr(py, object) }))
 }
 
 /// The state of `object` if it is a `DLPackObject` (the type is final: an exact check).
@@ -165,8 +176,10 @@ pub fn state<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a DLPackObject> {
 /// # Safety
 /// `object` is a live instance of our type, and outlives the returned reference.
 pub unsafe fn state_unchecked<'a>(object: *mut PyObject) -> &'a DLPackObject {
-    // SAFETY: per the contract, the state is initialised.
-    unsafe { (*object.cast::<Instance>()).state.assume_init_ref() }
+    // SAFETY: per the contract, an `Instance`, live for 'a.
+    let instance = unsafe { &*object.cast::<Instance>() };
+    // SAFETY: a live instance's state is initialised.
+    unsafe { instance.state.assume_init_ref() }
 }
 
 /// Whether `object` is a `DLPackObject`; false before the type exists.
@@ -179,23 +192,28 @@ pub fn is_instance(object: &Bound<'_, PyAny>) -> bool {
 /// `tp_dealloc`: untrack, release what the state holds (in place: the instance is unreachable,
 /// so the Python code this may run can't see it), then recycle or free the memory.
 unsafe extern "C" fn dealloc(object: *mut PyObject) {
-    // SAFETY: CPython calls this once, holding the GIL, on a dead instance of our type whose
-    // state is initialised. The state is released exactly once; the memory then either joins
-    // the free list or goes back to the collector's allocator; instances of a heap type own a
-    // reference to it, released last.
-    unsafe {
-        let ty = python::type_of(object);
-        python::untrack(object);
-        let state = (*object.cast::<Instance>()).state.as_mut_ptr();
-        // A panic must not unwind into CPython; none is expected (leaking beats aborting).
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            DLPackObject::release_attached_in_place(state);
-        }));
-        if !FREE.push(object) {
-            python::free_instance(object);
-        }
-        python::decref(ty.cast());
+    // CPython calls this once, holding the GIL, on a dead instance of our type whose state is
+    // initialised ("as said" below). The state is released exactly once; the memory then either
+    // joins the free list or goes back to the collector's allocator; instances of a heap type
+    // own a reference to it, released last.
+    // SAFETY: as said.
+    let ty = unsafe { python::type_of(object) };
+    // SAFETY: as said.
+    unsafe { python::untrack(object) };
+    // SAFETY: as said: its memory is an `Instance`.
+    let state = unsafe { (*object.cast::<Instance>()).state.as_mut_ptr() };
+    // A panic must not unwind into CPython; none is expected (leaking beats aborting).
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: as said; not used again.
+        unsafe { DLPackObject::release_attached_in_place(state) };
+    }));
+    // SAFETY: as said: dead and untracked.
+    if !unsafe { FREE.push(object) } {
+        // SAFETY: as said; not used again.
+        unsafe { python::free_instance(object) };
     }
+    // SAFETY: as said.
+    unsafe { python::decref(ty.cast()) };
 }
 
 /// `tp_traverse`: the type (instances of heap types reference it), the producer and the
@@ -205,15 +223,19 @@ unsafe extern "C" fn traverse(
     visit: python::visitproc,
     arg: *mut c_void,
 ) -> c_int {
-    // SAFETY: the collector only traverses live, tracked instances (tracked after their state
-    // was written); `visit` is its callback, called with live objects.
-    unsafe {
-        let code = visit(python::type_of(object).cast(), arg);
-        if code != 0 {
-            return code;
-        }
-        state_unchecked(object).for_each_reference(|referenced| visit(referenced, arg))
+    // The collector only traverses live, tracked instances (tracked after their state was
+    // written); `visit` is its callback, called with live objects ("as said" below).
+    // SAFETY: as said.
+    let ty = unsafe { python::type_of(object) };
+    // SAFETY: as said.
+    let code = unsafe { visit(ty.cast(), arg) };
+    if code != 0 {
+        return code;
     }
+    // SAFETY: as said.
+    let state = unsafe { state_unchecked(object) };
+    // SAFETY: as said (each referenced object is live: the state holds it).
+    state.for_each_reference(|referenced| unsafe { visit(referenced, arg) })
 }
 
 // -- entry points -----------------------------------------------------------------------------
@@ -272,14 +294,18 @@ unsafe extern "C" fn asdlpack_entry(
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
     if nargs == 1 && kwnames.is_null() {
-        // SAFETY: CPython calls us holding the GIL, with one positional argument it holds.
-        let fast = unsafe {
-            fast_path(|py| {
-                let obj = Borrowed::from_ptr(py, *args);
-                let made = super::asdlpack_known(&obj)?;
-                Some(made.map(Bound::into_ptr).map_err(Into::into))
-            })
+        // CPython calls us holding the GIL, with one positional argument it holds ("as said"
+        // below).
+        let body = |py: Python<'_>| {
+            // SAFETY: as said.
+            let obj = unsafe { *args };
+            // SAFETY: as said.
+            let obj = unsafe { Borrowed::from_ptr(py, obj) };
+            let made = super::asdlpack_known(&obj)?;
+            Some(made.map(Bound::into_ptr).map_err(Into::into))
         };
+        // SAFETY: as said.
+        let fast = unsafe { fast_path(body) };
         if let Some(result) = fast {
             return result;
         }
@@ -299,13 +325,16 @@ unsafe extern "C" fn dlpack_entry(
     nargs: Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    // SAFETY: CPython calls us holding the GIL, on an instance of our type (the method
-    // descriptor checks), with fast-call arguments.
-    let fast = unsafe { fast_path(|py| dlpack_common(py, object, args, nargs, kwnames)) };
+    // CPython calls us holding the GIL, on an instance of our type (the method descriptor
+    // checks), with fast-call arguments: "as said" below.
+    // SAFETY: as said.
+    let common = |py: Python<'_>| unsafe { dlpack_common(py, object, args, nargs, kwnames) };
+    // SAFETY: as said.
+    let fast = unsafe { fast_path(common) };
     if let Some(result) = fast {
         return result;
     }
-    // SAFETY: as above.
+    // SAFETY: as said.
     entry(ptr::null_mut(), |py| unsafe {
         dlpack_general(py, object, args, nargs, kwnames)
     })
@@ -327,12 +356,10 @@ unsafe fn dlpack_common(
     kwnames: *mut PyObject,
 ) -> Option<Result<*mut PyObject>> {
     // SAFETY: per the contract.
-    let (object, [stream, max_version, dl_device, copy]) = unsafe {
-        (
-            state_unchecked(slf),
-            arguments::common_arguments(args, nargs, kwnames)?,
-        )
-    };
+    let object = unsafe { state_unchecked(slf) };
+    // SAFETY: per the contract.
+    let [stream, max_version, dl_device, copy] =
+        unsafe { arguments::common_arguments(args, nargs, kwnames)? };
     if !stream.is_null() || !dl_device.is_null() {
         return None;
     }
@@ -369,12 +396,9 @@ unsafe fn dlpack_general(
     kwnames: *mut PyObject,
 ) -> PyResult<*mut PyObject> {
     // SAFETY: per the contract.
-    let (object, values) = unsafe {
-        (
-            state_unchecked(slf),
-            arguments::dlpack_arguments(py, args, nargs, kwnames)?,
-        )
-    };
+    let object = unsafe { state_unchecked(slf) };
+    // SAFETY: per the contract.
+    let values = unsafe { arguments::dlpack_arguments(py, args, nargs, kwnames)? };
     // SAFETY: as above.
     let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
     let [stream, max_version, dl_device, copy] = &values;
@@ -412,12 +436,9 @@ unsafe extern "C" fn reduce_ex_entry(
 ) -> *mut PyObject {
     entry(ptr::null_mut(), |py| {
         // SAFETY: CPython calls methods holding the GIL, with live arguments it holds for the call.
-        let (slf, protocol) = unsafe {
-            (
-                Borrowed::from_ptr(py, object),
-                Borrowed::from_ptr(py, protocol),
-            )
-        };
+        let slf = unsafe { Borrowed::from_ptr(py, object) };
+        // SAFETY: as above.
+        let protocol = unsafe { Borrowed::from_ptr(py, protocol) };
         let reduce = py
             .import("dlpack._sharing.pickling")?
             .getattr("reduce_ex")?;
@@ -438,9 +459,10 @@ type Getter = for<'py> fn(&DLPackObject, &Bound<'py, PyAny>) -> PyResult<Bound<'
 
 /// `tp_getset` entry point: the closure is the `Getter` to call.
 unsafe extern "C" fn get_property(object: *mut PyObject, getter: *mut c_void) -> *mut PyObject {
-    // SAFETY: CPython calls getters holding the GIL, on a live instance of our type; the
-    // closure is one of our `Getter`s (see `create_type`).
-    let (state, getter) = unsafe { (state_unchecked(object), &*getter.cast::<Getter>()) };
+    // SAFETY: CPython calls getters holding the GIL, on a live instance of our type.
+    let state = unsafe { state_unchecked(object) };
+    // SAFETY: the closure is one of our `Getter`s, which live forever (see `create_type`).
+    let getter = unsafe { &*getter.cast::<Getter>() };
     entry(ptr::null_mut(), |py| {
         // SAFETY: as above; CPython holds the object for the call.
         let slf = unsafe { Borrowed::from_ptr(py, object) };
@@ -455,31 +477,35 @@ unsafe extern "C" fn get_buffer_entry(
     view: *mut python::Py_buffer,
     flags: c_int,
 ) -> c_int {
-    // SAFETY: CPython calls us holding the GIL, on a live instance of our type, with a
-    // writable view; the view holds a reference to the object that owns the memory lent.
-    unsafe {
-        (*view).obj = ptr::null_mut(); // what a failed request leaves, as PEP 3118 says
-        let state = state_unchecked(object);
-        if let Ok(buffer::Lend::InPlace) = buffer::lend(state.tensor(), flags) {
-            buffer::fill(view, object, state.tensor(), flags);
-            return 0;
-        }
-        entry(-1, |py| {
-            let (owner, lent) = match buffer::lend(state.tensor(), flags)? {
-                buffer::Lend::InPlace => (Borrowed::from_ptr(py, object).to_owned(), state),
-                buffer::Lend::Copy(_) => {
-                    let copy = state.read_only_copy(py)?;
-                    let lent = state_unchecked(copy.as_ptr());
-                    if let buffer::Lend::Copy(reason) = buffer::lend(lent.tensor(), flags)? {
-                        return Err(crate::error::Error::buffer(reason).into());
-                    }
-                    (copy, lent)
-                }
-            };
-            buffer::fill(view, owner.as_ptr(), lent.tensor(), flags);
-            Ok(0)
-        })
+    // CPython calls us holding the GIL, on a live instance of our type, with a writable view
+    // ("as said" below); the view holds a reference to the object that owns the memory lent.
+    // SAFETY: as said; what a failed request leaves, as PEP 3118 says.
+    unsafe { (*view).obj = ptr::null_mut() };
+    // SAFETY: as said.
+    let state = unsafe { state_unchecked(object) };
+    if let Ok(buffer::Lend::InPlace) = buffer::lend(state.tensor(), flags) {
+        // SAFETY: as said; `object` keeps its own tensor alive and unchanged.
+        unsafe { buffer::fill(view, object, state.tensor(), flags) };
+        return 0;
     }
+    entry(-1, |py| {
+        let (owner, lent) = match buffer::lend(state.tensor(), flags)? {
+            // SAFETY: as said; CPython holds the object for the call.
+            buffer::Lend::InPlace => (unsafe { Borrowed::from_ptr(py, object) }.to_owned(), state),
+            buffer::Lend::Copy(_) => {
+                let copy = state.read_only_copy(py)?;
+                // SAFETY: a new DLPackObject, held by `copy` past this use.
+                let lent = unsafe { state_unchecked(copy.as_ptr()) };
+                if let buffer::Lend::Copy(reason) = buffer::lend(lent.tensor(), flags)? {
+                    return Err(crate::error::Error::buffer(reason).into());
+                }
+                (copy, lent)
+            }
+        };
+        // SAFETY: as said; `owner` keeps the tensor it lends alive and unchanged.
+        unsafe { buffer::fill(view, owner.as_ptr(), lent.tensor(), flags) };
+        Ok(0)
+    })
 }
 
 /// The properties: name, doc, body. The getter table points into this static.
@@ -628,7 +654,9 @@ fn create_type(py: Python<'_>) -> PyResult<*mut PyTypeObject> {
     // SAFETY: the spec and slots are valid for the call (CPython copies what it keeps, except
     // the method and getset tables, which are leaked above and so live forever); we hold the
     // GIL (`py`).
-    let ty = unsafe { Bound::from_owned_ptr_or_err(py, python::type_from_spec(&mut spec))? };
+    let ty = unsafe { python::type_from_spec(&mut spec) };
+    // SAFETY: a new reference, or null with an exception raised.
+    let ty = unsafe { Bound::from_owned_ptr_or_err(py, ty)? };
     Ok(ty.into_ptr().cast())
 }
 
@@ -646,10 +674,7 @@ pub fn asdlpack_function<'py>(module: &Bound<'py, PyModule>) -> PyResult<Bound<'
     }));
     let name = module.name()?;
     // SAFETY: `def` lives forever; the module and its name are live objects; we hold the GIL.
-    unsafe {
-        Bound::from_owned_ptr_or_err(
-            module.py(),
-            python::new_function(def, module.as_ptr(), name.as_ptr()),
-        )
-    }
+    let function = unsafe { python::new_function(def, module.as_ptr(), name.as_ptr()) };
+    // SAFETY: a new reference, or null with an exception raised.
+    unsafe { Bound::from_owned_ptr_or_err(module.py(), function) }
 }

@@ -245,24 +245,27 @@ impl Tensor {
     /// # Safety
     /// `tensor` is a live tensor, not used again; the calling thread holds the GIL.
     pub unsafe fn release_attached_in_place(tensor: *mut Tensor) {
-        // SAFETY: per the contract; every field is dropped or released exactly once (the
-        // pattern names them all, so a new field can't be forgotten).
-        unsafe {
-            let Tensor {
-                data: _,
-                device,
-                dtype: _,
-                layout,
-                readonly: _,
-                swapped: _,
-                indirect: _,
-                stream: _,
-                owner,
-            } = &mut *tensor;
-            std::ptr::drop_in_place(device);
-            std::ptr::drop_in_place(layout);
-            Owner::release_attached_in_place(owner);
-        }
+        // SAFETY: per the contract, live and ours alone from here on.
+        let tensor = unsafe { &mut *tensor };
+        // Every field is dropped or released exactly once, here ("as said" below): the pattern
+        // names them all, so a new field can't be forgotten.
+        let Tensor {
+            data: _,
+            device,
+            dtype: _,
+            layout,
+            readonly: _,
+            swapped: _,
+            indirect: _,
+            stream: _,
+            owner,
+        } = tensor;
+        // SAFETY: as said.
+        unsafe { std::ptr::drop_in_place(device) };
+        // SAFETY: as said.
+        unsafe { std::ptr::drop_in_place(layout) };
+        // SAFETY: as said; the calling thread holds the GIL (the contract).
+        unsafe { Owner::release_attached_in_place(owner) };
     }
 
     /// A C-ordered, writable, native-order CPU tensor in a buffer we allocated.

@@ -19,23 +19,14 @@ pub const ALIGNMENT: usize = 64;
 const HUGE_PAGE_THRESHOLD: usize = 4 << 20;
 const HUGE_PAGE: usize = 2 << 20;
 
-#[cfg(target_os = "linux")]
-unsafe extern "C" {
-    /// The C library's `madvise(2)`.
-    fn madvise(addr: *mut c_void, length: usize, advice: std::ffi::c_int) -> std::ffi::c_int;
-}
-
-/// `MADV_HUGEPAGE` (Linux).
-#[cfg(target_os = "linux")]
-const MADV_HUGEPAGE: std::ffi::c_int = 14;
-
 /// Ask for transparent huge pages behind `len` bytes at `ptr` (a hint: failure changes nothing).
 fn advise_huge_pages(ptr: *mut u8, len: usize) {
     #[cfg(target_os = "linux")]
-    // SAFETY: `ptr..ptr + len` is memory we just allocated, whole huge pages; madvise only
-    // changes how the kernel backs it.
-    unsafe {
-        madvise(ptr.cast(), len, MADV_HUGEPAGE);
+    {
+        use rustix::mm::{Advice, madvise};
+        // SAFETY: `ptr..ptr + len` is memory we just allocated, whole huge pages; the advice
+        // only changes how the kernel backs it.
+        let _ = unsafe { madvise(ptr.cast(), len, Advice::LinuxHugepage) };
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (ptr, len);
