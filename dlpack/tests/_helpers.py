@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from dlpack import _report
+from dlpack import DLPackObject, _report
 
 # ---------------------------------------------------------------------------
 # array libraries: every test imports them through need() or optional()
@@ -403,3 +403,42 @@ def torch_cuda_available():
         return bool(torch is not None and torch.cuda.is_available())
     except Exception:
         return False
+
+
+def buffer_addr(buf) -> int:
+    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+
+
+def check_view(obj, ref, *, readonly=None, check_ptr=True):
+    """``obj`` (a DLPackObject) describes exactly the memory of numpy view ``ref`` (numpy's
+    from_dlpack of it reads the same elements in place)."""
+    np = need("numpy")
+    assert type(obj) is DLPackObject
+    assert obj.shape == ref.shape
+    assert obj.ndim == ref.ndim
+    assert obj.dtype == ref.dtype.name
+    assert obj.itemsize == ref.dtype.itemsize
+    assert obj.nbytes == ref.size * ref.dtype.itemsize
+    if ref.size > 0:
+        expected = element_strides(ref)
+        # extents of 1 may carry any stride
+        for n, got, exp in zip(ref.shape, obj.strides, expected, strict=True):
+            if n > 1:
+                assert got == exp, (obj.strides, expected)
+        if check_ptr:
+            assert obj.data_ptr == np_data_ptr(ref)
+    assert obj.device == (1, 0)
+    if ref.size > 0 and all(n > 1 for n in ref.shape):
+        assert obj.c_contiguous is bool(ref.flags.c_contiguous)
+        assert obj.f_contiguous is bool(ref.flags.f_contiguous)
+    if readonly is not None:
+        assert obj.readonly is readonly
+    out = np.from_dlpack(obj)
+    assert out.dtype == ref.dtype
+    assert out.shape == ref.shape
+    np.testing.assert_array_equal(out, ref)
+    if ref.size > 0 and check_ptr:
+        assert np_data_ptr(out) == np_data_ptr(ref)
+    if readonly is not None:
+        assert out.flags.writeable is (not readonly)
+    return out

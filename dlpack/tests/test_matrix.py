@@ -180,7 +180,7 @@ def test_cuda_cupy_cai_stream_to_torch():
     """A CUDA array interface producer names its stream; the consumer's capsule waits for it."""
     torch = _cuda_torch()
     cupy = _cuda_cupy()
-    from dlpack._report import _CudaArrayInterfaceOnly
+    from dlpack._report._providers import _CudaArrayInterfaceOnly
 
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
@@ -198,7 +198,7 @@ def test_cuda_cupy_cai_stream_to_torch():
 
 def test_cuda_cai_stream_minus_one_skips_the_wait():
     cupy = _cuda_cupy()
-    from dlpack._report import _CudaArrayInterfaceOnly
+    from dlpack._report._providers import _CudaArrayInterfaceOnly
 
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:

@@ -1,0 +1,233 @@
+"""Consumers: each library's ``from_dlpack`` (or its other way in)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._libraries import (
+    Unavailable,
+    cupy_cuda,
+    jax_gpu,
+    need,
+    numba_cuda,
+    require_cuda,
+    torch_cuda,
+    version,
+)
+from ._providers import PROVIDERS, Provider, buffer_address, pointer_via_dlpack
+
+# ---------------------------------------------------------------------------
+# consumers: each library's from_dlpack
+# ---------------------------------------------------------------------------
+
+
+def _np_values(np, x):
+    return np.asarray(x).tolist()
+
+
+def _c_numpy(obj, device):
+    np = need("numpy")
+    if not hasattr(np, "from_dlpack"):
+        raise Unavailable(f"{version('numpy')} has no from_dlpack (numpy >= 1.22)")
+    out = np.from_dlpack(obj)
+    return out, out.tolist(), out.__array_interface__["data"][0]
+
+
+def _c_torch(obj, device):
+    torch = need("torch")
+    from_dlpack = getattr(torch, "from_dlpack", None)
+    if from_dlpack is None:
+        raise Unavailable(f"{version('torch')} has no torch.from_dlpack (torch >= 1.10)")
+    if device == "cuda":
+        require_cuda("torch", torch_cuda)
+    t = from_dlpack(obj)
+    return t, t.cpu().tolist(), t.data_ptr()
+
+
+def _c_jax(obj, device):
+    need("jax")
+    import jax.numpy as jnp
+
+    if device == "cuda":
+        require_cuda("jax", jax_gpu)
+    from_dlpack = getattr(jnp, "from_dlpack", None)
+    if from_dlpack is None:
+        raise Unavailable(f"{version('jax')} has no jax.numpy.from_dlpack")
+    x = from_dlpack(obj)
+    values = x.tolist() if hasattr(x, "tolist") else _np_values(need("numpy"), x)
+    return x, values, x.unsafe_buffer_pointer()
+
+
+def _c_cupy(obj, device):
+    cupy = need("cupy")
+    require_cuda("cupy", cupy_cuda)
+    if not hasattr(cupy, "from_dlpack"):
+        raise Unavailable(f"{version('cupy')} has no cupy.from_dlpack (cupy >= 10)")
+    x = cupy.from_dlpack(obj)
+    return x, x.tolist(), int(x.data.ptr)
+
+
+def _c_tensorflow(obj, device):
+    tf = need("tensorflow")
+    dlpack = getattr(getattr(tf, "experimental", None), "dlpack", None)
+    if dlpack is None:
+        raise Unavailable(f"{version('tensorflow')} has no tf.experimental.dlpack")
+    t = dlpack.from_dlpack(obj.__dlpack__())  # tensorflow takes a (legacy) capsule
+    return t, t.numpy().tolist(), pointer_via_dlpack(dlpack.to_dlpack(t))
+
+
+def _c_paddle(obj, device):
+    paddle = need("paddle")
+    from_dlpack = getattr(paddle, "from_dlpack", None) or paddle.utils.dlpack.from_dlpack
+    try:
+        x = from_dlpack(obj)
+    except TypeError:  # older paddle takes only a capsule
+        x = from_dlpack(obj.__dlpack__())
+    return x, x.numpy().tolist(), pointer_via_dlpack(x)
+
+
+def _c_array_api_strict(obj, device):
+    xp = need("array_api_strict")
+    np = need("numpy", "numpy (array-api-strict needs it)")
+    if not hasattr(xp, "from_dlpack"):
+        raise Unavailable(f"{version('array_api_strict')} has no from_dlpack")
+    x = xp.from_dlpack(obj)
+    inner = np.from_dlpack(x)
+    return x, inner.tolist(), inner.__array_interface__["data"][0]
+
+
+def _c_tvm_ffi(obj, device):
+    tvm_ffi = need("tvm_ffi", "tvm-ffi")
+    t = tvm_ffi.from_dlpack(obj)
+    if device == "cuda":
+        values = need("torch").from_dlpack(t).cpu().tolist()
+    else:
+        values = need("numpy").from_dlpack(t).tolist()
+    return t, values, int(t.data_ptr())
+
+
+def _c_memoryview(obj, device):
+    # the buffer protocol: Python's own consumer (file.write, hashlib, struct use it too)
+    view = memoryview(obj)
+    return view, view.tolist(), buffer_address(view)
+
+
+class _ArrayInterfaceOnly:
+    """Exposes only ``__array_interface__`` of ``owner``, so numpy reads that and nothing else
+    (it would take the buffer protocol first)."""
+
+    def __init__(self, owner) -> None:
+        self._owner = owner
+        self.__array_interface__ = owner.__array_interface__
+
+
+def _c_numpy_array_interface(obj, device):
+    np = need("numpy")
+    out = np.asarray(_ArrayInterfaceOnly(obj))
+    return out, out.tolist(), out.__array_interface__["data"][0]
+
+
+def _c_pillow(obj, device):
+    image_mod = need("PIL.Image", "pillow")
+    np = need("numpy", "numpy (to read pillow's pixels back)")
+    img = image_mod.fromarray(obj)
+    values = np.asarray(img).reshape(obj.shape).tolist()
+    return img, values, None
+
+
+def _c_numba(obj, device):
+    need("numba")
+    require_cuda("numba", numba_cuda)
+    from numba import cuda
+
+    d = cuda.as_cuda_array(obj)
+    return d, d.copy_to_host().tolist(), int(d.__cuda_array_interface__["data"][0])
+
+
+@dataclass(frozen=True)
+class Consumer:
+    name: str
+    module: str | None  # the library it needs (None: stdlib)
+    devices: tuple[str, ...]
+    consume: Callable[[Any, str], tuple[Any, list, int | None]] = field(compare=False, repr=False)
+    zero_copy: bool = True  # the library promises not to copy memory it can use in place
+    call: str = ""  # how it is called, for the report
+    # it ignores DLPack's READ_ONLY flag, so asdlpack hands it copies of read-only memory
+    copies_read_only: bool = False
+    # it takes DLPack (else the buffer protocol or an array interface, which carry the
+    # read-only flag themselves)
+    speaks_dlpack: bool = True
+
+
+CONSUMERS = [
+    Consumer("numpy", "numpy", ("cpu",), _c_numpy, call="numpy.from_dlpack"),
+    Consumer("torch", "torch", ("cpu", "cuda"), _c_torch, call="torch.from_dlpack"),
+    # jax copies when the memory isn't aligned as XLA wants; tensorflow and paddle may copy
+    Consumer("jax", "jax", ("cpu", "cuda"), _c_jax, zero_copy=False, call="jax.numpy.from_dlpack"),
+    Consumer("cupy", "cupy", ("cuda",), _c_cupy, call="cupy.from_dlpack"),
+    Consumer(
+        "tensorflow",
+        "tensorflow",
+        ("cpu", "cuda"),
+        _c_tensorflow,
+        zero_copy=False,
+        call="tf.experimental.dlpack.from_dlpack",
+    ),
+    Consumer(
+        "paddle", "paddle", ("cpu", "cuda"), _c_paddle, zero_copy=False, call="paddle.from_dlpack"
+    ),
+    Consumer(
+        "array-api-strict",
+        "array_api_strict",
+        ("cpu",),
+        _c_array_api_strict,
+        call="array_api_strict.from_dlpack",
+    ),
+    Consumer(
+        "tvm-ffi",
+        "tvm_ffi",
+        ("cpu", "cuda"),
+        _c_tvm_ffi,
+        call="tvm_ffi.from_dlpack",
+        copies_read_only=True,
+    ),
+    # the other protocols out: buffer, array interface, CUDA array interface
+    Consumer("memoryview", None, ("cpu",), _c_memoryview, call="memoryview", speaks_dlpack=False),
+    Consumer(
+        "np-array-interface",
+        "numpy",
+        ("cpu",),
+        _c_numpy_array_interface,
+        call="numpy.asarray, reading __array_interface__",
+        speaks_dlpack=False,
+    ),
+    # pillow copies into its own image memory for most modes
+    Consumer(
+        "pillow",
+        "PIL",
+        ("cpu",),
+        _c_pillow,
+        zero_copy=False,
+        call="PIL.Image.fromarray",
+        speaks_dlpack=False,
+    ),
+    Consumer(
+        "numba",
+        "numba",
+        ("cuda",),
+        _c_numba,
+        call="numba.cuda.as_cuda_array",
+        speaks_dlpack=False,
+    ),
+]
+
+DEVICES = ("cpu", "cuda")
+
+
+def pairs(device: str) -> list[tuple[Provider, Consumer]]:
+    """Every (provider, consumer) pair that can meet on ``device``."""
+    return [
+        (p, c) for p in PROVIDERS if device in p.devices for c in CONSUMERS if device in c.devices
+    ]
