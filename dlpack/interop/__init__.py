@@ -46,7 +46,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # JaxModule subclasses torch.nn.Module: created on first use, so importing this module
+    # JaxModule subclasses torch.nn.Module: created on first use, so importing dlpack.interop
     # doesn't import torch.
     if name == "JaxModule":
         from ._modules import _jax_module_class

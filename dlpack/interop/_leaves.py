@@ -37,9 +37,6 @@ if TYPE_CHECKING:
     import numpy
     import torch
 
-# One leaf into each library
-# ---------------------------------------------------------------------------------------------
-
 
 def _tracer_error(target: str) -> TypeError:
     return TypeError(
