@@ -371,9 +371,10 @@ class TestJaxInternals:
         assert bool((to_numpy(product(x)) == 600.0**2).all())
 
     def test_public_api_when_jaxlib_entry_points_are_unavailable(self, monkeypatch):
-        monkeypatch.setattr(interop._Jaxlib, "checked", True)
-        monkeypatch.setattr(interop._Jaxlib, "import_capsule", None)
-        monkeypatch.setattr(interop._Jaxlib, "export_capsule", None)
+        jaxlib = importlib.import_module("dlpack.interop._jax")._Jaxlib
+        monkeypatch.setattr(jaxlib, "checked", True)
+        monkeypatch.setattr(jaxlib, "import_capsule", None)
+        monkeypatch.setattr(jaxlib, "export_capsule", None)
         t = torch.arange(16.0)
         a = to_jax(t)
         assert jax_ptr(a) == t.data_ptr()
