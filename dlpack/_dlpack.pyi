@@ -14,7 +14,17 @@ __all__ = [
     "ELEMENT_TYPES",
     "HOST_DEVICE_TYPES",
     "__version__",
+    "_SHARE_POOL_SEGMENTS",
     "_footprint",
+    "_rebuild",
+    "_share_after_fork",
+    "_share_clear_pool",
+    "_share_copy",
+    "_share_counts",
+    "_share_empty",
+    "_share_find",
+    "_share_open",
+    "_share_state",
     "asdlpack",
     "byte_extent",
     "copyto",
@@ -81,6 +91,46 @@ def copyto(dst: Any, src: Any, *, stream: int | None = None) -> None:
 
 def _footprint(ndim: int) -> list[tuple[str, int]]:
     """Bytes behind our objects for a tensor of ``ndim`` dimensions (for memory reports)."""
+
+def _rebuild(
+    buffer: Any,
+    shape: Sequence[int],
+    strides: Sequence[int],
+    typestr: str,
+    dtype_name: str,
+    readonly: bool,
+) -> DLPackObject:
+    """Unpickle a ``DLPackObject``: a view of the buffer pickle hands back."""
+
+# Sharing (``dlpack._sharing``; Linux only). A handle's view, layout and memory:
+# (DLPackObject, (offset, shape, byte strides, typestr, dtype name), ("host", ...)).
+_Shared = tuple[DLPackObject, tuple[Any, ...], tuple[Any, ...]]
+
+_SHARE_POOL_SEGMENTS: int
+
+def _share_find(source: DLPackObject, writable: bool) -> _Shared | None:
+    """A handle's parts for ``source`` with no elements or in shared memory already, or None."""
+
+def _share_copy(source: DLPackObject) -> _Shared:
+    """A read-only handle's parts for a copy of ``source`` in shared memory."""
+
+def _share_empty(shape: Sequence[int], dtype: str) -> DLPackObject:
+    """A writable, zero-filled, C-ordered array in new shared memory."""
+
+def _share_state(view: DLPackObject, writable: bool, layout: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The state a handle's pickle carries (its memory lent until received)."""
+
+def _share_open(state: Any) -> DLPackObject:
+    """Check a handle's state and open what it names here."""
+
+def _share_after_fork() -> None:
+    """Sharing's per-process state in a forked child."""
+
+def _share_counts() -> tuple[int, int, int]:
+    """(segments mapped, segments kept for reuse, tokens pinned) in this process."""
+
+def _share_clear_pool() -> None:
+    """Close the segments kept for reuse."""
 
 @final
 class DLPackObject:

@@ -3,16 +3,21 @@
 //! side and `behaviour` what Python sees of it; `instance` is its CPython memory (allocation,
 //! free list, deallocation) and `pytype` the type with its entry points; `arguments` reads their
 //! calls' arguments, `exchange_api` is the type's DLPack C exchange API, and `functions` the
-//! module's functions.
+//! module's functions. `view` makes objects over memory a Rust owner holds, which `pickle`
+//! (the type's pickling and its reconstructor) and sharing build on.
 
 mod arguments;
 mod behaviour;
 mod exchange_api;
 mod functions;
 mod instance;
+mod pickle;
 mod pytype;
 mod state;
+mod view;
 
 pub use exchange_api::capsule as exchange_api_capsule;
 pub use functions::{_footprint, copyto};
+pub use pickle::register as register_pickling;
 pub use pytype::{asdlpack_function, type_object};
+pub use view::{Described, empty_view, new_view, spelled, tensor_of};

@@ -16,7 +16,7 @@ use pyo3::types::{PyBool, PyModule, PyString, PyType};
 
 use super::instance::{self, Instance, dealloc, state_unchecked, traverse};
 use super::state::DLPackObject;
-use super::{arguments, functions};
+use super::{arguments, functions, pickle};
 use crate::error::Result;
 use crate::export::policy::{self, Request};
 use crate::export::{buffer, capsule};
@@ -227,8 +227,8 @@ unsafe extern "C" fn dlpack_device_entry(
     })
 }
 
-/// `__reduce_ex__(protocol)`: pickling is written in Python (`dlpack._sharing.pickling`, which
-/// lends host memory to protocol 5 as an out-of-band buffer); this only hands the call over.
+/// `__reduce_ex__(protocol)`: see `pickle` (host memory lent to protocol 5 as an out-of-band
+/// buffer).
 unsafe extern "C" fn reduce_ex_entry(
     object: *mut PyObject,
     protocol: *mut PyObject,
@@ -238,10 +238,7 @@ unsafe extern "C" fn reduce_ex_entry(
         let slf = unsafe { Borrowed::from_ptr(py, object) };
         // SAFETY: as above.
         let protocol = unsafe { Borrowed::from_ptr(py, protocol) };
-        let reduce = py
-            .import("dlpack._sharing.pickling")?
-            .getattr("reduce_ex")?;
-        Ok(reduce.call1((slf, protocol))?.into_ptr())
+        Ok(pickle::reduce_ex(&slf, &protocol)?.into_ptr())
     })
 }
 

@@ -1,6 +1,6 @@
 //! What keeps a tensor's memory alive, and its release: Python references, buffer views and
 //! producers' deleters only while attached to the interpreter (or, in a deallocator, known to
-//! hold the GIL); memory we allocated anywhere.
+//! hold the GIL); memory we allocated, and shared segments we mapped, anywhere.
 
 use std::ffi::c_int;
 use std::mem::ManuallyDrop;
@@ -36,6 +36,11 @@ pub enum Owner {
     Allocation(#[allow(dead_code, reason = "held to be freed on drop")] AlignedBuffer),
     /// CUDA memory we allocated for a copy; needs no Python to free.
     DeviceAllocation(#[allow(dead_code, reason = "held to be freed on drop")] DeviceBuffer),
+    /// A mapping of memory shared between processes: unmapped (and its segment's lock dropped,
+    /// its files closed or kept for reuse, unless lent) when the last holder goes; needs no
+    /// Python to free.
+    #[cfg(target_os = "linux")]
+    Mapped(std::sync::Arc<crate::share::Mapped>),
 }
 
 /// A buffer view that `get_buffer` filled, which its owner releases once: only `new` makes one.
@@ -99,6 +104,8 @@ impl Owner {
             | Owner::Versioned(_)
             | Owner::Allocation(_)
             | Owner::DeviceAllocation(_) => 0,
+            #[cfg(target_os = "linux")]
+            Owner::Mapped(_) => 0,
         }
     }
 
@@ -140,6 +147,8 @@ impl Owner {
                 }
             }
             Owner::Allocation(_) | Owner::DeviceAllocation(_) => {}
+            #[cfg(target_os = "linux")]
+            Owner::Mapped(_) => {}
         }
     }
 
@@ -162,10 +171,25 @@ impl Owner {
             Owner::Allocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
             // SAFETY: as said.
             Owner::DeviceAllocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
+            // SAFETY: as said.
+            #[cfg(target_os = "linux")]
+            Owner::Mapped(segment) => unsafe { std::ptr::drop_in_place(segment) },
             Owner::Object(_)
             | Owner::ArrayStruct { .. }
             | Owner::Legacy(_)
             | Owner::Versioned(_) => {}
+        }
+    }
+}
+
+impl Owner {
+    /// Whether the owner is freed by its fields' own drops, on any thread.
+    fn needs_no_python(&self) -> bool {
+        match self {
+            Owner::Allocation(_) | Owner::DeviceAllocation(_) => true,
+            #[cfg(target_os = "linux")]
+            Owner::Mapped(_) => true,
+            _ => false,
         }
     }
 }
@@ -176,7 +200,7 @@ impl Drop for Owner {
         // without the GIL, or while the interpreter shuts down. Python state is only touched
         // when this thread can attach; otherwise the memory is left to the process' exit, as
         // numpy does, rather than risking a crash.
-        if matches!(self, Owner::Allocation(_) | Owner::DeviceAllocation(_)) {
+        if self.needs_no_python() {
             return; // freed by the field's own drop, on any thread
         }
         // SAFETY: attached here, and `drop` runs once.

@@ -1,0 +1,92 @@
+//! Opening a handle where it arrives: the segment it names, found mapped here already, or
+//! opened from its producer's descriptor table through /proc, or else claimed from its lender;
+//! checked to be the segment named (file, size, seals, generation) and locked before the
+//! handle's token is released.
+
+use std::sync::Arc;
+
+use super::lender;
+use super::os::memfd::{open_peer, size_mismatch};
+use super::os::{Error, FileId, Result, system};
+use super::segment::{Mapped, Refused, Segment, stale};
+use super::{client, registry};
+
+/// What a handle names: its producer, lender and token, and the segment.
+pub struct Named<'a> {
+    pub pid: i32,
+    pub address: &'a str,
+    pub token: &'a [u8],
+    pub writable: bool,
+    pub id: FileId,
+    pub size: u64,
+    pub generation: u64,
+    /// The number of the descriptor lent, in the producer.
+    pub lent_fd: i32,
+}
+
+/// The segment `named` names, mapped here and locked; its token is released (unless it was
+/// this process's own, then simply taken).
+pub fn open(named: &Named<'_>) -> Result<Arc<Mapped>> {
+    if let Some(lender) = lender::own()
+        && lender.address() == named.address
+        && named.pid == system::pid()
+    {
+        let mapped = match lender.take(named.token) {
+            Some(segment) => same(named, segment)?.mapped()?,
+            None => registry::named(named.id, named.writable).ok_or_else(|| {
+                Error::buffer("this handle was already opened from its pickle, and closed")
+            })?,
+        };
+        same(named, mapped.segment().clone())?;
+        return Ok(mapped);
+    }
+    let opened = match registry::named(named.id, named.writable) {
+        Some(mapped) => same(named, mapped.segment().clone()).map(|_| mapped),
+        None => open_lent(named),
+    };
+    client::release(named.address, named.token);
+    opened
+}
+
+/// `segment`, checked to be the one `named` names as it was then.
+fn same(named: &Named<'_>, segment: Arc<Segment>) -> Result<Arc<Segment>> {
+    if segment.size() != named.size {
+        return Err(size_mismatch(named.size, segment.size()));
+    }
+    if segment.generation() != named.generation {
+        return Err(stale());
+    }
+    Ok(segment)
+}
+
+/// Map the segment another process lent: opened straight from its descriptor table through
+/// /proc (no round trip; the file is checked to be the segment named), or else claimed from its
+/// lender, which also says why when it can't be had.
+fn open_lent(named: &Named<'_>) -> Result<Arc<Mapped>> {
+    let adopt = |fd, own_description| {
+        Segment::adopt(
+            fd,
+            named.id,
+            named.size,
+            named.generation,
+            named.writable,
+            own_description,
+        )
+    };
+    // The producer exited, or /proc won't serve (another pid namespace, ptrace rules): claim.
+    if let Ok(fd) = open_peer(named.pid, named.lent_fd, named.writable) {
+        match adopt(fd, true) {
+            Ok(mapped) => return Ok(mapped),
+            Err(Refused::Stale) => return Err(stale()),
+            // Not that segment (its token spent and the number reused, or another pid).
+            Err(Refused::Other(Error::Buffer(_))) => {}
+            Err(Refused::Other(err)) => return Err(err),
+        }
+    }
+    let fd = client::claim(named.address, named.pid, named.token)?;
+    match adopt(fd, false) {
+        Ok(mapped) => Ok(mapped),
+        Err(Refused::Stale) => Err(stale()),
+        Err(Refused::Other(err)) => Err(err),
+    }
+}
