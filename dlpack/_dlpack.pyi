@@ -13,18 +13,17 @@ __all__ = [
     "DLPackObject",
     "ELEMENT_TYPES",
     "HOST_DEVICE_TYPES",
+    "SharedHandle",
     "__version__",
     "_SHARE_POOL_SEGMENTS",
     "_footprint",
     "_rebuild",
     "_share_after_fork",
     "_share_clear_pool",
-    "_share_copy",
     "_share_counts",
     "_share_empty",
-    "_share_find",
-    "_share_open",
-    "_share_state",
+    "_share_host",
+    "_share_rebuild",
     "asdlpack",
     "byte_extent",
     "copyto",
@@ -102,26 +101,52 @@ def _rebuild(
 ) -> DLPackObject:
     """Unpickle a ``DLPackObject``: a view of the buffer pickle hands back."""
 
-# Sharing (``dlpack._sharing``; Linux only). A handle's view, layout and memory:
-# (DLPackObject, (offset, shape, byte strides, typestr, dtype name), ("host", ...)).
-_Shared = tuple[DLPackObject, tuple[Any, ...], tuple[Any, ...]]
+# Sharing (``dlpack.sharing``; Linux only).
+
+@final
+class SharedHandle:
+    """A handle to memory shared with other processes: pickle it (``Queue.put``,
+    ``Connection.send``, ``pickle.dumps``) to send it, and pass it to ``asdlpack`` (or any
+    ``from_dlpack``) where it arrives to use the memory without a copy.
+
+    Made by :func:`dlpack.share`; in the process that made it, it keeps the memory alive.
+    """
+
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> SharedHandle: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def device(self) -> tuple[int, int]: ...
+    @property
+    def writable(self) -> bool:
+        """Whether receivers may write (``share(obj, writable=True)``)."""
+    @property
+    def _memory(self) -> tuple[Any, ...]:
+        """The memory the handle names, as its state spells it (for tests)."""
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: Any = None,
+    ) -> CapsuleType: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __reduce__(self) -> tuple[Any, tuple[tuple[Any, ...]]]:
+        """Pickle: the state names the segment (pinned for the receiver here)."""
+
+def _share_rebuild(state: Any) -> SharedHandle:
+    """Unpickle a handle: check its state, then open what it names in this process."""
 
 _SHARE_POOL_SEGMENTS: int
 
-def _share_find(source: DLPackObject, writable: bool) -> _Shared | None:
-    """A handle's parts for ``source`` with no elements or in shared memory already, or None."""
-
-def _share_copy(source: DLPackObject) -> _Shared:
-    """A read-only handle's parts for a copy of ``source`` in shared memory."""
+def _share_host(source: DLPackObject, writable: bool) -> SharedHandle | None:
+    """A handle to ``source``'s memory if it is host memory (shared as it is, or copied)."""
 
 def _share_empty(shape: Sequence[int], dtype: str) -> DLPackObject:
     """A writable, zero-filled, C-ordered array in new shared memory."""
-
-def _share_state(view: DLPackObject, writable: bool, layout: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The state a handle's pickle carries (its memory lent until received)."""
-
-def _share_open(state: Any) -> DLPackObject:
-    """Check a handle's state and open what it names here."""
 
 def _share_after_fork() -> None:
     """Sharing's per-process state in a forked child."""

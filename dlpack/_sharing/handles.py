@@ -1,7 +1,7 @@
-"""``share()``, ``empty_shared()`` and the handle: what it holds in the process that made it,
-what its pickle carries, and what unpickling it opens. The extension does the work: finding the
-segment memory lies in or copying it into one, writing and checking the handle's state, and
-opening the segment a handle names where it arrives (``src/share``)."""
+"""``share()`` and ``empty_shared()``: which memory can be shared and how, and their arguments.
+The handle itself (``SharedHandle``: what it holds, what its pickle carries, and what unpickling
+it opens, in one call) and the work (finding the segment memory lies in, or copying it into
+one) are the extension's (``src/share``)."""
 
 from __future__ import annotations
 
@@ -12,79 +12,23 @@ from .. import _dlpack
 from .._dlpack import ELEMENT_TYPES, HOST_DEVICE_TYPES, DLDeviceType, DLPackObject, asdlpack
 from .process import require_linux
 
-_NAMES = {DLDeviceType.kDLCPU: "cpu", DLDeviceType.kDLCUDA: "cuda"}
+if sys.platform == "linux":
+    SharedHandle = _dlpack.SharedHandle
+    # The reconstructor handle pickles name (as dlpack._dlpack._share_rebuild).
+    _rebuild = _dlpack._share_rebuild
+    _share_host = _dlpack._share_host
+else:  # no shared memory here: the name exists, nothing makes one
 
+    class SharedHandle:
+        """A handle to memory shared with other processes (Linux only)."""
 
-class SharedHandle:
-    """A handle to memory shared with other processes: pickle it (``Queue.put``,
-    ``Connection.send``, ``pickle.dumps``) to send it, and pass it to ``asdlpack`` (or any
-    ``from_dlpack``) where it arrives to use the memory without a copy.
+        def __init__(self, *args, **kwargs):
+            raise TypeError("SharedHandle objects are made by dlpack.share()")
 
-    Made by :func:`dlpack.share`; in the process that made it, it keeps the memory alive.
-    """
-
-    __slots__ = ("_layout", "_memory", "_view", "_writable")
-
-    def __init__(self, *args, **kwargs):
-        raise TypeError("SharedHandle objects are made by dlpack.share()")
-
-    @classmethod
-    def _make(cls, view: DLPackObject, writable: bool, layout: tuple, memory: tuple):
-        handle = object.__new__(cls)
-        handle._view = view  # the memory as this process sees it; it keeps the memory alive
-        handle._writable = writable
-        handle._layout = layout  # (offset, shape, byte strides, typestr, dtype name)
-        handle._memory = memory  # ("host", segment's (device, inode), size, generation)
-        return handle
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._view.shape
-
-    @property
-    def dtype(self) -> str:
-        return self._view.dtype
-
-    @property
-    def device(self) -> tuple[int, int]:
-        return self._view.device
-
-    @property
-    def writable(self) -> bool:
-        """Whether receivers may write (``share(obj, writable=True)``)."""
-        return self._writable
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        return self._view.__dlpack__(
-            stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
-        )
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self._view.__dlpack_device__()
-
-    def __repr__(self) -> str:
-        device_type, device_id = self.device
-        device = _NAMES.get(device_type, f"device{device_type}")
-        return (
-            f"SharedHandle(shape={self.shape}, dtype={self.dtype}, device={device}:{device_id}, "
-            f"writable={self._writable})"
-        )
-
-    def __reduce__(self):
-        # The segment (if any) is pinned for the receiver in this process's lender.
-        return _rebuild, (_dlpack._share_state(self._view, self._writable, self._layout),)
-
-
-def _rebuild(state) -> SharedHandle:
-    """Unpickle a handle: check it, then open what it names in this process."""
-    require_linux()
-    view = _dlpack._share_open(state)
-    handle = object.__new__(SharedHandle)
-    handle._view = view
-    handle._writable = state[5]
-    handle._layout = state[6]
-    handle._memory = state[7][:4]  # the descriptor's number is the producer's, not ours
-    return handle
+    def _share_host(source: DLPackObject, writable: bool) -> None:
+        device_type, _ = source.device
+        if device_type in HOST_DEVICE_TYPES:
+            require_linux()
 
 
 # -- making handles -----------------------------------------------------------------------------
@@ -106,9 +50,11 @@ def share(obj, *, writable: bool = False) -> SharedHandle:
     if type(writable) is not bool:
         raise TypeError(f"writable must be True or False, not {type(writable).__name__}")
     source = asdlpack(obj)
-    device_type, _ = source.device  # BufferError when the device can't be told
-    if device_type in HOST_DEVICE_TYPES:
-        return _share_host(source, writable)
+    # Host memory: shared as it is if it is shared memory already, else copied (read-only).
+    handle = _share_host(source, writable)
+    if handle is not None:
+        return handle
+    device_type, _ = source.device
     if device_type == DLDeviceType.kDLCUDA:
         raise BufferError(
             "sharing CUDA memory between processes (CUDA IPC) is not available yet: copy it to "
@@ -123,28 +69,6 @@ def share(obj, *, writable: bool = False) -> SharedHandle:
     raise BufferError(
         f"memory of DLPack device type {device_type} can't be shared (host memory can)"
     )
-
-
-def _share_host(source: DLPackObject, writable: bool) -> SharedHandle:
-    if source.dtype not in ELEMENT_TYPES:
-        raise BufferError(
-            f"elements of type {source.dtype} can't be shared (the receiving side could not "
-            f"name them); these can: {', '.join(ELEMENT_TYPES)}"
-        )
-    if writable and source.readonly:
-        raise ValueError("read-only memory can't be shared writable")
-    require_linux()
-    # No elements, or memory in shared memory already: shared as it is.
-    found = _dlpack._share_find(source, writable)
-    if found is None:
-        if writable:
-            raise ValueError(
-                "writable sharing needs memory that is shared already (receivers' writes would "
-                "land in a copy): allocate it with dlpack.empty_shared(), or share read-only"
-            )
-        found = _dlpack._share_copy(source)
-    view, layout, memory = found
-    return SharedHandle._make(view, writable, layout, memory)
 
 
 def empty_shared(shape, dtype) -> DLPackObject:

@@ -1,5 +1,7 @@
-//! A receiver's side of lending (see `lender`): one connection to each producer, kept to save a
-//! connect per handle (it holds nothing), on which tokens are claimed and released.
+//! A receiver's side of lending (see `lender`): each producer's release board, mapped once, on
+//! which tokens are released; and one connection to each producer, kept to save a connect per
+//! handle (it holds nothing), on which tokens are claimed (and released, where the board can't
+//! be had).
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -7,18 +9,24 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rustix::io::Errno;
 
-use super::lender::{ANSWER_TIMEOUT, CLAIM, GRANTED, REFUSED, RELEASE, TOKEN_BYTES};
+use super::board::Board;
+use super::lender::{
+    ANSWER_TIMEOUT, Address, CLAIM, GRANTED, REFUSED, RELEASE, TOKEN_BYTES, slot_of,
+};
 use super::os::error::describe;
 use super::os::{Error, Result, Stream};
 use super::per_process::PerProcess;
 
-/// Receivers keep connections to at most this many producers.
-const MAX_CONNECTIONS: usize = 32;
+/// Receivers keep connections to (and boards of) at most this many producers.
+const MAX_PRODUCERS: usize = 32;
 
 /// A connection; its lock pairs each claim with its answer.
 struct Connection(Mutex<Stream>);
 
 static CONNECTIONS: PerProcess<HashMap<String, Arc<Connection>>> = PerProcess::new(HashMap::new);
+
+/// Producers' boards, `None` where one can't be had (no /proc of theirs here).
+static BOARDS: PerProcess<HashMap<String, Option<Arc<Board>>>> = PerProcess::new(HashMap::new);
 
 fn gone(pid: i32, why: &str) -> Error {
     Error::buffer(format!(
@@ -33,15 +41,14 @@ fn connection(address: &str, pid: i32) -> Result<Arc<Connection>> {
     if let Some(connection) = connections.get(address) {
         return Ok(connection.clone());
     }
-    // Lenders listen at abstract addresses only: anything else is not a lender's.
-    let Some(name) = address.strip_prefix('\0') else {
+    let Some((name, _)) = Address::parse(address) else {
         return Err(gone(pid, "not a lender's address"));
     };
     let stream = Stream::connect(name.as_bytes(), ANSWER_TIMEOUT).map_err(|err| match err {
         Error::Os { errno, .. } => gone(pid, &describe(errno)),
         other => other,
     })?;
-    if connections.len() >= MAX_CONNECTIONS {
+    if connections.len() >= MAX_PRODUCERS {
         connections.clear();
     }
     let connection = Arc::new(Connection(Mutex::new(stream)));
@@ -115,9 +122,32 @@ pub fn claim(address: &str, pid: i32, token: &[u8]) -> Result<OwnedFd> {
     Err(gone(pid, &why))
 }
 
-/// Give `token` back to the lender at `address` without waiting for an answer (nothing to do
-/// when the producer is gone: its pins went with it).
+/// The board of the lender at `address`, mapped once.
+fn board(address: &str) -> Option<Arc<Board>> {
+    let mut boards = BOARDS.lock();
+    if let Some(board) = boards.get(address) {
+        return board.clone();
+    }
+    let (_, parsed) = Address::parse(address)?;
+    let board = Board::open(parsed.pid, parsed.board_fd, parsed.id)
+        .ok()
+        .map(Arc::new);
+    if boards.len() >= MAX_PRODUCERS {
+        boards.clear();
+    }
+    boards.insert(address.to_owned(), board.clone());
+    board
+}
+
+/// Give `token` back to the lender at `address` without waiting for it: on its board, or else
+/// by message (nothing to do when the producer is gone: its pins went with it).
 pub fn release(address: &str, token: &[u8]) {
+    if let Some((slot, nonce)) = slot_of(token)
+        && let Some(board) = board(address)
+    {
+        board.release(slot, nonce); // false: released already
+        return;
+    }
     let Ok(connection) = connection(address, 0) else {
         return;
     };
@@ -133,6 +163,9 @@ pub fn release(address: &str, token: &[u8]) {
 /// In a forked child: the parent's connections are the parent's; the child closes its copies.
 pub fn renew_in_child() {
     if let Some(mut old) = CONNECTIONS.renew() {
+        old.clear();
+    }
+    if let Some(mut old) = BOARDS.renew() {
         old.clear();
     }
 }

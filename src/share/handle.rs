@@ -1,273 +1,168 @@
-//! A handle's pickled state, written by `SharedHandle.__reduce__` (`state`) and read where it
-//! arrives (`open`, which checks every field, then opens the segment it names):
-//!
-//! ```text
-//! (FORMAT, boot id, producer pid, lender address, token, writable, layout, memory)
-//! layout: (offset, shape, byte strides, typestr, element type name)
-//! memory: ("host", (device, inode), file size, generation, descriptor lent), or
-//!         ("host", None, 0) for no elements (then no lender address and no token)
-//! ```
+//! `SharedHandle`, the handle `dlpack.share` returns: a view of the memory (which keeps it
+//! alive in this process), whether receivers may write, and its layout and memory as its
+//! pickled state spells them (`state`). Pickling it pins its segment for the receiver; where it
+//! arrives, unpickling opens the segment (`_share_rebuild`, one call).
 
-use std::fmt::Display;
-
-use dlpack_core::dtype::Element;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyInt, PyString, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple};
 
-use super::lender::{self, TOKEN_BYTES};
-use super::open::{Named, open as open_named};
-use super::os::{FileId, system};
-use super::segment::TRAILER;
-use super::views::segment_view;
-use crate::error::{Error, Result};
-use crate::object::{empty_view, spelled, tensor_of};
-use crate::tensor::{DType, Layout, Owner};
+use super::state;
+use crate::error::Result;
+use crate::ffi::device_type;
 
-/// The layout of a handle's state (and the protocol its segment's locks follow); a handle of
-/// another is refused, not misread.
-pub const FORMAT: i64 = 2;
-
-fn malformed(why: impl Display) -> Error {
-    Error::value(format!("not a dlpack shared-memory handle ({why})"))
-}
-
-/// The state pickling the handle of `view` (writable or not, with its `layout` tuple) carries:
-/// its segment, if it has one, is pinned in this process's lender for the receiver.
-pub fn state<'py>(
-    view: &Bound<'py, PyAny>,
+/// A handle to memory shared with other processes: pickle it (``Queue.put``,
+/// ``Connection.send``, ``pickle.dumps``) to send it, and pass it to ``asdlpack`` (or any
+/// ``from_dlpack``) where it arrives to use the memory without a copy.
+///
+/// Made by :func:`dlpack.share`; in the process that made it, it keeps the memory alive.
+#[pyclass(module = "dlpack.sharing", frozen)]
+pub struct SharedHandle {
+    /// The memory as this process sees it (a `DLPackObject`); it keeps the memory alive.
+    view: Py<PyAny>,
     writable: bool,
-    layout: &Bound<'py, PyAny>,
-) -> Result<Bound<'py, PyTuple>> {
-    let py = view.py();
-    let tensor =
-        tensor_of(view).ok_or_else(|| Error::type_("a handle's view is a DLPackObject"))?;
-    let (address, token, memory) = match &tensor.owner {
-        Owner::Mapped(mapped) => {
-            let segment = mapped.segment();
-            let (lender, token, fd) = lender::lend(segment.clone(), writable)?;
-            let id = segment.id();
-            let memory = (
-                "host",
-                (id.dev, id.ino),
-                segment.size(),
-                segment.generation(),
-                fd,
-            );
-            let address = PyString::new(py, lender.address());
-            let memory = memory.into_pyobject(py)?.into_any();
-            (address, PyBytes::new(py, &token), memory)
-        }
-        _ => {
-            let memory = ("host", py.None(), 0).into_pyobject(py)?.into_any();
-            (PyString::new(py, ""), PyBytes::new(py, b""), memory)
-        }
-    };
-    let fields = (
-        FORMAT,
-        system::boot_id()?,
-        system::pid(),
-        address,
-        token,
-        writable,
-        layout,
-        memory,
-    );
-    Ok(fields.into_pyobject(py)?)
+    /// `(offset, shape, byte strides, typestr, dtype name)`.
+    layout: Py<PyTuple>,
+    /// `("host", (device, inode), size, generation)`, or `("host", None, 0)` for no elements.
+    memory: Py<PyTuple>,
 }
 
-/// The `n` items of `state` if it is a sequence of that many.
-fn items<'py>(state: &Bound<'py, PyAny>, n: usize) -> Option<Vec<Bound<'py, PyAny>>> {
-    let items: Vec<_> = match state.cast::<PyTuple>() {
-        Ok(tuple) => tuple.iter().collect(),
-        Err(_) => state
-            .try_iter()
-            .ok()?
-            .take(n + 1)
-            .collect::<PyResult<_>>()
-            .ok()?,
-    };
-    (items.len() == n).then_some(items)
-}
-
-/// An exact `int` that fits an `i64`.
-fn int(value: &Bound<'_, PyAny>) -> Option<i64> {
-    value
-        .is_exact_instance_of::<PyInt>()
-        .then(|| value.extract().ok())
-        .flatten()
-}
-
-/// An exact `int` that fits a `u64`.
-fn unsigned(value: &Bound<'_, PyAny>) -> Option<u64> {
-    value
-        .is_exact_instance_of::<PyInt>()
-        .then(|| value.extract().ok())
-        .flatten()
-}
-
-/// A handle's layout, checked.
-struct Checked {
-    offset: i64,
-    shape: Vec<i64>,
-    strides: Vec<i64>,
-    element: Element,
-}
-
-fn checked_layout(layout: &Bound<'_, PyTuple>) -> Result<Checked> {
-    let Some([offset, shape, strides, typestr, name]) =
-        items(layout.as_any(), 5).and_then(|items| <[_; 5]>::try_from(items).ok())
-    else {
-        return Err(malformed("its layout is not a 5-tuple"));
-    };
-    let ints = |tuple: &Bound<'_, PyAny>| -> Option<Vec<i64>> {
-        let tuple = tuple.cast::<PyTuple>().ok()?;
-        tuple.iter().map(|n| int(&n)).collect()
-    };
-    let checked = (|| {
-        let (offset, shape, strides) = (int(&offset)?, ints(&shape)?, ints(&strides)?);
-        if strides.len() != shape.len() || shape.iter().any(|&n| n < 0) {
-            return None;
-        }
-        if !typestr.is_exact_instance_of::<PyString>() || !name.is_exact_instance_of::<PyString>() {
-            return None;
-        }
-        let name = name.cast::<PyString>().ok()?.to_str().ok()?;
-        let typestr = typestr.cast::<PyString>().ok()?.to_str().ok()?;
-        let dtype = DType::from_name(name)?;
-        // The typestr may be in either byte order (memory in the other order is shared as it
-        // is).
-        let native = dtype.typestr(false);
-        let either_order = typestr == native
-            || (typestr.len() == native.len()
-                && matches!(typestr.as_bytes()[0], b'<' | b'>')
-                && typestr[1..] == native[1..]);
-        if !either_order {
-            return None;
-        }
-        let element = spelled(dtype, typestr)?;
-        Some(Checked {
-            offset,
-            shape,
-            strides,
-            element,
-        })
-    })();
-    match checked {
-        Some(checked) => Ok(checked),
-        None => Err(malformed(format!("a malformed layout {}", layout.repr()?))),
-    }
-}
-
-/// Unpickle a handle: check its state, then open what it names in this process (the segment,
-/// mapped and locked, its token released), as a view of its elements.
-pub fn open<'py>(state: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny>> {
-    let py = state.py();
-    let Some([version, host, pid, address, token, writable, layout, memory]) =
-        items(state, 8).and_then(|items| <[_; 8]>::try_from(items).ok())
-    else {
-        return Err(malformed("its state is not an 8-tuple"));
-    };
-    if version.ne(FORMAT)? {
-        return Err(malformed(format!(
-            "format {}, this dlpack reads format {FORMAT}",
-            version.repr()?
-        )));
-    }
-    let well_typed = host.is_exact_instance_of::<PyString>()
-        && pid.is_exact_instance_of::<PyInt>()
-        && address.is_exact_instance_of::<PyString>()
-        && token.is_exact_instance_of::<PyBytes>()
-        && writable.is_exact_instance_of::<PyBool>()
-        && layout.is_exact_instance_of::<PyTuple>()
-        && memory.is_exact_instance_of::<PyTuple>();
-    let (Ok(layout), Ok(memory)) = (layout.cast::<PyTuple>(), memory.cast::<PyTuple>()) else {
-        return Err(malformed("a field of the wrong type"));
-    };
-    if !well_typed || memory.is_empty() {
-        return Err(malformed("a field of the wrong type"));
-    }
-    let host = host.cast::<PyString>().map_err(PyErr::from)?.to_str()?;
-    let here = system::boot_id()?;
-    if host != here {
-        return Err(Error::buffer(format!(
-            "this handle was made on another machine (boot id {host}, this one's is {here}): \
-             shared memory can't cross machines; send the array itself instead (a DLPackObject \
-             pickles its data), e.g. through Dask distributed"
-        )));
-    }
-    let layout = checked_layout(layout)?;
-    let kind = memory.get_item(0)?;
-    if !kind.eq("host")? {
-        return Err(malformed(format!("memory of kind {}", kind.repr()?)));
-    }
-    let writable = writable.is_truthy()?;
-    let itemsize = layout.element.dtype.itemsize();
-    let view_layout = Layout::from_byte_strides(&layout.shape, Some(&layout.strides), itemsize)
-        .map_err(|_| malformed("a layout that addresses more than 2**63 bytes"))?;
-    if memory.len() == 3 && memory.get_item(1)?.is_none() {
-        if view_layout.numel() != 0 {
-            return Err(malformed("elements without memory"));
-        }
-        return empty_view(py, layout.element, view_layout, !writable);
-    }
-    let Some([_, key, size, generation, lent_fd]) =
-        items(memory.as_any(), 5).and_then(|items| <[_; 5]>::try_from(items).ok())
-    else {
-        return Err(malformed("host memory that is not a 5-tuple"));
-    };
-    let segment = (|| {
-        let key = key.cast::<PyTuple>().ok()?;
-        let [dev, ino] = <[_; 2]>::try_from(items(key.as_any(), 2)?).ok()?;
-        let id = FileId {
-            dev: unsigned(&dev)?,
-            ino: unsigned(&ino)?,
+impl SharedHandle {
+    pub fn new<'py>(
+        view: Bound<'py, PyAny>,
+        writable: bool,
+        layout: Bound<'py, PyTuple>,
+        memory: Bound<'py, PyTuple>,
+    ) -> Result<Bound<'py, SharedHandle>> {
+        let py = view.py();
+        let handle = SharedHandle {
+            view: view.unbind(),
+            writable,
+            layout: layout.unbind(),
+            memory: memory.unbind(),
         };
-        let (size, generation) = (unsigned(&size)?, unsigned(&generation)?);
-        let lent_fd = i32::try_from(int(&lent_fd)?).ok()?;
-        let pid = i32::try_from(int(&pid)?).ok()?;
-        let token = token.cast::<PyBytes>().ok()?.as_bytes();
-        (size > TRAILER && lent_fd >= 0 && token.len() == TOKEN_BYTES)
-            .then_some((id, size, generation, lent_fd, pid, token))
-    })();
-    let Some((id, size, generation, lent_fd, pid, token)) = segment else {
-        return Err(malformed("a malformed segment"));
-    };
-    within(&layout, &view_layout, size - TRAILER)?;
-    let address = address.cast::<PyString>().map_err(PyErr::from)?.to_str()?;
-    let named = Named {
-        pid,
-        address,
-        token,
-        writable,
-        id,
-        size,
-        generation,
-        lent_fd,
-    };
-    let segment = py.detach(|| open_named(&named))?;
-    segment_view(
-        py,
-        segment,
-        layout.offset,
-        layout.element,
-        view_layout,
-        !writable,
-    )
+        Ok(Bound::new(py, handle)?)
+    }
+
+    pub fn view<'py>(&self, py: Python<'py>) -> &Bound<'py, PyAny> {
+        self.view.bind(py)
+    }
+
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    pub fn layout<'py>(&self, py: Python<'py>) -> &Bound<'py, PyTuple> {
+        self.layout.bind(py)
+    }
 }
 
-/// A value error unless the layout's elements lie in the `size` bytes of its memory.
-fn within(layout: &Checked, view_layout: &Layout, size: u64) -> Result<()> {
-    let itemsize = layout.element.dtype.itemsize();
-    let (low, high) = view_layout.byte_extent(itemsize)?;
-    let (low, high) = (
-        layout.offset.saturating_add(low),
-        layout.offset.saturating_add(high),
-    );
-    if low != high && (low < 0 || high as u64 > size) {
-        return Err(Error::value(format!(
-            "the handle's layout reaches bytes [{low}, {high}) of its {size}-byte memory (a \
-             forged or corrupted handle)"
-        )));
-    }
+/// The reconstructor handles pickle to, as the module holds it.
+static REBUILD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Add the class and its reconstructor to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<SharedHandle>()?;
+    let rebuild = wrap_pyfunction!(_share_rebuild, m)?;
+    m.add_function(rebuild.clone())?;
+    let _ = REBUILD.set(m.py(), rebuild.into_any().unbind());
     Ok(())
+}
+
+/// Unpickle a handle: check its state, then open what it names in this process.
+#[pyfunction]
+fn _share_rebuild<'py>(state: &Bound<'py, PyAny>) -> Result<Bound<'py, SharedHandle>> {
+    state::open(state)
+}
+
+#[pymethods]
+impl SharedHandle {
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn py_new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        Err(PyTypeError::new_err(
+            "SharedHandle objects are made by dlpack.share()",
+        ))
+    }
+
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.view(py).getattr("shape")
+    }
+
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.view(py).getattr("dtype")
+    }
+
+    #[getter]
+    fn device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.view(py).getattr("device")
+    }
+
+    /// Whether receivers may write (``share(obj, writable=True)``).
+    #[getter(writable)]
+    fn py_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The memory the handle names, as its state spells it (for tests).
+    #[getter]
+    fn _memory<'py>(&self, py: Python<'py>) -> Bound<'py, PyTuple> {
+        self.memory.bind(py).clone()
+    }
+
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<Bound<'py, PyAny>>,
+        max_version: Option<Bound<'py, PyAny>>,
+        dl_device: Option<Bound<'py, PyAny>>,
+        copy: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let kwargs = PyDict::new(py);
+        for (name, value) in [
+            ("stream", stream),
+            ("max_version", max_version),
+            ("dl_device", dl_device),
+            ("copy", copy),
+        ] {
+            if let Some(value) = value {
+                kwargs.set_item(name, value)?;
+            }
+        }
+        self.view(py)
+            .call_method(pyo3::intern!(py, "__dlpack__"), (), Some(&kwargs))
+    }
+
+    fn __dlpack_device__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.view(py).call_method0(pyo3::intern!(py, "__dlpack_device__"))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let (device_type, device_id): (i32, i32) = self.device(py)?.extract()?;
+        let device = match device_type {
+            device_type::CPU => "cpu".to_owned(),
+            device_type::CUDA => "cuda".to_owned(),
+            other => format!("device{other}"),
+        };
+        Ok(format!(
+            "SharedHandle(shape={}, dtype={}, device={device}:{device_id}, writable={})",
+            self.shape(py)?.repr()?,
+            self.dtype(py)?.str()?,
+            if self.writable { "True" } else { "False" }
+        ))
+    }
+
+    /// Pickle: the state names the segment (pinned for the receiver in this process's lender).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Result<(Py<PyAny>, (Bound<'py, PyTuple>,))> {
+        let py = slf.py();
+        let rebuild = REBUILD
+            .get(py)
+            .expect("registered with the class")
+            .clone_ref(py);
+        Ok((rebuild, (state::write(py, slf.get())?,)))
+    }
 }

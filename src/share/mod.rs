@@ -5,22 +5,27 @@
 //!
 //! ```text
 //! os           memory files, locks, mappings, sockets, ids (no Python)
-//! segment      a memory file at one generation (its trailer) and its mapping here (Mapped);
-//!              create, reuse, adopt
-//! registry     live segments by address and by file
-//! pool         kept segments of fresh copies, for reuse
+//! pool         a segment's files (Files), and those of fresh copies kept for reuse
+//! segment      a memory file at one generation (its trailer), as this process holds it
+//! registry     mappings by address and by file
+//! mapped       this process's mappings of segments (Mapped, what views hold), registered;
+//!              segments made, reused, or adopted from a descriptor received
+//! board        a lender's release board: one word per pinned token, cleared by receivers
 //! lender       this process's lender thread: tokens pinning segments for receivers
-//! client       connections to other processes' lenders: claims and releases
+//! client       other processes' lenders: boards to release on, connections to claim on
 //! open         a handle's segment where it arrives (mapped already, /proc, or claimed)
 //! per_process  process-wide state a forked child starts afresh
 //! views        segments as DLPackObjects; what share and empty_shared make
-//! handle       a handle's pickled state: written, checked and opened
+//! handle       SharedHandle, the Python class, and its reconstructor
+//! state        a handle's pickled state: written, checked and opened
 //! python       the functions dlpack._sharing calls
 //! ```
 
+mod board;
 mod client;
 mod handle;
 mod lender;
+pub mod mapped;
 mod open;
 pub mod os;
 mod per_process;
@@ -28,7 +33,7 @@ mod pool;
 mod python;
 mod registry;
 mod segment;
+mod state;
 mod views;
 
 pub use python::register;
-pub use segment::Mapped;

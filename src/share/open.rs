@@ -8,8 +8,9 @@ use std::sync::Arc;
 use super::lender;
 use super::os::memfd::{open_peer, size_mismatch};
 use super::os::{Error, FileId, Result, system};
-use super::segment::{Mapped, Refused, Segment, stale};
-use super::{client, registry};
+use super::mapped::{Mapped, Refused, stale};
+use super::segment::Segment;
+use super::client;
 
 /// What a handle names: its producer, lender and token, and the segment.
 pub struct Named<'a> {
@@ -24,32 +25,47 @@ pub struct Named<'a> {
     pub lent_fd: i32,
 }
 
-/// The segment `named` names, mapped here and locked; its token is released (unless it was
-/// this process's own, then simply taken).
-pub fn open(named: &Named<'_>) -> Result<Arc<Mapped>> {
+/// The segment `named` names if it is mapped here already (or is this process's own), without
+/// waiting for anything: its token released (or, this process's own, taken). `None`: the caller
+/// opens it with `open_lent`, which may wait.
+pub fn open_mapped(named: &Named<'_>) -> Result<Option<Arc<Mapped>>> {
     if let Some(lender) = lender::own()
         && lender.address() == named.address
         && named.pid == system::pid()
     {
         let mapped = match lender.take(named.token) {
-            Some(segment) => same(named, segment)?.mapped()?,
-            None => registry::named(named.id, named.writable).ok_or_else(|| {
-                Error::buffer("this handle was already opened from its pickle, and closed")
-            })?,
+            Some(segment) => Mapped::of(same(named, &segment)?)?,
+            None => {
+                let mapped = Mapped::named(named.id, named.writable).ok_or_else(|| {
+                    Error::buffer("this handle was already opened from its pickle, and closed")
+                })?;
+                same(named, mapped.segment())?;
+                mapped
+            }
         };
-        same(named, mapped.segment().clone())?;
-        return Ok(mapped);
+        return Ok(Some(mapped));
     }
-    let opened = match registry::named(named.id, named.writable) {
-        Some(mapped) => same(named, mapped.segment().clone()).map(|_| mapped),
-        None => open_lent(named),
+    let Some(mapped) = Mapped::named(named.id, named.writable) else {
+        return Ok(None);
     };
+    let checked = same(named, mapped.segment()).map(|_| ());
+    client::release(named.address, named.token);
+    checked.map(|()| Some(mapped))
+}
+
+/// Map the segment another process lent (see `open_mapped` for one mapped here already):
+/// opened straight from its descriptor table through /proc (no round trip; the file is
+/// checked to be the segment named), or else claimed from its lender, which also says why
+/// when it can't be had (waiting for its answer). The token is released once this process
+/// holds its lock on the segment.
+pub fn open_lent(named: &Named<'_>) -> Result<Arc<Mapped>> {
+    let opened = open_or_claim(named);
     client::release(named.address, named.token);
     opened
 }
 
 /// `segment`, checked to be the one `named` names as it was then.
-fn same(named: &Named<'_>, segment: Arc<Segment>) -> Result<Arc<Segment>> {
+fn same<'a>(named: &Named<'_>, segment: &'a Arc<Segment>) -> Result<&'a Arc<Segment>> {
     if segment.size() != named.size {
         return Err(size_mismatch(named.size, segment.size()));
     }
@@ -59,12 +75,9 @@ fn same(named: &Named<'_>, segment: Arc<Segment>) -> Result<Arc<Segment>> {
     Ok(segment)
 }
 
-/// Map the segment another process lent: opened straight from its descriptor table through
-/// /proc (no round trip; the file is checked to be the segment named), or else claimed from its
-/// lender, which also says why when it can't be had.
-fn open_lent(named: &Named<'_>) -> Result<Arc<Mapped>> {
+fn open_or_claim(named: &Named<'_>) -> Result<Arc<Mapped>> {
     let adopt = |fd, own_description| {
-        Segment::adopt(
+        Mapped::adopt(
             fd,
             named.id,
             named.size,

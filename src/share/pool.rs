@@ -1,15 +1,16 @@
-//! Reuse: the files of fresh copies' segments whose every view, handle and pin here is gone are
-//! kept (up to these limits: a few arrays of up to 1 GiB each, on a machine of 16 GiB or more)
-//! for the next fresh copy of the same size, which then costs a copy into memory already there
-//! instead of allocating it (page faults are most of a fresh share's time). A kept segment is
-//! reused only once no other process holds a lock on it: none can still see it.
+//! A segment's open files, and their reuse: the files of fresh copies' segments whose every
+//! view, handle and pin here is gone are kept (up to these limits: a few arrays of up to 1 GiB
+//! each, on a machine of 16 GiB or more) for the next fresh copy of the same size, which then
+//! costs a copy into memory already there instead of allocating it (page faults are most of a
+//! fresh share's time). A kept segment is reused only once no other process holds a lock on
+//! it: none can still see it.
 
 use std::collections::VecDeque;
-use std::sync::OnceLock;
+use std::os::fd::BorrowedFd;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
-use super::os::system;
+use super::os::{Result, SealedFile, lock, system};
 use super::per_process::PerProcess;
-use super::segment::Files;
 
 /// At most this many segments are kept.
 pub const POOL_SEGMENTS: usize = 4;
@@ -20,14 +21,86 @@ pub fn pool_bytes() -> u64 {
     *BYTES.get_or_init(|| (2u64 << 30).min(system::physical_memory() / 8))
 }
 
+/// A segment's open files, which outlive the segment when it is kept for reuse.
+#[derive(Debug)]
+pub struct Files {
+    /// The one mapped (and, in a process that did not make the segment, locked).
+    file: SealedFile,
+    /// A read-only open of the same file, lent to read-only handles (opened once, when first
+    /// asked), through which no process can map the memory writable.
+    readonly: OnceLock<SealedFile>,
+    /// Opens of a forked child's own, holding its locks.
+    held: Mutex<Vec<SealedFile>>,
+    /// Whether the process that made it may reuse it (`maker`: a forked child never reuses what
+    /// it inherited).
+    poolable: bool,
+    maker: i32,
+}
+
+impl Files {
+    pub fn new(file: SealedFile, poolable: bool) -> Files {
+        Files {
+            file,
+            readonly: OnceLock::new(),
+            held: Mutex::new(Vec::new()),
+            poolable,
+            maker: system::pid(),
+        }
+    }
+
+    /// The file mapped.
+    pub fn file(&self) -> &SealedFile {
+        &self.file
+    }
+
+    pub fn size(&self) -> u64 {
+        self.file.size()
+    }
+
+    /// A read-only open of the file (made once).
+    pub fn readonly(&self) -> Result<BorrowedFd<'_>> {
+        if let Some(readonly) = self.readonly.get() {
+            return Ok(readonly.fd());
+        }
+        let opened = self.file.reopen(false)?;
+        Ok(self.readonly.get_or_init(|| opened).fd())
+    }
+
+    /// A shared lock of this process's own on the file (in a forked child that inherited a
+    /// mapping of it), kept while the files are; false without /proc.
+    pub fn hold(&self) -> bool {
+        let Ok(file) = self.file.reopen(false) else {
+            return false;
+        };
+        if !lock::try_shared(file.fd()).unwrap_or(false) {
+            return false;
+        }
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.push(file);
+        true
+    }
+
+    /// The exclusive lock, taken without waiting: whether no other process holds a lock.
+    fn lock_exclusive(&self) -> bool {
+        lock::try_exclusive(self.file.fd()).unwrap_or(false)
+    }
+
+    /// The segment is gone: keep its files for reuse, or close them.
+    pub fn release(self) {
+        if self.poolable && self.maker == system::pid() {
+            keep(self);
+        }
+    }
+}
+
 /// Oldest first.
 static POOL: PerProcess<VecDeque<Files>> = PerProcess::new(VecDeque::new);
 
-/// Keep `files` for reuse; handed back (to be closed) when they are too large to keep. The
-/// oldest kept beyond the limits are closed.
-pub fn keep(files: Files) -> Option<Files> {
+/// Keep `files` for reuse, unless they are too large to keep (then closed). The oldest kept
+/// beyond the limits are closed.
+fn keep(files: Files) {
     if files.size() > pool_bytes() {
-        return Some(files);
+        return;
     }
     let evicted = {
         let mut pool = POOL.lock();
@@ -40,7 +113,6 @@ pub fn keep(files: Files) -> Option<Files> {
         evicted
     };
     drop(evicted); // closed outside the lock
-    None
 }
 
 /// Kept files of `size` bytes that no other process locks, locked exclusively (the caller

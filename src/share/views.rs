@@ -8,7 +8,10 @@ use dlpack_core::dtype::Element;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::segment::{Mapped, Segment};
+use super::handle::SharedHandle;
+use super::lender;
+use super::mapped::Mapped;
+use super::segment::Segment;
 use crate::copy;
 use crate::error::{Error, Result};
 use crate::ffi::DLDevice;
@@ -40,7 +43,7 @@ pub fn segment_view(
         )));
     }
     let described = Described {
-        data: mapped.base().wrapping_offset(offset as isize).cast(),
+        data: mapped.base_ptr().wrapping_offset(offset as isize).cast(),
         device: DLDevice::CPU,
         element,
         layout,
@@ -51,8 +54,6 @@ pub fn segment_view(
     unsafe { new_view(py, Owner::Mapped(mapped), described) }
 }
 
-/// What a new handle holds: its view, and its layout and memory as its state spells them.
-pub type Shared<'py> = (Bound<'py, PyAny>, Bound<'py, PyTuple>, Bound<'py, PyTuple>);
 
 fn layout_tuple<'py>(
     py: Python<'py>,
@@ -85,10 +86,60 @@ fn host_tensor<'a>(source: &'a Bound<'_, PyAny>) -> Result<&'a Tensor> {
     tensor_of(source).ok_or_else(|| Error::type_("sharing reads a DLPackObject"))
 }
 
+/// A handle to `source`'s memory (a `DLPackObject`) if it is host memory, `None` otherwise:
+/// shared as it is if it has no elements or lies in shared memory already, else (read-only
+/// only) copied into shared memory.
+pub fn share_host<'py>(
+    source: &Bound<'py, PyAny>,
+    writable: bool,
+) -> Result<Option<Bound<'py, SharedHandle>>> {
+    let tensor = host_tensor(source)?;
+    if !tensor.device.get()?.is_host() {
+        return Ok(None);
+    }
+    if !nameable(tensor.dtype) {
+        return Err(unnameable(tensor.dtype));
+    }
+    if writable && tensor.readonly {
+        return Err(Error::value("read-only memory can't be shared writable"));
+    }
+    if let Some(handle) = find(source, writable)? {
+        return Ok(Some(handle));
+    }
+    if writable {
+        return Err(Error::value(
+            "writable sharing needs memory that is shared already (receivers' writes would land \
+             in a copy): allocate it with dlpack.empty_shared(), or share read-only",
+        ));
+    }
+    copy(source).map(Some)
+}
+
+/// Whether `dtype` is one of the types a receiver can name.
+fn nameable(dtype: DType) -> bool {
+    DType::named().any(|(_, named)| named == dtype)
+}
+
+// Out of line: the list of names, unrolled into the caller, made LLVM's optimiser take minutes.
+#[cold]
+#[inline(never)]
+fn unnameable(dtype: DType) -> Error {
+    let names: Vec<&str> = DType::named().map(|(name, _)| name).collect();
+    Error::buffer(format!(
+        "elements of type {} can't be shared (the receiving side could not name them); these \
+         can: {}",
+        dtype.name(),
+        names.join(", ")
+    ))
+}
+
 /// The handle of `source`'s memory if it has no elements, or lies in a segment mapped here
 /// (shared as it is, layout and all; a value error when `writable` is asked of a read-only
 /// mapping); `None` when it needs a copy.
-pub fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Shared<'py>>> {
+fn find<'py>(
+    source: &Bound<'py, PyAny>,
+    writable: bool,
+) -> Result<Option<Bound<'py, SharedHandle>>> {
     let py = source.py();
     let tensor = host_tensor(source)?;
     let element = Element {
@@ -99,8 +150,11 @@ pub fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Sh
     let (low, high) = tensor.layout.byte_extent(tensor.dtype.itemsize())?;
     if low == high {
         let view = empty_view(py, element, tensor.layout.clone(), !writable)?;
-        let memory = ("host", py.None(), 0).into_pyobject(py)?;
-        return Ok(Some((view, layout_tuple(py, 0, tensor, strides)?, memory)));
+        let (layout, memory) = (
+            layout_tuple(py, 0, tensor, strides)?,
+            ("host", py.None(), 0).into_pyobject(py)?,
+        );
+        return SharedHandle::new(view, writable, layout, memory).map(Some);
     }
     // Memory behind suboffsets has no address to look up (only a copy can serve it).
     if tensor.indirect {
@@ -111,7 +165,7 @@ pub fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Sh
     let (Some(first), Some(end)) = (span(low), span(high)) else {
         return Ok(None);
     };
-    let Some(mapped) = super::registry::at(first, end) else {
+    let Some(mapped) = Mapped::at(first, end) else {
         return Ok(None);
     };
     if writable && !mapped.segment().writable() {
@@ -120,7 +174,7 @@ pub fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Sh
              shared read-only",
         ));
     }
-    let offset = (data - mapped.base() as usize) as i64;
+    let offset = (data - mapped.base_ptr() as usize) as i64;
     let (layout, memory) = (
         layout_tuple(py, offset, tensor, strides)?,
         memory_tuple(py, mapped.segment())?,
@@ -133,13 +187,13 @@ pub fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Sh
         tensor.layout.clone(),
         !writable,
     )?;
-    Ok(Some((view, layout, memory)))
+    SharedHandle::new(view, writable, layout, memory).map(Some)
 }
 
 /// Copy `source` (host memory with elements) into a new segment, or a kept one of the same
 /// size, packed densely in the order of its dimensions in memory, with the copy engine: the
 /// read-only handle of the copy.
-pub fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Shared<'py>> {
+fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Bound<'py, SharedHandle>> {
     let py = source.py();
     let tensor = host_tensor(source)?;
     let itemsize = tensor.dtype.itemsize();
@@ -147,10 +201,12 @@ pub fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Shared<'py>> {
     let strides = layout::dense_strides(shape, tensor.layout.byte_strides(), itemsize)?;
     let dense = Layout::from_byte_strides(shape, Some(&strides), itemsize)?;
     let nbytes = u64::try_from(tensor.nbytes()).map_err(|_| Error::value("negative size"))?;
-    let mapped = match Segment::reuse(nbytes)? {
+    // Segments whose handles were released since the lender last looked may be reused now.
+    lender::sweep();
+    let mapped = match Mapped::reuse(nbytes)? {
         Some(mapped) => mapped,
         None => {
-            let mapped = Segment::create(nbytes, true)?;
+            let mapped = Mapped::create(nbytes, true)?;
             if nbytes >= POPULATE_MIN_BYTES {
                 let len = nbytes as usize;
                 py.detach(|| mapped.populate(len))?;
@@ -159,7 +215,7 @@ pub fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Shared<'py>> {
         }
     };
     let mut target = Tensor::owned(
-        mapped.base().cast(),
+        mapped.base_ptr().cast(),
         Device::CPU,
         tensor.dtype,
         dense.clone(),
@@ -177,7 +233,7 @@ pub fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Shared<'py>> {
         memory_tuple(py, mapped.segment())?,
     );
     let view = segment_view(py, mapped, 0, element, dense, true)?;
-    Ok((view, layout, memory))
+    SharedHandle::new(view, false, layout, memory)
 }
 
 /// A writable, zero-filled, C-ordered array of `shape` elements of type `name` in a new
@@ -197,6 +253,6 @@ pub fn empty<'py>(py: Python<'py>, shape: &[i64], name: &str) -> Result<Bound<'p
     if nbytes == 0 {
         return empty_view(py, element, layout, false);
     }
-    let mapped = Segment::create(nbytes as u64, false)?;
+    let mapped = Mapped::create(nbytes as u64, false)?;
     segment_view(py, mapped, 0, element, layout, false)
 }

@@ -40,7 +40,7 @@ pub enum Owner {
     /// its files closed or kept for reuse, unless lent) when the last holder goes; needs no
     /// Python to free.
     #[cfg(target_os = "linux")]
-    Mapped(std::sync::Arc<crate::share::Mapped>),
+    Mapped(std::sync::Arc<crate::share::mapped::Mapped>),
 }
 
 /// A buffer view that `get_buffer` filled, which its owner releases once: only `new` makes one.

@@ -2,6 +2,7 @@
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
 
 use rustix::io::Errno;
 use rustix::mm::{self, Advice, MapFlags, ProtFlags};
@@ -79,6 +80,15 @@ impl Mapping {
         let word = self.word(offset);
         // SAFETY: an aligned word inside this live, writable mapping (`word` checks).
         unsafe { word.write_volatile(value.to_le()) };
+    }
+
+    /// The word at `offset` (a multiple of 8 inside the mapping), for atomic access shared with
+    /// the other processes that map the same file.
+    pub fn atomic_word(&self, offset: usize) -> &AtomicU64 {
+        let word = self.word(offset);
+        // SAFETY: an aligned word inside this mapping, which lives as long as the borrow;
+        // `AtomicU64` has the layout of `u64`, and every process accesses these words atomically.
+        unsafe { AtomicU64::from_ptr(word) }
     }
 
     fn word(&self, offset: usize) -> *mut u64 {

@@ -45,11 +45,16 @@ impl SealedFile {
         })
     }
 
-    /// `fd`, checked to be the memory file `expected` of `size` bytes, sealed against shrinking,
-    /// and open for writing if `writable`; `fd` is closed when it is not.
-    pub fn check(fd: OwnedFd, expected: FileId, size: u64, writable: bool) -> Result<SealedFile> {
+    /// `fd`, checked to be a memory file (`expected`, if given) of `size` bytes, sealed against
+    /// shrinking, and open for writing if `writable`; `fd` is closed when it is not.
+    pub fn check(
+        fd: OwnedFd,
+        expected: Option<FileId>,
+        size: u64,
+        writable: bool,
+    ) -> Result<SealedFile> {
         let (id, actual, regular) = identity(&fd)?;
-        if !regular || id != expected {
+        if !regular || expected.is_some_and(|expected| id != expected) {
             return Err(Error::buffer(
                 "the descriptor received is not the segment the handle names",
             ));
@@ -161,7 +166,7 @@ mod tests {
         assert_eq!(fs::ftruncate(file.fd(), 100), Err(rustix::io::Errno::PERM));
 
         let again = open_peer(super::super::system::pid(), file.fd().as_raw_fd(), true).unwrap();
-        let checked = SealedFile::check(again, file.id(), 4096, true).unwrap();
+        let checked = SealedFile::check(again, Some(file.id()), 4096, true).unwrap();
         assert_eq!(checked.id(), file.id());
         assert!(checked.writable());
     }
@@ -172,13 +177,13 @@ mod tests {
         let other = SealedFile::create(c"test", 4096).unwrap();
         let reopen = |writable| file.reopen(writable).unwrap().fd;
 
-        let err = SealedFile::check(reopen(false), other.id(), 4096, false).unwrap_err();
+        let err = SealedFile::check(reopen(false), Some(other.id()), 4096, false).unwrap_err();
         assert!(matches!(err, Error::Buffer(m) if m.contains("not the segment")));
-        let err = SealedFile::check(reopen(false), file.id(), 8192, false).unwrap_err();
+        let err = SealedFile::check(reopen(false), Some(file.id()), 8192, false).unwrap_err();
         assert!(matches!(err, Error::Value(m) if m.contains("forged or corrupted")));
-        let err = SealedFile::check(reopen(false), file.id(), 4096, true).unwrap_err();
+        let err = SealedFile::check(reopen(false), Some(file.id()), 4096, true).unwrap_err();
         assert!(matches!(err, Error::Buffer(m) if m.contains("read-only")));
-        let read_only = SealedFile::check(reopen(false), file.id(), 4096, false).unwrap();
+        let read_only = SealedFile::check(reopen(false), Some(file.id()), 4096, false).unwrap();
         assert!(!read_only.writable());
         assert!(!read_only.reopen(true).unwrap().writable());
 
@@ -186,12 +191,12 @@ mod tests {
         let unsealed = fs::memfd_create(c"test", MemfdFlags::CLOEXEC).unwrap();
         fs::ftruncate(&unsealed, 4096).unwrap();
         let id = identity(&unsealed).unwrap().0;
-        let err = SealedFile::check(unsealed, id, 4096, false).unwrap_err();
+        let err = SealedFile::check(unsealed, Some(id), 4096, false).unwrap_err();
         assert!(matches!(err, Error::Buffer(m) if m.contains("not sealed")));
 
         // Not a regular file.
         let dir = open_path("/proc/self", false);
-        assert!(dir.is_err() || SealedFile::check(dir.unwrap(), file.id(), 0, false).is_err());
+        assert!(dir.is_err() || SealedFile::check(dir.unwrap(), None, 0, false).is_err());
     }
 
     #[test]

@@ -158,7 +158,7 @@ mod tests {
         let mut buffer = [0u8; 16];
         let (n, fd) = client.receive(&mut buffer).unwrap();
         assert_eq!(&buffer[..n], b"K");
-        let passed = SealedFile::check(fd.unwrap(), file.id(), 4096, true).unwrap();
+        let passed = SealedFile::check(fd.unwrap(), Some(file.id()), 4096, true).unwrap();
         assert_eq!(passed.id(), file.id());
 
         drop(server);
