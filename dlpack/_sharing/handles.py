@@ -7,41 +7,18 @@ import math
 import os
 import sys
 
-from .._dlpack import DLPackObject, asdlpack
+from .._dlpack import (
+    ELEMENT_TYPES,
+    HOST_DEVICE_TYPES,
+    DLDeviceType,
+    DLPackObject,
+    asdlpack,
+    byte_extent,
+)
 from . import host, lender
 
 # The layout of a pickled handle's state; a handle of another layout is refused, not misread.
 _FORMAT = 1
-
-_CPU, _CUDA, _CUDA_MANAGED = 1, 2, 13
-
-_ORDER = "<" if sys.byteorder == "little" else ">"
-# Element type name -> typestr, as DLPackObject names and spells them (bfloat16 and the float8
-# types are raw bytes to the array interface; their name goes alongside).
-TYPESTRS = {
-    "bool": "|b1",
-    "int8": "|i1",
-    "uint8": "|u1",
-    **{f"int{b}": f"{_ORDER}i{b // 8}" for b in (16, 32, 64)},
-    **{f"uint{b}": f"{_ORDER}u{b // 8}" for b in (16, 32, 64)},
-    **{f"float{b}": f"{_ORDER}f{b // 8}" for b in (16, 32, 64)},
-    "complex64": f"{_ORDER}c8",
-    "complex128": f"{_ORDER}c16",
-    "bfloat16": "|V2",
-    **{
-        f"float8_{kind}": "|V1"
-        for kind in (
-            "e3m4",
-            "e4m3",
-            "e4m3b11fnuz",
-            "e4m3fn",
-            "e4m3fnuz",
-            "e5m2",
-            "e5m2fnuz",
-            "e8m0fnu",
-        )
-    },
-}
 
 
 class SharedHandle:
@@ -94,7 +71,8 @@ class SharedHandle:
 
     def __repr__(self) -> str:
         device_type, device_id = self.device
-        device = {_CPU: "cpu", _CUDA: "cuda"}.get(device_type, f"device{device_type}")
+        names = {DLDeviceType.kDLCPU: "cpu", DLDeviceType.kDLCUDA: "cuda"}
+        device = names.get(device_type, f"device{device_type}")
         return (
             f"SharedHandle(shape={self.shape}, dtype={self.dtype}, device={device}:{device_id}, "
             f"writable={self._writable})"
@@ -140,15 +118,15 @@ def share(obj, *, writable: bool = False) -> SharedHandle:
         raise TypeError(f"writable must be True or False, not {type(writable).__name__}")
     source = asdlpack(obj)
     device_type, _ = source.device  # BufferError when the device can't be told
-    if device_type in host.HOST_DEVICES:
+    if device_type in HOST_DEVICE_TYPES:
         return _share_host(source, writable)
-    if device_type == _CUDA:
+    if device_type == DLDeviceType.kDLCUDA:
         raise BufferError(
             "sharing CUDA memory between processes (CUDA IPC) is not available yet: copy it to "
             "host memory first (e.g. tensor.cpu()) and share that, or use torch.multiprocessing "
             "or CuPy's IPC calls"
         )
-    if device_type == _CUDA_MANAGED:
+    if device_type == DLDeviceType.kDLCUDAManaged:
         raise BufferError(
             "CUDA managed memory can't be shared between processes (CUDA IPC serves only "
             "device memory from cudaMalloc); copy it to device or host memory first"
@@ -159,17 +137,17 @@ def share(obj, *, writable: bool = False) -> SharedHandle:
 
 
 def _share_host(source: DLPackObject, writable: bool) -> SharedHandle:
-    if source.dtype not in TYPESTRS:
+    if source.dtype not in ELEMENT_TYPES:
         raise BufferError(
             f"elements of type {source.dtype} can't be shared (the receiving side could not "
-            f"name them); these can: {', '.join(TYPESTRS)}"
+            f"name them); these can: {', '.join(ELEMENT_TYPES)}"
         )
     if writable and source.readonly:
         raise ValueError("read-only memory can't be shared writable")
     interface = source.__array_interface__
     typestr = interface["typestr"]
     shape, strides, itemsize = source.shape, source.byte_strides, source.itemsize
-    low, high = host.byte_extent(shape, strides, itemsize)
+    low, high = byte_extent(shape, strides, itemsize)
     if low == high:
         layout = (0, shape, strides, typestr, source.dtype)
         view = host.view(None, 0, shape, strides, typestr, source.dtype, readonly=not writable)
@@ -210,10 +188,9 @@ def empty_shared(shape, dtype) -> DLPackObject:
     """
     shape = _shape(shape)
     name = _dtype_name(dtype)
-    typestr = TYPESTRS.get(name)
-    if typestr is None:
-        raise ValueError(f"unknown element type {name!r} (one of {', '.join(TYPESTRS)})")
-    itemsize = int(typestr[2:])
+    if name not in ELEMENT_TYPES:
+        raise ValueError(f"unknown element type {name!r} (one of {', '.join(ELEMENT_TYPES)})")
+    typestr, itemsize = ELEMENT_TYPES[name]
     if math.prod(shape) * itemsize > sys.maxsize:
         raise ValueError(f"shape {shape} of {name} needs more bytes than an address space has")
     return host.empty(shape, typestr, name, itemsize)
@@ -308,7 +285,7 @@ def _checked_layout(layout: tuple) -> tuple:
         and type(typestr) is str
         and type(dtype_name) is str
     )
-    expected = TYPESTRS.get(dtype_name) if well_typed else None
+    expected = ELEMENT_TYPES[dtype_name][0] if well_typed and dtype_name in ELEMENT_TYPES else None
     # The typestr may be in either byte order (memory in the other order is shared as it is).
     if expected is None or typestr not in {expected, "<" + expected[1:], ">" + expected[1:]}:
         raise _malformed(f"a malformed layout {layout!r}")
@@ -317,8 +294,8 @@ def _checked_layout(layout: tuple) -> tuple:
 
 def _within(layout: tuple, size: int) -> None:
     """ValueError unless the layout's elements lie in the ``size`` bytes of its memory."""
-    offset, shape, strides, typestr, _ = layout
-    low, high = host.byte_extent(shape, strides, int(typestr[2:]))
+    offset, shape, strides, _, dtype_name = layout
+    low, high = byte_extent(shape, strides, ELEMENT_TYPES[dtype_name][1])
     if low != high and (offset + low < 0 or offset + high > size):
         raise ValueError(
             f"the handle's layout reaches bytes [{offset + low}, {offset + high}) of its "

@@ -30,7 +30,7 @@ import sys
 import threading
 import weakref
 
-from .._dlpack import DLPackObject, asdlpack, copyto
+from .._dlpack import DLPackObject, asdlpack, copyto, dense_strides
 
 # Sealed this way, the file's size is fixed for good: a mapping of it can never fault.
 _SEALS = (
@@ -40,9 +40,6 @@ _SEALS = (
 # Below this, faulting pages in as the copy writes them costs less than starting threads.
 POPULATE_MIN_BYTES = 4 << 20
 _MADV_POPULATE_WRITE = 23  # Linux 5.14; older kernels say EINVAL and the copy faults instead
-
-# Host memory as DLPack names it: CPU, CUDA pinned host memory, ROCm pinned host memory.
-HOST_DEVICES = frozenset({1, 3, 11})
 
 _host_id: str | None = None
 
@@ -434,32 +431,6 @@ def live_segments() -> int:
     return sum(1 for ref in list(_by_base.values()) if ref() is not None)
 
 
-# -- layouts ------------------------------------------------------------------------------------
-
-
-def byte_extent(shape, byte_strides, itemsize: int) -> tuple[int, int]:
-    """The bytes [low, high) the elements span, relative to the first element; (0, 0) when
-    there are none."""
-    if any(n == 0 for n in shape):
-        return 0, 0
-    low = sum((n - 1) * s for n, s in zip(shape, byte_strides, strict=True) if s < 0)
-    high = sum((n - 1) * s for n, s in zip(shape, byte_strides, strict=True) if s > 0)
-    return low, high + itemsize
-
-
-def dense_strides(shape, byte_strides, itemsize: int) -> tuple[int, ...]:
-    """Byte strides packing ``shape`` densely with its dimensions in the order ``byte_strides``
-    gives them in memory (as numpy's ``order="K"``): C order stays C order, Fortran order stays
-    Fortran order, so copying there is a plain copy. Ties go the C way."""
-    order = sorted(range(len(shape)), key=lambda k: (abs(byte_strides[k]), -k))
-    strides = [0] * len(shape)
-    step = itemsize
-    for k in order:
-        strides[k] = step
-        step *= max(shape[k], 1)
-    return tuple(strides)
-
-
 # -- views --------------------------------------------------------------------------------------
 
 
@@ -538,7 +509,7 @@ def populate(address: int, length: int) -> None:
 
 def empty(shape, typestr: str, dtype_name: str, itemsize: int) -> DLPackObject:
     """A writable, zero-filled, C-ordered array in a new segment."""
-    strides = dense_strides(shape, [0] * len(shape), itemsize)
+    strides = tuple(dense_strides(shape, [0] * len(shape), itemsize))
     nbytes = math.prod(shape) * itemsize
     if nbytes == 0:
         return view(None, 0, shape, strides, typestr, dtype_name, readonly=False)
@@ -551,7 +522,7 @@ def copy_in(source: DLPackObject, typestr: str) -> tuple[Segment | None, DLPackO
     the same size), packed densely in the order of its dimensions in memory, with the copy
     engine; the segment (None when there are no elements) and a writable view of the copy."""
     shape, itemsize = source.shape, source.itemsize
-    strides = dense_strides(shape, source.byte_strides, itemsize)
+    strides = tuple(dense_strides(shape, source.byte_strides, itemsize))
     nbytes = math.prod(shape) * itemsize
     if nbytes == 0:
         return None, view(None, 0, shape, strides, typestr, source.dtype, readonly=False)

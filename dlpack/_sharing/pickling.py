@@ -14,14 +14,14 @@ from __future__ import annotations
 import math
 import pickle
 
-from .._dlpack import DLPackObject, copyto
+from .._dlpack import HOST_DEVICE_TYPES, DLPackObject, copyto, dense_strides
 from . import host
 
 
 def reduce_ex(obj: DLPackObject, protocol: int):
     """``DLPackObject.__reduce_ex__``: rebuild from a buffer of the elements and their layout."""
     device_type, device_id = obj.device
-    if device_type not in host.HOST_DEVICES:
+    if device_type not in HOST_DEVICE_TYPES:
         raise BufferError(
             f"a DLPackObject of memory on device ({device_type}, {device_id}) can't be pickled "
             "(pickling would move it to the host unasked); copy it to host memory first, or "
@@ -37,7 +37,7 @@ def reduce_ex(obj: DLPackObject, protocol: int):
         # TCP comm fails on a Fortran-ordered or multi-dimensional one).
         buffer = pickle.PickleBuffer(pickle.PickleBuffer(obj).raw())
     else:
-        strides = host.dense_strides(shape, (0,) * len(shape), obj.itemsize)  # C order
+        strides = tuple(dense_strides(shape, (0,) * len(shape), obj.itemsize))  # C order
         copied = bytearray(obj.nbytes)
         copyto(host.view(copied, 0, shape, strides, typestr, obj.dtype, readonly=False), obj)
         buffer = pickle.PickleBuffer(copied)

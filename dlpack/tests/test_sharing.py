@@ -21,6 +21,7 @@ import time
 import pytest
 
 import dlpack
+from dlpack._dlpack import ELEMENT_TYPES
 from dlpack._sharing import handles, host, lender
 
 from . import _sharing_workers as workers
@@ -68,7 +69,7 @@ def sources():
     ml_dtypes = optional("ml_dtypes")
     if ml_dtypes is not None:
         dtypes += [
-            getattr(ml_dtypes, n) for n in handles.TYPESTRS if n.startswith(("bfloat", "float8"))
+            getattr(ml_dtypes, n) for n in ELEMENT_TYPES if n.startswith(("bfloat", "float8"))
         ]
     for dtype in dtypes:
         cases[np.dtype(dtype).name] = (np.arange(24) % 7).astype(dtype).reshape(4, 6)[::-1, 1::2]
