@@ -15,6 +15,9 @@ __all__ = [
     "HOST_DEVICE_TYPES",
     "__version__",
     "_footprint",
+    "_ofd_lock",
+    "_peer_uid",
+    "_populate_write",
     "asdlpack",
     "byte_extent",
     "copyto",
@@ -57,6 +60,18 @@ def byte_extent(
 ) -> tuple[int, int]:
     """The bytes ``[low, high)`` the elements span relative to the first element; ``(0, 0)``
     when there are none."""
+
+def _ofd_lock(fd: int, kind: str) -> bool:
+    """Set (``"read"``, ``"write"``) or clear (``"unlock"``) an open file description lock on
+    the whole file, without waiting: False when another description's lock is in the way
+    (Linux)."""
+
+def _populate_write(memory: Any, length: int) -> None:
+    """Fault in the first ``length`` bytes of the writable buffer ``memory`` from several
+    threads, without the GIL; MemoryError when the memory can't be had (Linux)."""
+
+def _peer_uid(fd: int) -> int:
+    """The user id of the process at the other end of the connected Unix socket ``fd`` (Linux)."""
 
 def dense_strides(shape: Sequence[int], byte_strides: Sequence[int], itemsize: int) -> list[int]:
     """Byte strides packing ``shape`` densely in the order ``byte_strides`` lays the dimensions

@@ -26,6 +26,8 @@ mod export;
 mod ffi;
 mod import;
 mod object;
+#[cfg(target_os = "linux")]
+mod share;
 mod tables;
 mod tensor;
 
@@ -49,5 +51,7 @@ fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     tables::register(m)?;
+    #[cfg(target_os = "linux")]
+    share::register(m)?;
     Ok(())
 }

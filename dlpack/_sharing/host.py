@@ -17,20 +17,23 @@ from __future__ import annotations
 
 import bisect
 import collections
-import ctypes
-import errno
 import fcntl
-import functools
 import math
 import mmap
 import os
 import stat
-import struct
 import sys
 import threading
 import weakref
 
-from .._dlpack import DLPackObject, asdlpack, copyto, dense_strides
+from .._dlpack import (
+    DLPackObject,
+    _ofd_lock,
+    _populate_write,
+    asdlpack,
+    copyto,
+    dense_strides,
+)
 
 # Sealed this way, the file's size is fixed for good: a mapping of it can never fault.
 _SEALS = (
@@ -39,7 +42,6 @@ _SEALS = (
 
 # Below this, faulting pages in as the copy writes them costs less than starting threads.
 POPULATE_MIN_BYTES = 4 << 20
-_MADV_POPULATE_WRITE = 23  # Linux 5.14; older kernels say EINVAL and the copy faults instead
 
 _host_id: str | None = None
 
@@ -88,22 +90,6 @@ def size_mismatch(named: int, actual: int) -> ValueError:
 # can still see it.
 POOL_SEGMENTS = 4
 POOL_BYTES = min(2 << 30, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 8)
-
-_F_RDLCK, _F_WRLCK, _F_UNLCK = fcntl.F_RDLCK, fcntl.F_WRLCK, fcntl.F_UNLCK
-
-
-def _lock(fd: int, kind: int) -> bool:
-    """Set (or clear) an open file description lock on the whole file without waiting: False
-    when another description's lock is in the way."""
-    # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks), padded.
-    request = struct.pack("hhqqi4x", kind, os.SEEK_SET, 0, 0, 0)
-    try:
-        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, request)
-    except OSError as exc:
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
-            return False
-        raise
-    return True
 
 
 class StaleHandle(BufferError):
@@ -181,7 +167,7 @@ def _pool_take(size: int) -> _Files | None:
     with _pool_lock:
         _tidy()
         for files in _pool:
-            if files.size == size and _lock(files.fds[0], _F_WRLCK):
+            if files.size == size and _ofd_lock(files.fds[0], "write"):
                 _pool.remove(files)
                 return files
     return None
@@ -254,7 +240,7 @@ class Segment:
             mapping = segment._map(populate=True)
             segment._new_generation(mapping)
         finally:
-            _lock(files.fds[0], _F_UNLCK)
+            _ofd_lock(files.fds[0], "unlock")
         return segment, mapping
 
     @classmethod
@@ -288,7 +274,7 @@ class Segment:
             if not description_of_ours:
                 passed, fd = fd, os.open(f"/proc/self/fd/{fd}", access | os.O_CLOEXEC)
                 os.close(passed)
-            if not _lock(fd, _F_RDLCK):
+            if not _ofd_lock(fd, "read"):
                 raise stale()  # its producer is reusing it for other data right now
         except BaseException:
             os.close(fd)
@@ -328,7 +314,7 @@ class Segment:
         fd = os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
         self._files.fds.append(fd)
         self._files.poolable = False
-        _lock(fd, _F_RDLCK)
+        _ofd_lock(fd, "read")
 
     @property
     def fd(self) -> int:
@@ -473,40 +459,6 @@ def view(
     return asdlpack(_Interface(interface, dtype_name))
 
 
-@functools.cache
-def _madvise():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.madvise.restype = ctypes.c_int
-    return libc.madvise
-
-
-def populate(address: int, length: int) -> None:
-    """Fault a new segment's pages in from several threads at once (ctypes releases the GIL):
-    on a virtual machine each page fault is dear, and a copy that faults as it writes takes a
-    fifth longer. A MemoryError when the memory can't be had (rather than the OOM killer
-    mid-copy); on kernels without MADV_POPULATE_WRITE, nothing."""
-    madvise = _madvise()
-    page = mmap.PAGESIZE
-    threads = max(1, min(4, os.cpu_count() or 1, length // (2 << 20)))
-    chunk = -(-length // threads // page) * page
-    failures: list[int] = []
-
-    def fault(start: int) -> None:
-        size = min(chunk, length - start)
-        if size > 0 and madvise(address + start, size, _MADV_POPULATE_WRITE) != 0:
-            failures.append(ctypes.get_errno())
-
-    workers = [threading.Thread(target=fault, args=(k * chunk,)) for k in range(1, threads)]
-    for worker in workers:
-        worker.start()
-    fault(0)
-    for worker in workers:
-        worker.join()
-    if errno.ENOMEM in failures:
-        raise MemoryError(f"can't allocate {length} bytes of shared memory")
-
-
 def empty(shape, typestr: str, dtype_name: str, itemsize: int) -> DLPackObject:
     """A writable, zero-filled, C-ordered array in a new segment."""
     strides = tuple(dense_strides(shape, [0] * len(shape), itemsize))
@@ -532,7 +484,10 @@ def copy_in(source: DLPackObject, typestr: str) -> tuple[Segment | None, DLPackO
     else:
         segment, mapping = Segment.create(nbytes, poolable=True)
         if nbytes >= POPULATE_MIN_BYTES:
-            populate(segment.base, nbytes)
+            # Faulted in from several threads first: on a virtual machine each page fault is
+            # dear, and a copy that faults as it writes takes a fifth longer. A MemoryError
+            # here, when the memory can't be had, rather than the OOM killer mid-copy.
+            _populate_write(mapping, nbytes)
     copy = view(mapping, 0, shape, strides, typestr, source.dtype, readonly=False)
     copyto(copy, source)
     return segment, copy

@@ -27,8 +27,9 @@ from __future__ import annotations
 import os
 import selectors
 import socket
-import struct
 import threading
+
+from .._dlpack import _peer_uid
 
 _CLAIM = b"C"
 _RELEASE = b"R"
@@ -90,11 +91,7 @@ class _Lender:
             connection, _ = self.listener.accept()
         except OSError:
             return
-        credentials = connection.getsockopt(
-            socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
-        )
-        _, uid, _ = struct.unpack("3i", credentials)
-        if uid != os.getuid():
+        if _peer_uid(connection.fileno()) != os.getuid():
             connection.close()
             return
         self.selector.register(connection, selectors.EVENT_READ, True)
