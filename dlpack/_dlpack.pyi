@@ -15,7 +15,7 @@ __all__ = [
     "HOST_DEVICE_TYPES",
     "__version__",
     "_footprint",
-    "_ofd_lock",
+    "_lock_file",
     "_peer_uid",
     "_populate_write",
     "asdlpack",
@@ -61,9 +61,9 @@ def byte_extent(
     """The bytes ``[low, high)`` the elements span relative to the first element; ``(0, 0)``
     when there are none."""
 
-def _ofd_lock(fd: int, kind: str) -> bool:
-    """Set (``"read"``, ``"write"``) or clear (``"unlock"``) an open file description lock on
-    the whole file, without waiting: False when another description's lock is in the way
+def _lock_file(fd: int, kind: str) -> bool:
+    """Set (``"read"``: shared, ``"write"``: exclusive) or clear (``"unlock"``) this open file
+    description's lock on the whole file, without waiting: False when another's is in the way
     (Linux)."""
 
 def _populate_write(memory: Any, length: int) -> None:

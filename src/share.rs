@@ -1,5 +1,5 @@
-//! What `dlpack._sharing` asks of the operating system, from the core's Linux calls: an open
-//! file description lock on a segment, faulting a new segment's pages in with the GIL released,
+//! What `dlpack._sharing` asks of the operating system, from the core's Linux calls: a whole
+//! file lock on a segment (held by the open file description), faulting a new segment's pages in with the GIL released,
 //! and the user at the other end of a lender's connection.
 
 use std::os::fd::BorrowedFd;
@@ -9,9 +9,9 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 
-/// Adds `_ofd_lock`, `_populate_write` and `_peer_uid` to the module.
+/// Adds `_lock_file`, `_populate_write` and `_peer_uid` to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(_ofd_lock, m)?)?;
+    m.add_function(wrap_pyfunction!(_lock_file, m)?)?;
     m.add_function(wrap_pyfunction!(_populate_write, m)?)?;
     m.add_function(wrap_pyfunction!(_peer_uid, m)?)?;
     Ok(())
@@ -29,10 +29,10 @@ fn descriptor(fd: i32) -> PyResult<BorrowedFd<'static>> {
     Ok(unsafe { BorrowedFd::borrow_raw(fd) })
 }
 
-/// Set (``"read"``, ``"write"``) or clear (``"unlock"``) an open file description lock on the
-/// whole file, without waiting: False when another description's lock is in the way.
+/// Set (``"read"``: shared, ``"write"``: exclusive) or clear (``"unlock"``) this open file
+/// description's lock on the whole file, without waiting: False when another's is in the way.
 #[pyfunction]
-fn _ofd_lock(fd: i32, kind: &str) -> PyResult<bool> {
+fn _lock_file(fd: i32, kind: &str) -> PyResult<bool> {
     let lock = match kind {
         "read" => Lock::Read,
         "write" => Lock::Write,
@@ -43,7 +43,7 @@ fn _ofd_lock(fd: i32, kind: &str) -> PyResult<bool> {
             )));
         }
     };
-    Ok(share::ofd_lock(descriptor(fd)?, lock)?)
+    Ok(share::lock(descriptor(fd)?, lock)?)
 }
 
 /// Fault in the first ``length`` bytes of the writable buffer ``memory`` (a new segment's

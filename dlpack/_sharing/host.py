@@ -28,7 +28,7 @@ import weakref
 
 from .._dlpack import (
     DLPackObject,
-    _ofd_lock,
+    _lock_file,
     _populate_write,
     asdlpack,
     copyto,
@@ -167,7 +167,7 @@ def _pool_take(size: int) -> _Files | None:
     with _pool_lock:
         _tidy()
         for files in _pool:
-            if files.size == size and _ofd_lock(files.fds[0], "write"):
+            if files.size == size and _lock_file(files.fds[0], "write"):
                 _pool.remove(files)
                 return files
     return None
@@ -240,7 +240,7 @@ class Segment:
             mapping = segment._map(populate=True)
             segment._new_generation(mapping)
         finally:
-            _ofd_lock(files.fds[0], "unlock")
+            _lock_file(files.fds[0], "unlock")
         return segment, mapping
 
     @classmethod
@@ -274,7 +274,7 @@ class Segment:
             if not description_of_ours:
                 passed, fd = fd, os.open(f"/proc/self/fd/{fd}", access | os.O_CLOEXEC)
                 os.close(passed)
-            if not _ofd_lock(fd, "read"):
+            if not _lock_file(fd, "read"):
                 raise stale()  # its producer is reusing it for other data right now
         except BaseException:
             os.close(fd)
@@ -314,7 +314,7 @@ class Segment:
         fd = os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
         self._files.fds.append(fd)
         self._files.poolable = False
-        _ofd_lock(fd, "read")
+        _lock_file(fd, "read")
 
     @property
     def fd(self) -> int:

@@ -11,36 +11,36 @@ import pytest
 if sys.platform != "linux":
     pytest.skip("sharing host memory is Linux-only", allow_module_level=True)
 
-from dlpack._dlpack import _ofd_lock, _peer_uid, _populate_write  # noqa: E402
+from dlpack._dlpack import _lock_file, _peer_uid, _populate_write  # noqa: E402
 
 
 def test_locks_belong_to_open_file_descriptions():
     fd = os.memfd_create("dlpack-test", os.MFD_CLOEXEC)
     other = os.open(f"/proc/self/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
     try:
-        assert _ofd_lock(fd, "read") and _ofd_lock(other, "read")
-        assert not _ofd_lock(other, "write")  # another description holds a read lock
-        assert _ofd_lock(fd, "unlock")
-        assert _ofd_lock(other, "write")
-        assert not _ofd_lock(fd, "read")
+        assert _lock_file(fd, "read") and _lock_file(other, "read")
+        assert not _lock_file(other, "write")  # another description holds a read lock
+        assert _lock_file(fd, "unlock")
+        assert _lock_file(other, "write")
+        assert not _lock_file(fd, "read")
     finally:
         os.close(other)  # its lock goes with it
     try:
-        assert _ofd_lock(fd, "write")
+        assert _lock_file(fd, "write")
     finally:
         os.close(fd)
 
 
 def test_lock_refuses_bad_arguments():
     with pytest.raises(ValueError, match="lock kind"):
-        _ofd_lock(0, "exclusive")
+        _lock_file(0, "exclusive")
     with pytest.raises(ValueError, match="not a file descriptor"):
-        _ofd_lock(-1, "read")
+        _lock_file(-1, "read")
     r, w = os.pipe()
     os.close(r)
     os.close(w)
     with pytest.raises(OSError):
-        _ofd_lock(r, "read")
+        _lock_file(r, "read")
 
 
 def test_populate_write_keeps_contents():

@@ -1,11 +1,14 @@
-//! The operating-system calls that sharing host memory between processes makes on Linux: open
-//! file description locks on a segment, faulting a new segment's pages in from several threads,
+//! The operating-system calls that sharing host memory between processes makes on Linux: whole
+//! file locks on a segment, held by open file descriptions, faulting a new segment's pages in from several threads,
 //! and reading which user is at the other end of a Unix socket.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
-/// An open file description lock on a whole file.
+use rustix::fs::{FlockOperation, flock};
+use rustix::io::Errno;
+
+/// A lock on a whole file, held by an open file description: shared, exclusive, or none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lock {
     Read,
@@ -13,31 +16,24 @@ pub enum Lock {
     Unlock,
 }
 
-/// Set (or clear) an open file description lock on the whole file `fd` refers to, without
-/// waiting: `Ok(false)` when another description's lock is in the way. Such a lock belongs to
-/// the open file description, so the kernel drops it when the last descriptor of that
-/// description closes, or its process dies.
-pub fn ofd_lock(fd: BorrowedFd<'_>, lock: Lock) -> io::Result<bool> {
-    // rustix's fcntl_lock takes process-associated locks only; libc declares the OFD ones.
-    // SAFETY: `flock` is plain data, for which all zeroes is a valid value.
-    let mut request: libc::flock = unsafe { std::mem::zeroed() };
-    request.l_type = match lock {
-        Lock::Read => libc::F_RDLCK,
-        Lock::Write => libc::F_WRLCK,
-        Lock::Unlock => libc::F_UNLCK,
-    } as _;
-    request.l_whence = libc::SEEK_SET as _;
-    // l_start and l_len 0: the whole file, whatever its length; l_pid must be 0 for OFD locks.
-    // SAFETY: `fd` is a live descriptor (borrowed), and the request outlives the call, which
-    // only reads it.
-    let status = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &request) };
-    if status == 0 {
-        return Ok(true);
-    }
-    let error = io::Error::last_os_error();
-    match error.raw_os_error() {
-        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
-        _ => Err(error),
+/// Set (or clear) a lock on the whole file `fd` refers to, without waiting: `Ok(false)` when
+/// another holder's lock is in the way. The lock (`flock`'s) belongs to the open file
+/// description: descriptors duplicated from one another (inherited by a forked child, passed over
+/// a socket) share it, another open of the same file is another holder, and the kernel drops it
+/// when the last descriptor of the description closes, or its process dies.
+pub fn lock(fd: BorrowedFd<'_>, lock: Lock) -> io::Result<bool> {
+    let operation = match lock {
+        Lock::Read => FlockOperation::NonBlockingLockShared,
+        Lock::Write => FlockOperation::NonBlockingLockExclusive,
+        Lock::Unlock => FlockOperation::NonBlockingUnlock,
+    };
+    loop {
+        return match flock(fd, operation) {
+            Ok(()) => Ok(true),
+            Err(Errno::WOULDBLOCK) => Ok(false),
+            Err(Errno::INTR) => continue,
+            Err(errno) => Err(errno.into()),
+        };
     }
 }
 
@@ -95,7 +91,7 @@ pub fn peer_uid(fd: BorrowedFd<'_>) -> io::Result<u32> {
 mod tests {
     use super::*;
     use std::fs::File;
-    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
     fn memfd() -> File {
         let fd = rustix::fs::memfd_create("dlpack-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
@@ -115,15 +111,15 @@ mod tests {
     fn locks_belong_to_open_file_descriptions() {
         let first = memfd();
         let second = reopen(&first);
-        assert!(ofd_lock(first.as_fd(), Lock::Read).unwrap());
-        assert!(ofd_lock(second.as_fd(), Lock::Read).unwrap());
+        assert!(lock(first.as_fd(), Lock::Read).unwrap());
+        assert!(lock(second.as_fd(), Lock::Read).unwrap());
         // a write lock waits for every other description's read lock to go
-        assert!(!ofd_lock(second.as_fd(), Lock::Write).unwrap());
-        assert!(ofd_lock(first.as_fd(), Lock::Unlock).unwrap());
-        assert!(ofd_lock(second.as_fd(), Lock::Write).unwrap());
-        assert!(!ofd_lock(first.as_fd(), Lock::Read).unwrap());
+        assert!(!lock(second.as_fd(), Lock::Write).unwrap());
+        assert!(lock(first.as_fd(), Lock::Unlock).unwrap());
+        assert!(lock(second.as_fd(), Lock::Write).unwrap());
+        assert!(!lock(first.as_fd(), Lock::Read).unwrap());
         drop(second); // closing the description drops its lock
-        assert!(ofd_lock(first.as_fd(), Lock::Write).unwrap());
+        assert!(lock(first.as_fd(), Lock::Write).unwrap());
     }
 
     #[test]
@@ -133,7 +129,7 @@ mod tests {
         drop(file);
         // SAFETY: the number is not open now; fcntl on it fails with EBADF and touches nothing.
         let dangling = unsafe { OwnedFd::from_raw_fd(raw) };
-        let result = ofd_lock(dangling.as_fd(), Lock::Read);
+        let result = lock(dangling.as_fd(), Lock::Read);
         std::mem::forget(dangling);
         assert!(result.is_err());
     }
