@@ -15,6 +15,7 @@ __all__ = [
     "HOST_DEVICE_TYPES",
     "__version__",
     "_footprint",
+    "_from_buffer",
     "_lock_file",
     "_peer_uid",
     "_populate_write",
@@ -60,6 +61,20 @@ def byte_extent(
 ) -> tuple[int, int]:
     """The bytes ``[low, high)`` the elements span relative to the first element; ``(0, 0)``
     when there are none."""
+
+def _from_buffer(
+    memory: Any,
+    offset: int,
+    shape: Sequence[int],
+    byte_strides: Sequence[int] | None,
+    typestr: str,
+    dtype: str,
+    readonly: bool,
+) -> DLPackObject:
+    """A DLPackObject of the elements at byte ``offset`` of ``memory`` (flat, contiguous bytes:
+    ``mmap``, ``bytearray``, ``bytes``) with this layout (C order when ``byte_strides`` is None),
+    keeping ``memory`` alive. Read-only when asked or when ``memory`` is; ValueError when the
+    elements reach outside ``memory``'s bytes or ``typestr`` doesn't spell ``dtype``."""
 
 def _lock_file(fd: int, kind: str) -> bool:
     """Set (``"read"``: shared, ``"write"``: exclusive) or clear (``"unlock"``) this open file

@@ -45,6 +45,7 @@ fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("asdlpack", object::asdlpack_function(m)?)?;
     m.add_function(wrap_pyfunction!(object::copyto, m)?)?;
     m.add_function(wrap_pyfunction!(object::_footprint, m)?)?;
+    m.add_function(wrap_pyfunction!(object::_from_buffer, m)?)?;
     m.add(
         "DLPACK_VERSION",
         (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION),

@@ -28,6 +28,7 @@ import weakref
 
 from .._dlpack import (
     DLPackObject,
+    _from_buffer,
     _lock_file,
     _populate_write,
     asdlpack,
@@ -420,43 +421,16 @@ def live_segments() -> int:
 # -- views --------------------------------------------------------------------------------------
 
 
-class _DTypeName:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str):
-        self.name = name
-
-
-class _Interface:
-    """What ``asdlpack`` reads a view from: numpy's array interface over the mapping, and the
-    element type's name (a typestr has no code for bfloat16 or the float8 types)."""
-
-    __slots__ = ("__array_interface__", "dtype")
-
-    def __init__(self, interface: dict, dtype_name: str):
-        self.__array_interface__ = interface
-        self.dtype = _DTypeName(dtype_name)
-
-
 def view(
     memory, offset: int, shape, byte_strides, typestr: str, dtype_name: str, readonly: bool
 ) -> DLPackObject:
     """A DLPackObject of the elements at ``offset`` in ``memory`` (a segment's mapping, or any
-    object with the buffer protocol; None for no elements). It keeps the memory alive (for a
-    mapping, and with it the segment)."""
+    object with flat bytes; None for no elements). It keeps the memory alive (for a mapping, and
+    with it the segment)."""
     if memory is None:
-        data = b"" if readonly else bytearray()
-    else:
-        data = memoryview(memory).toreadonly() if readonly else memory
-    interface = {
-        "version": 3,
-        "shape": tuple(shape),
-        "typestr": typestr,
-        "data": data,
-        "offset": offset,
-        "strides": None if byte_strides is None else tuple(byte_strides),
-    }
-    return asdlpack(_Interface(interface, dtype_name))
+        memory = b"" if readonly else bytearray()
+    strides = None if byte_strides is None else tuple(byte_strides)
+    return _from_buffer(memory, offset, tuple(shape), strides, typestr, dtype_name, readonly)
 
 
 def empty(shape, typestr: str, dtype_name: str, itemsize: int) -> DLPackObject:

@@ -2,17 +2,19 @@
 //! follows the array API standard's argument rules, and `copyto`. `state` is the object's Rust
 //! side and `behaviour` what Python sees of it; `instance` is its CPython memory (allocation,
 //! free list, deallocation) and `pytype` the type with its entry points; `arguments` reads their
-//! calls' arguments, `exchange_api` is the type's DLPack C exchange API, and `functions` the
-//! module's functions.
+//! calls' arguments, `exchange_api` is the type's DLPack C exchange API, `functions` the
+//! module's functions, and `from_buffer` a DLPackObject of memory plus a layout.
 
 mod arguments;
 mod behaviour;
 mod exchange_api;
+mod from_buffer;
 mod functions;
 mod instance;
 mod pytype;
 mod state;
 
 pub use exchange_api::capsule as exchange_api_capsule;
+pub use from_buffer::_from_buffer;
 pub use functions::{_footprint, copyto};
 pub use pytype::{asdlpack_function, type_object};
