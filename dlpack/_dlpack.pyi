@@ -72,7 +72,7 @@ def _from_buffer(
     readonly: bool,
 ) -> DLPackObject:
     """A DLPackObject of the elements at byte ``offset`` of ``memory`` (flat, contiguous bytes:
-    ``mmap``, ``bytearray``, ``bytes``) with this layout (C order when ``byte_strides`` is None),
+    ``mmap``, ``bytearray``, ``bytes``; None for no elements) with this layout (C order when ``byte_strides`` is None),
     keeping ``memory`` alive. Read-only when asked or when ``memory`` is; ValueError when the
     elements reach outside ``memory``'s bytes or ``typestr`` doesn't spell ``dtype``."""
 
@@ -135,7 +135,8 @@ class DLPackObject:
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]:
         """Pickle support: host memory goes out of band with protocol 5 (no copy), in the
-        pickle before; device memory raises BufferError."""
+        pickle before, and unpickles through ``_from_buffer``; device memory raises
+        BufferError."""
     @property
     def shape(self) -> tuple[int, ...]: ...
     @property

@@ -46,6 +46,8 @@ fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(object::copyto, m)?)?;
     m.add_function(wrap_pyfunction!(object::_footprint, m)?)?;
     m.add_function(wrap_pyfunction!(object::_from_buffer, m)?)?;
+    // Pickles name `_from_buffer` as the reconstructor of a DLPackObject.
+    object::set_reconstructor(&m.getattr("_from_buffer")?);
     m.add(
         "DLPACK_VERSION",
         (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION),

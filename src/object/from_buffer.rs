@@ -4,6 +4,7 @@
 //! describe memory it holds.
 
 use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes};
 
 use super::instance::new_object;
 use super::state::DLPackObject;
@@ -38,8 +39,8 @@ fn named_mismatch<T>(typestr: &str, dtype: &str) -> Result<T> {
 }
 
 /// A DLPackObject of the elements at byte `offset` of `memory` (any object exporting flat,
-/// contiguous bytes: ``mmap``, ``bytearray``, ``bytes``, ...) with this layout: C order when
-/// `byte_strides` is None. It keeps `memory` exported, and so alive, while anything can reach
+/// contiguous bytes: ``mmap``, ``bytearray``, ``bytes``, ...; None for no elements) with this
+/// layout: C order when `byte_strides` is None. It keeps `memory` exported, and so alive, while anything can reach
 /// the elements. Read-only when asked, or when `memory` is; ValueError when the elements reach
 /// outside `memory`'s bytes.
 #[pyfunction]
@@ -53,7 +54,19 @@ pub fn _from_buffer<'py>(
     dtype: &str,
     readonly: bool,
 ) -> Result<Bound<'py, PyAny>> {
+    let py = memory.py();
     let Element { dtype, swapped } = element(typestr, dtype)?;
+    let empty;
+    let memory = if memory.is_none() {
+        empty = if readonly {
+            PyBytes::new(py, b"").into_any()
+        } else {
+            PyByteArray::new(py, b"").into_any()
+        };
+        &empty
+    } else {
+        memory
+    };
     let itemsize = dtype.itemsize();
     let layout = Layout::from_byte_strides(&shape, byte_strides.as_deref(), itemsize)?;
     let view = View::acquire(memory)?;
@@ -101,5 +114,5 @@ pub fn _from_buffer<'py>(
         stream: None,
         owner: view.into_owner(),
     };
-    Ok(new_object(memory.py(), DLPackObject::new(tensor))?)
+    Ok(new_object(py, DLPackObject::new(tensor))?)
 }

@@ -3,7 +3,8 @@
 //! side and `behaviour` what Python sees of it; `instance` is its CPython memory (allocation,
 //! free list, deallocation) and `pytype` the type with its entry points; `arguments` reads their
 //! calls' arguments, `exchange_api` is the type's DLPack C exchange API, `functions` the
-//! module's functions, and `from_buffer` a DLPackObject of memory plus a layout.
+//! module's functions, `from_buffer` a DLPackObject of memory plus a layout, and `pickling` its
+//! `__reduce_ex__`.
 
 mod arguments;
 mod behaviour;
@@ -11,10 +12,12 @@ mod exchange_api;
 mod from_buffer;
 mod functions;
 mod instance;
+mod pickling;
 mod pytype;
 mod state;
 
 pub use exchange_api::capsule as exchange_api_capsule;
 pub use from_buffer::_from_buffer;
 pub use functions::{_footprint, copyto};
+pub use pickling::set_reconstructor;
 pub use pytype::{asdlpack_function, type_object};
