@@ -72,9 +72,10 @@ def _from_buffer(
     readonly: bool,
 ) -> DLPackObject:
     """A DLPackObject of the elements at byte ``offset`` of ``memory`` (flat, contiguous bytes:
-    ``mmap``, ``bytearray``, ``bytes``; None for no elements) with this layout (C order when ``byte_strides`` is None),
-    keeping ``memory`` alive. Read-only when asked or when ``memory`` is; ValueError when the
-    elements reach outside ``memory``'s bytes or ``typestr`` doesn't spell ``dtype``."""
+    ``mmap``, ``bytearray``, ``bytes``; None for no elements) with this layout (C order when
+    ``byte_strides`` is None), keeping ``memory`` alive. Read-only when asked or when ``memory``
+    is; ValueError when the elements reach outside ``memory``'s bytes or ``typestr`` doesn't
+    spell ``dtype``."""
 
 def _lock_file(fd: int, kind: str) -> bool:
     """Set (``"read"``: shared, ``"write"``: exclusive) or clear (``"unlock"``) this open file
