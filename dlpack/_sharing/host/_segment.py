@@ -1,192 +1,22 @@
-"""Host shared memory: memfd segments, this process's registry of the segments it maps, and
-views of them as DLPackObjects.
-
-A segment is an anonymous memory file (``os.memfd_create``): nothing is ever named in /dev/shm,
-and its memory lives exactly as long as some process maps it or holds a descriptor of it. It is
-sealed against shrinking and growing, so no holder can truncate it under another's mapping
-(reads there would raise SIGBUS). The registry finds the segment an address lies in, so memory
-already in one is shared without a copy, and the segment a handle names (by device and inode),
-so a process maps each segment once, however many handles to it arrive.
-
-Every process that maps a segment it did not make holds a read lock on it; the segments of fresh
-copies are reused once no such lock is left (see ``POOL_BYTES``), and the generation number in
-each segment's trailer tells a handle to its earlier contents from one to its current ones.
-"""
+"""A segment and this process's one mapping of it, and the registry of the segments this
+process maps: by address (memory already in a segment is shared without a copy) and by file (a
+process maps each segment once, however many handles to it arrive)."""
 
 from __future__ import annotations
 
 import bisect
-import collections
 import fcntl
-import math
 import mmap
 import os
 import stat
-import sys
-import threading
 import weakref
 
-from .._dlpack import (
-    DLPackObject,
-    _from_buffer,
+from ..._dlpack import (
     _lock_file,
-    _populate_write,
     asdlpack,
-    copyto,
-    dense_strides,
 )
-
-# Sealed this way, the file's size is fixed for good: a mapping of it can never fault.
-_SEALS = (
-    fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL if sys.platform == "linux" else 0
-)
-
-# Below this, faulting pages in as the copy writes them costs less than starting threads.
-POPULATE_MIN_BYTES = 4 << 20
-
-_host_id: str | None = None
-
-
-def require_linux() -> None:
-    if sys.platform != "linux" or not hasattr(os, "memfd_create"):
-        raise BufferError(f"sharing host memory needs Linux (memfd_create); this is {sys.platform}")
-
-
-def host_id() -> str:
-    """This machine's identity in handles: the kernel's boot id, new at every boot and
-    different on every machine, so a handle opened elsewhere is recognised as foreign."""
-    global _host_id
-    if _host_id is None:
-        require_linux()
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            _host_id = f.read().strip()
-    return _host_id
-
-
-# Every segment ends in this many bytes holding its generation: a random number, new each time
-# the segment is reused for other data, which a handle carries, so that a handle to the
-# segment's earlier contents can't open the new ones.
-TRAILER = 8
-
-
-def file_size(nbytes: int) -> int:
-    """The length of a segment for ``nbytes`` bytes of elements: rounded up to whole 8-byte
-    words (so the generation is aligned), then the trailer."""
-    return -(-nbytes // TRAILER) * TRAILER + TRAILER
-
-
-def size_mismatch(named: int, actual: int) -> ValueError:
-    return ValueError(
-        f"the handle says its segment holds {named} bytes, but it holds {actual} (a forged or "
-        "corrupted handle)"
-    )
-
-
-# Reuse: the segments of fresh copies whose every view, handle and pin here is gone are kept
-# (up to these limits: a few arrays of up to 1 GiB each, on a machine of 16 GiB or more) for the
-# next fresh copy of the same size, which then costs a copy into memory already there instead of
-# allocating it (page faults are most of a fresh share's time). Each process that maps a segment
-# holds a read lock on it (an open file description lock, which the kernel drops when the process
-# closes the file or dies), and a kept segment is reused only once no lock is left: no process
-# can still see it.
-POOL_SEGMENTS = 4
-POOL_BYTES = min(2 << 30, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 8)
-
-
-class StaleHandle(BufferError):
-    """A handle to contents its segment no longer holds."""
-
-
-def stale() -> StaleHandle:
-    return StaleHandle(
-        "this handle was already opened from its pickle, and its memory has been reused since "
-        "(each pickle opens while its memory is still shared)"
-    )
-
-
-class _Files:
-    """A segment's open files, which outlive its Segment objects when it is kept for reuse:
-    ``fds`` (the first is the one mapped; all are closed together), the read-only one lent to
-    read-only handles, and whether this process may reuse the segment."""
-
-    __slots__ = ("fds", "key", "owner", "poolable", "readonly_fd", "size")
-
-    def __init__(self, fd: int, size: int, key: tuple[int, int], poolable: bool):
-        self.fds = [fd]
-        self.readonly_fd: int | None = None
-        self.size = size
-        self.key = key
-        self.poolable = poolable
-        self.owner = os.getpid()  # a forked child never reuses what it inherited
-
-    def close(self) -> None:
-        for fd in self.fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.fds.clear()
-
-    def release(self) -> None:
-        """The last Segment of these files is gone: keep them for reuse, or close them."""
-        if not (self.poolable and self.owner == os.getpid() and _pool_keep(self)):
-            self.close()
-
-
-# The kept segments. Finalizers (which run in any thread, and inside any allocation, a garbage
-# collection's) only append to ``_returned``; the list itself changes under ``_pool_lock`` alone,
-# so that no segment is handed out twice or lost.
-_pool: list[_Files] = []
-_returned: collections.deque[_Files] = collections.deque()
-_pool_lock = threading.Lock()
-
-
-def _pool_keep(files: _Files) -> bool:
-    if files.size > POOL_BYTES:
-        return False
-    _returned.append(files)
-    if _pool_lock.acquire(blocking=False):  # else the holder, or the next caller, tidies up
-        try:
-            _tidy()
-        finally:
-            _pool_lock.release()
-    return True
-
-
-def _tidy() -> None:
-    """Move returned segments into the pool and close the oldest beyond its limits (with
-    ``_pool_lock`` held)."""
-    while _returned:
-        _pool.append(_returned.popleft())
-    while len(_pool) > POOL_SEGMENTS or sum(f.size for f in _pool) > POOL_BYTES:
-        _pool.pop(0).close()
-
-
-def _pool_take(size: int) -> _Files | None:
-    """Kept files of ``size`` bytes that no process maps any more (write-locked while the new
-    generation is written: see ``Segment.reuse``), or None."""
-    with _pool_lock:
-        _tidy()
-        for files in _pool:
-            if files.size == size and _lock_file(files.fds[0], "write"):
-                _pool.remove(files)
-                return files
-    return None
-
-
-def pooled() -> int:
-    """How many segments are kept for reuse (for tests)."""
-    with _pool_lock:
-        _tidy()
-        return len(_pool)
-
-
-def clear_pool() -> None:
-    """Close the segments kept for reuse, returning their memory."""
-    with _pool_lock:
-        _tidy()
-        while _pool:
-            _pool.pop().close()
+from ._format import _SEALS, TRAILER, file_size, require_linux, size_mismatch, stale
+from ._pool import _Files, _pool_take
 
 
 class Segment:
@@ -418,64 +248,8 @@ def live_segments() -> int:
     return sum(1 for ref in list(_by_base.values()) if ref() is not None)
 
 
-# -- views --------------------------------------------------------------------------------------
-
-
-def view(
-    memory, offset: int, shape, byte_strides, typestr: str, dtype_name: str, readonly: bool
-) -> DLPackObject:
-    """A DLPackObject of the elements at ``offset`` in ``memory`` (a segment's mapping, or any
-    object with flat bytes; None for no elements). It keeps the memory alive (for a mapping, and
-    with it the segment)."""
-    if memory is None:
-        memory = b"" if readonly else bytearray()
-    strides = None if byte_strides is None else tuple(byte_strides)
-    return _from_buffer(memory, offset, tuple(shape), strides, typestr, dtype_name, readonly)
-
-
-def empty(shape, typestr: str, dtype_name: str, itemsize: int) -> DLPackObject:
-    """A writable, zero-filled, C-ordered array in a new segment."""
-    strides = tuple(dense_strides(shape, [0] * len(shape), itemsize))
-    nbytes = math.prod(shape) * itemsize
-    if nbytes == 0:
-        return view(None, 0, shape, strides, typestr, dtype_name, readonly=False)
-    _, mapping = Segment.create(nbytes)
-    return view(mapping, 0, shape, strides, typestr, dtype_name, readonly=False)
-
-
-def copy_in(source: DLPackObject, typestr: str) -> tuple[Segment | None, DLPackObject]:
-    """Copy host memory (its elements of type ``typestr``) into a new segment (or a kept one of
-    the same size), packed densely in the order of its dimensions in memory, with the copy
-    engine; the segment (None when there are no elements) and a writable view of the copy."""
-    shape, itemsize = source.shape, source.itemsize
-    strides = tuple(dense_strides(shape, source.byte_strides, itemsize))
-    nbytes = math.prod(shape) * itemsize
-    if nbytes == 0:
-        return None, view(None, 0, shape, strides, typestr, source.dtype, readonly=False)
-    reused = Segment.reuse(nbytes)
-    if reused is not None:
-        segment, mapping = reused
-    else:
-        segment, mapping = Segment.create(nbytes, poolable=True)
-        if nbytes >= POPULATE_MIN_BYTES:
-            # Faulted in from several threads first: on a virtual machine each page fault is
-            # dear, and a copy that faults as it writes takes a fifth longer. A MemoryError
-            # here, when the memory can't be had, rather than the OOM killer mid-copy.
-            _populate_write(mapping, nbytes)
-    copy = view(mapping, 0, shape, strides, typestr, source.dtype, readonly=False)
-    copyto(copy, source)
-    return segment, copy
-
-
-def _after_fork_in_child() -> None:
-    """A forked child: the kept segments are the parent's to reuse (forget them; the parent
-    keeps its descriptors), and the mappings it inherited get locks of its own."""
-    global _pool_lock
-    _pool_lock = threading.Lock()  # another thread of the parent may have held it
-    while _returned:
-        _returned.popleft().close()
-    while _pool:
-        _pool.pop().close()
+def _hold_inherited_after_fork() -> None:
+    """A forked child: the mappings it inherited get locks of its own."""
     for ref in list(_by_base.values()):
         segment = ref()
         if segment is not None and segment.mapping() is not None:
@@ -486,4 +260,4 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(after_in_child=_hold_inherited_after_fork)
