@@ -64,32 +64,57 @@ impl Isa {
     }
 }
 
-/// Copy the `a` x `b` loops in tiles.
+/// The loops tiles walk: `a` (the source's dense one), `b` (the destination's), and `m`, an
+/// outer loop walked inside the tiles (`n == 1` for none): where `a` is short and `m` carries
+/// on along the source rows, whole steps of `m` make up a tile's source runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Loops {
+    pub m: Dim,
+    pub a: Dim,
+    pub b: Dim,
+}
+
+impl Loops {
+    /// The pointers of step `i` of `m`.
+    fn at(&self, i: usize, dst: *mut u8, src: *const u8) -> (*mut u8, *const u8) {
+        let i = i as isize;
+        (
+            dst.wrapping_offset(i * self.m.dst),
+            src.wrapping_offset(i * self.m.src),
+        )
+    }
+}
+
+/// Copy the loops in tiles.
 ///
 /// # Safety
-/// Every element address of the two loops is valid (source readable, destination writable).
+/// Every element address of the three loops is valid (source readable, destination writable).
 #[inline(always)]
-pub unsafe fn tiles<E: Elem>(e: E, dst: *mut u8, src: *const u8, a: Dim, b: Dim, options: Options) {
-    let z = e.size();
+pub unsafe fn tiles<E: Elem>(e: E, dst: *mut u8, src: *const u8, l: Loops, options: Options) {
+    let (z, Loops { m, a, b }) = (e.size(), l);
     if e.plain() && a.src == z as isize && b.dst == z as isize {
-        let h = Heads::new(dst, src, a, b, z);
+        let h = Heads::new(dst, src, l, z);
         // SAFETY: forwarded contract; the unit strides the block kernels need.
-        if unsafe { block_tiles_for(z, dst, src, a, b, h, options) } {
+        if unsafe { block_tiles_for(z, dst, src, l, h, options) } {
             return;
         }
     }
-    for a0 in (0..a.n).step_by(SQUARE) {
-        let a1 = (a0 + SQUARE).min(a.n);
-        for b0 in (0..b.n).step_by(SQUARE) {
-            let b1 = (b0 + SQUARE).min(b.n);
-            // SAFETY: a sub-rectangle of the two loops.
-            unsafe { elementwise(e, dst, src, a, b, a0..a1, b0..b1) };
+    for i in 0..m.n {
+        let (dst, src) = l.at(i, dst, src);
+        for a0 in (0..a.n).step_by(SQUARE) {
+            let a1 = (a0 + SQUARE).min(a.n);
+            for b0 in (0..b.n).step_by(SQUARE) {
+                let b1 = (b0 + SQUARE).min(b.n);
+                // SAFETY: a sub-rectangle of the `a` x `b` loops at step `i` of `m`.
+                unsafe { elementwise(e, dst, src, a, b, a0..a1, b0..b1) };
+            }
         }
     }
 }
 
 /// Where the line-aligned blocks start: items `ha` of `a` and `hb` of `b` (the items before go
-/// element by element), and the alignment of every block's destination rows from there.
+/// element by element), and the alignment of every block's destination rows from there, at
+/// every step of `m`.
 #[derive(Clone, Copy, Debug)]
 struct Heads {
     ha: usize,
@@ -98,10 +123,12 @@ struct Heads {
 }
 
 impl Heads {
-    fn new(dst: *mut u8, src: *const u8, a: Dim, b: Dim, z: usize) -> Self {
+    fn new(dst: *mut u8, src: *const u8, l: Loops, z: usize) -> Self {
+        let Loops { m, a, b } = l;
         let hb = line_head(dst as usize, a.dst, z, b.n);
-        // The lowest set bit of the first block's address and of the row stride.
-        let bits = (dst as usize).wrapping_add(hb * z) | a.dst.unsigned_abs() | LINE;
+        // The lowest set bit of the first block's address and of the strides to the others.
+        let m_dst = if m.n > 1 { m.dst.unsigned_abs() } else { 0 };
+        let bits = (dst as usize).wrapping_add(hb * z) | a.dst.unsigned_abs() | m_dst | LINE;
         Heads {
             ha: line_head(src as usize, b.src, z, a.n),
             hb,
@@ -129,8 +156,7 @@ unsafe fn block_tiles_for(
     z: usize,
     dst: *mut u8,
     src: *const u8,
-    a: Dim,
-    b: Dim,
+    l: Loops,
     h: Heads,
     options: Options,
 ) -> bool {
@@ -140,7 +166,7 @@ unsafe fn block_tiles_for(
     macro_rules! go {
         ($k:expr) => {
             // SAFETY: the forwarded contract, for items of the kernel's size.
-            unsafe { block_tiles($k, dst, src, a, b, h) }
+            unsafe { block_tiles($k, dst, src, l, h) }
         };
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -167,59 +193,60 @@ unsafe fn block_tiles_for(
     }
 }
 
-/// Tiles of `K` blocks. A tile is `a` items `i0..a1` ([`RUN_BYTES`] of each source row) by the
-/// whole of `b`, walked one band of `K::B` source rows at a time; each band's row pieces before
-/// `i0` (the first tile's heads) and from `fa` (the last one's tail) go element by element, as
-/// do the items of `b` before `hb` and after the last whole band.
-///
-/// `false` (nothing copied) where `h` shows destination rows not aligned for `K`.
+/// Tiles of `K` blocks. A tile is `a` items `i0..a1` ([`RUN_BYTES`] of each source row, or
+/// as many whole steps of `m` as make up that much) by the whole of `b`, walked one band of
+/// `K::B` source rows at a time; each band's row pieces before `i0` (the first tile's heads)
+/// and from `fa` (the last one's tail) go element by element, as do the items of `b` before
+/// `hb` and after the last whole band. `false` (nothing copied) where `h` shows destination rows
+/// not aligned for `K`.
 ///
 /// # Safety
 /// As for [`tiles`], with `a.src == b.dst == size_of::<K::Item>()` and `h` made for these
 /// loops.
 #[inline(always)]
-unsafe fn block_tiles<K: Block>(
-    k: K,
-    dst: *mut u8,
-    src: *const u8,
-    a: Dim,
-    b: Dim,
-    h: Heads,
-) -> bool {
+unsafe fn block_tiles<K: Block>(k: K, dst: *mut u8, src: *const u8, l: Loops, h: Heads) -> bool {
     if h.dst_align < K::DST_ALIGN {
         return false;
     }
-    let e = Plain::<K::Item>::new();
-    let side = K::B;
-    let run = (RUN_BYTES / size_of::<K::Item>() / side).max(1) * side;
+    let (e, z, side) = (Plain::<K::Item>::new(), size_of::<K::Item>(), K::B);
+    let Loops { m, a, b } = l;
+    let run = (RUN_BYTES / z / side).max(1) * side;
+    let steps = (run / a.n.max(1)).clamp(1, m.n.max(1));
     let bands_end = h.hb + (b.n - h.hb) / side * side;
-    let mut a0 = 0;
-    while a0 < a.n {
-        let i0 = a0.max(h.ha);
-        let a1 = i0.saturating_add(run).min(a.n);
-        let fa = i0 + (a1 - i0) / side * side;
-        // SAFETY: items a0..a1 x 0..hb of the loops.
-        unsafe { elementwise(e, dst, src, a, b, a0..a1, 0..h.hb) };
-        for j in (h.hb..bands_end).step_by(side) {
-            // SAFETY: items a0..i0 x j..j + side of the loops.
-            unsafe { elementwise(e, dst, src, a, b, a0..i0, j..j + side) };
-            let s = src.wrapping_offset(j as isize * b.src);
-            let d = dst.wrapping_add(j * size_of::<K::Item>());
-            for i in (i0..fa).step_by(side) {
-                let (d, s) = (
-                    d.wrapping_offset(i as isize * a.dst),
-                    s.wrapping_add(i * size_of::<K::Item>()),
-                );
-                // SAFETY: the block i..i + side x j..j + side lies inside the loops, its rows
-                // on both sides `side` unit-stride items; `heads` aligns its destination rows.
-                unsafe { k.block(d, a.dst, s, b.src) };
+    for m0 in (0..m.n).step_by(steps) {
+        let ms = m0..(m0 + steps).min(m.n);
+        let mut a0 = 0;
+        while a0 < a.n {
+            let i0 = a0.max(h.ha);
+            let a1 = i0.saturating_add(run).min(a.n);
+            let fa = i0 + (a1 - i0) / side * side;
+            for (dst, src) in ms.clone().map(|i| l.at(i, dst, src)) {
+                // SAFETY: items a0..a1 x 0..hb of the loops.
+                unsafe { elementwise(e, dst, src, a, b, a0..a1, 0..h.hb) };
             }
-            // SAFETY: items fa..a1 x j..j + side of the loops.
-            unsafe { elementwise(e, dst, src, a, b, fa..a1, j..j + side) };
+            for j in (h.hb..bands_end).step_by(side) {
+                for (dst, src) in ms.clone().map(|i| l.at(i, dst, src)) {
+                    // SAFETY: items a0..i0 x j..j + side of the loops.
+                    unsafe { elementwise(e, dst, src, a, b, a0..i0, j..j + side) };
+                    let s = src.wrapping_offset(j as isize * b.src);
+                    let d = dst.wrapping_add(j * z);
+                    for i in (i0..fa).step_by(side) {
+                        let (d, s) = (d.wrapping_offset(i as isize * a.dst), s.wrapping_add(i * z));
+                        // SAFETY: the block i..i + side x j..j + side lies inside the loops, its
+                        // rows on both sides `side` unit-stride items; `h` aligns its
+                        // destination rows.
+                        unsafe { k.block(d, a.dst, s, b.src) };
+                    }
+                    // SAFETY: items fa..a1 x j..j + side of the loops.
+                    unsafe { elementwise(e, dst, src, a, b, fa..a1, j..j + side) };
+                }
+            }
+            for (dst, src) in ms.clone().map(|i| l.at(i, dst, src)) {
+                // SAFETY: items a0..a1 x bands_end..b.n of the loops.
+                unsafe { elementwise(e, dst, src, a, b, a0..a1, bands_end..b.n) };
+            }
+            a0 = a1;
         }
-        // SAFETY: items a0..a1 x bands_end..b.n of the loops.
-        unsafe { elementwise(e, dst, src, a, b, a0..a1, bands_end..b.n) };
-        a0 = a1;
     }
     true
 }
