@@ -11,7 +11,7 @@
 use super::blocks::{Block, LINE, Portable, block_side};
 use super::elem::{Elem, Plain};
 #[cfg(target_arch = "x86_64")]
-use super::simd::{Avx512, Avx512U32, Avx512U64, Sse2U32, Sse2U64};
+use super::simd::{Avx512, Avx512U32, Avx512U64, Sse2U8, Sse2U16, Sse2U32, Sse2U64};
 use crate::copy::plan::Dim;
 
 #[cfg(test)]
@@ -181,6 +181,8 @@ unsafe fn block_tiles_for(
         }
         (4, None) => return (streaming && go!(Sse2U32::<true>)) || go!(Sse2U32::<false>),
         (8, None) => return (streaming && go!(Sse2U64::<true>)) || go!(Sse2U64::<false>),
+        (2, _) => return (streaming && go!(Sse2U16::<true>)) || go!(Sse2U16::<false>),
+        (1, _) => return (streaming && go!(Sse2U8::<true>)) || go!(Sse2U8::<false>),
         _ => {}
     }
     match z {
