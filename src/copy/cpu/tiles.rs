@@ -1,12 +1,13 @@
 //! Cache-blocked tiles for transposing copies: loop `a` walks the source densely, loop `b` the
 //! destination, and each side strides far along the other's.
 //!
-//! A tile is a run of [`RUN_BYTES`] along `a` of one band of source rows (a block side of
-//! them, each row a cache line wide in the destination). Each source row is then read as one
-//! long run, which the hardware prefetchers follow, and each destination line is written whole,
-//! once, by one block transpose ([`super::blocks`]). Items copied unchanged with unit strides
-//! on both sides take this path; anything else (byte swaps, gaps between items) goes element
-//! by element, in squares that stay in cache.
+//! A tile is [`RUN_BYTES`] of each source row (along `a`, and on along an outer loop that
+//! continues it where `a` is shorter), walked one band of rows at a time: a block side of
+//! them, a cache line of the destination's rows. Each source row is then read as one long run,
+//! which the hardware prefetchers follow, and each destination line is written whole, once, by
+//! one block transpose ([`super::blocks`]). Items copied unchanged with unit strides on both
+//! sides take this path; anything else (byte swaps, gaps between items) goes element by
+//! element, in squares that stay in cache.
 
 use super::blocks::{Block, LINE, Portable, block_side};
 use super::elem::{Elem, Plain};
@@ -22,6 +23,12 @@ const RUN_BYTES: usize = 4096;
 
 /// Square side, in items, of the element-by-element tiles.
 const SQUARE: usize = 32;
+
+/// Loops of at most this many bytes start their blocks at their first items, not at line
+/// boundaries, unless writing with streaming stores (which need them): their data stays in
+/// the nearest caches, where straddled lines cost less than copying the heads element by
+/// element (all of a 16 x 16 block of `f32` 16 bytes off a line).
+const ALIGN_MIN_BYTES: usize = 64 << 10;
 
 /// The granule, in items, in which threads split a tiled loop: a block side, so that pieces
 /// keep the blocks' line alignment.
@@ -93,7 +100,10 @@ impl Loops {
 pub unsafe fn tiles<E: Elem>(e: E, dst: *mut u8, src: *const u8, l: Loops, options: Options) {
     let (z, Loops { m, a, b }) = (e.size(), l);
     if e.plain() && a.src == z as isize && b.dst == z as isize {
-        let h = Heads::new(dst, src, l, z);
+        let bytes = [m.n, a.n, b.n, z]
+            .into_iter()
+            .fold(1, usize::saturating_mul);
+        let h = Heads::new(dst, src, l, z, options.streaming || bytes > ALIGN_MIN_BYTES);
         // SAFETY: forwarded contract; the unit strides the block kernels need.
         if unsafe { block_tiles_for(z, dst, src, l, h, options) } {
             return;
@@ -112,9 +122,9 @@ pub unsafe fn tiles<E: Elem>(e: E, dst: *mut u8, src: *const u8, l: Loops, optio
     }
 }
 
-/// Where the line-aligned blocks start: items `ha` of `a` and `hb` of `b` (the items before go
-/// element by element), and the alignment of every block's destination rows from there, at
-/// every step of `m`.
+/// Where the blocks start: items `ha` of `a` and `hb` of `b` (the items before go element by
+/// element), and the alignment of every block's destination rows from there, at every step of
+/// `m`.
 #[derive(Clone, Copy, Debug)]
 struct Heads {
     ha: usize,
@@ -123,14 +133,19 @@ struct Heads {
 }
 
 impl Heads {
-    fn new(dst: *mut u8, src: *const u8, l: Loops, z: usize) -> Self {
+    /// `align`: at line boundaries on both sides, where the strides allow; else at once.
+    fn new(dst: *mut u8, src: *const u8, l: Loops, z: usize, align: bool) -> Self {
         let Loops { m, a, b } = l;
-        let hb = line_head(dst as usize, a.dst, z, b.n);
+        let head = |addr: usize, row: isize, n: usize| match align {
+            true => line_head(addr, row, z, n),
+            false => 0,
+        };
+        let hb = head(dst as usize, a.dst, b.n);
         // The lowest set bit of the first block's address and of the strides to the others.
         let m_dst = if m.n > 1 { m.dst.unsigned_abs() } else { 0 };
         let bits = (dst as usize).wrapping_add(hb * z) | a.dst.unsigned_abs() | m_dst | LINE;
         Heads {
-            ha: line_head(src as usize, b.src, z, a.n),
+            ha: head(src as usize, b.src, a.n),
             hb,
             dst_align: 1 << bits.trailing_zeros(),
         }

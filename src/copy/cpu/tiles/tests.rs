@@ -280,10 +280,16 @@ fn heads_align_every_block_row() {
         src: 0,
     };
     let loops = |a, b| Loops { m: one, a, b };
-    let h = Heads::new(at(4096 + 16), at(8192 + 20), loops(a(1024), b(2048)), 4);
+    let h = Heads::new(
+        at(4096 + 16),
+        at(8192 + 20),
+        loops(a(1024), b(2048)),
+        4,
+        true,
+    );
     assert_eq!((h.ha, h.hb, h.dst_align), (11, 12, 64));
     // Rows 16 bytes off a line: no head, and streaming stores of 16 bytes at most.
-    let h = Heads::new(at(4096), at(8192), loops(a(1040), b(2048)), 4);
+    let h = Heads::new(at(4096), at(8192), loops(a(1040), b(2048)), 4, true);
     assert_eq!((h.ha, h.hb, h.dst_align), (0, 0, 16));
     // The steps of `m` count too, where there are several.
     let m = Dim {
@@ -291,30 +297,31 @@ fn heads_align_every_block_row() {
         dst: 32,
         src: 400,
     };
-    let h = Heads::new(
-        at(4096),
-        at(8192),
-        Loops {
-            m,
-            ..loops(a(1024), b(2048))
-        },
-        4,
-    );
+    let with_m = Loops {
+        m,
+        ..loops(a(1024), b(2048))
+    };
+    let h = Heads::new(at(4096), at(8192), with_m, 4, true);
     assert_eq!((h.ha, h.hb, h.dst_align), (0, 0, 32));
-    let h = Heads::new(
-        at(4096),
-        at(8192),
-        Loops {
-            m,
-            ..loops(a(1040), b(2048))
-        },
-        4,
-    );
+    let with_m = Loops {
+        m,
+        ..loops(a(1040), b(2048))
+    };
+    let h = Heads::new(at(4096), at(8192), with_m, 4, true);
     assert_eq!((h.ha, h.hb, h.dst_align), (0, 0, 16));
     // A head longer than the loop stops at its end.
     let short = loops(Dim { n: 5, ..a(1024) }, Dim { n: 3, ..b(64) });
-    let h = Heads::new(at(4096 + 16), at(8192), short, 4);
+    let h = Heads::new(at(4096 + 16), at(8192), short, 4, true);
     assert_eq!((h.ha, h.hb), (0, 3));
+    // Unaligned: the blocks start at once, and their rows keep the alignment they have.
+    let h = Heads::new(
+        at(4096 + 16),
+        at(8192 + 20),
+        loops(a(1024), b(2048)),
+        4,
+        false,
+    );
+    assert_eq!((h.ha, h.hb, h.dst_align), (0, 0, 16));
     assert_eq!(tile_granule(4), 16);
     assert_eq!(tile_granule(3), 21);
     assert_eq!(tile_granule(64), 1);
