@@ -3,7 +3,7 @@
 //! cache-blocked tiles of [`super::tiles`].
 
 use super::elem::Elem;
-use super::tiles::{Options, tiles};
+use super::tiles::{Loops, Options, tiles};
 use crate::copy::plan::{Dim, Kernel, Plan};
 
 /// One row: `n` elements, `d` and `s` bytes apart in the destination and the source.
@@ -112,16 +112,22 @@ pub unsafe fn run<E: Elem>(
     let (outer, body): (Vec<Dim>, Body<'_>) = match kernel {
         Kernel::Tile { a } if a + 1 < dims.len() => {
             let pa = dims[a];
-            let outer = dims[..dims.len() - 1]
-                .iter()
-                .enumerate()
+            let mut outer: Vec<Dim> = (dims[..dims.len() - 1].iter().enumerate())
                 .filter(|&(k, _)| k != a)
                 .map(|(_, d)| *d)
                 .collect();
+            // An outer loop that carries on along the source rows from where `a` ends goes
+            // inside the tiles, so that their source runs are long even where `a` is short.
+            let ends = pa.src.checked_mul(pa.n as isize);
+            let m = match outer.iter().rposition(|d| Some(d.src) == ends) {
+                Some(k) => outer.remove(k),
+                None => one,
+            };
+            let loops = Loops { m, a: pa, b: last };
             // SAFETY: each call is one position of the outer loops: valid per the contract.
             (
                 outer,
-                Box::new(move |d, s| unsafe { tiles(e, d, s, pa, last, options) }),
+                Box::new(move |d, s| unsafe { tiles(e, d, s, loops, options) }),
             )
         }
         _ => {

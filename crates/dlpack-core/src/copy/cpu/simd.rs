@@ -1,7 +1,8 @@
-//! x86-64 block transposes ([`Block`]s) of four- and eight-byte items. SSE2 is part of x86-64:
-//! a block's source lines are first copied to an aligned local buffer (each read whole, once),
-//! then transposed 4x4 (u32) or 2x2 (u64) in registers. With AVX-512F (checked at run time,
-//! [`Avx512`]) each line is one register, and the block is transposed in registers alone.
+//! x86-64 block transposes ([`Block`]s) of one-, two-, four- and eight-byte items. SSE2 is part
+//! of x86-64: a block's source lines are first copied to an aligned local buffer (each read
+//! whole, once), then transposed in squares of 16-byte registers (16x16 u8, 8x8 u16, 4x4 u32,
+//! 2x2 u64). With AVX-512F (checked at run time, [`Avx512`]) each line of four- and eight-byte
+//! items is one register, and the block is transposed in registers alone.
 //! `NT`: write with streaming (non-temporal) stores, which need aligned destination rows.
 
 use std::arch::x86_64::*;
@@ -18,6 +19,12 @@ impl Avx512 {
     }
 }
 
+/// 64 x 64 one-byte items with SSE2.
+#[derive(Clone, Copy)]
+pub struct Sse2U8<const NT: bool>;
+/// 32 x 32 two-byte items with SSE2.
+#[derive(Clone, Copy)]
+pub struct Sse2U16<const NT: bool>;
 /// 16 x 16 four-byte items with SSE2.
 #[derive(Clone, Copy)]
 pub struct Sse2U32<const NT: bool>;
@@ -34,6 +41,30 @@ pub struct Avx512U64<const NT: bool>(pub Avx512);
 /// The destination alignment streaming stores of `bytes` need.
 const fn nt_align(nt: bool, bytes: usize) -> usize {
     if nt { bytes } else { 1 }
+}
+
+impl<const NT: bool> Block for Sse2U8<NT> {
+    type Item = u8;
+    const B: usize = 64;
+    const DST_ALIGN: usize = nt_align(NT, 16);
+
+    #[inline(always)]
+    unsafe fn block(self, dst: *mut u8, d_row: isize, src: *const u8, s_row: isize) {
+        // SAFETY: SSE2 is part of x86-64; memory per the contract.
+        unsafe { sse2_squares::<64, 16, NT>(dst, d_row, src, s_row) }
+    }
+}
+
+impl<const NT: bool> Block for Sse2U16<NT> {
+    type Item = u16;
+    const B: usize = 32;
+    const DST_ALIGN: usize = nt_align(NT, 16);
+
+    #[inline(always)]
+    unsafe fn block(self, dst: *mut u8, d_row: isize, src: *const u8, s_row: isize) {
+        // SAFETY: SSE2 is part of x86-64; memory per the contract.
+        unsafe { sse2_squares::<32, 8, NT>(dst, d_row, src, s_row) }
+    }
 }
 
 impl<const NT: bool> Block for Sse2U32<NT> {
@@ -60,6 +91,71 @@ impl<const NT: bool> Block for Sse2U64<NT> {
     }
 }
 
+/// `B` x `B` items of `16 / S` bytes (`B` lines), as `(B / S)^2` squares of `S` registers.
+///
+/// # Safety
+/// As for [`Block::block`], with a 16-byte [`Block::DST_ALIGN`] when `NT`.
+#[inline]
+#[target_feature(enable = "sse2")]
+unsafe fn sse2_squares<const B: usize, const S: usize, const NT: bool>(
+    dst: *mut u8,
+    d_row: isize,
+    src: *const u8,
+    s_row: isize,
+) {
+    // SAFETY: `B` source lines, per the contract.
+    let buf = unsafe { load_lines::<B>(src, s_row) };
+    // Each line is 4 registers, so B = 4 S: the squares are 4 x 4.
+    for ib in 0..4 {
+        // Destination rows S ib.. S ib + S: four squares side by side.
+        let mut rows = [[_mm_setzero_si128(); 4]; S];
+        for (jb, lines) in buf.0.chunks_exact(S).enumerate() {
+            let mut r = [_mm_setzero_si128(); S];
+            for (v, line) in r.iter_mut().zip(lines) {
+                *v = line[ib];
+            }
+            let columns = if S == 16 {
+                round::<S, 8, 8>(round::<S, 4, 4>(round::<S, 2, 2>(round::<S, 1, 1>(r))))
+            } else {
+                round::<S, 4, 8>(round::<S, 2, 4>(round::<S, 1, 2>(r)))
+            };
+            for (row, column) in rows.iter_mut().zip(columns) {
+                row[jb % 4] = column;
+            }
+        }
+        for (k, &line) in rows.iter().enumerate() {
+            let d = dst.wrapping_offset((S * ib + k) as isize * d_row);
+            // SAFETY: destination row S ib + k, writable and aligned per the contract.
+            unsafe { store_line::<NT>(d, line) };
+        }
+    }
+}
+
+/// One round of a square transpose: interleave items of `W` bytes of the registers `H` apart
+/// in each group of `2 H`, low halves to the even slot. Rounds of `H = 1, 2, 4..` with `W`
+/// from the item size up to 8 leave column `k` in register `k`.
+#[inline]
+#[target_feature(enable = "sse2")]
+fn round<const S: usize, const H: usize, const W: usize>(r: [__m128i; S]) -> [__m128i; S] {
+    let mut t = r;
+    for (out, group) in t.chunks_exact_mut(2 * H).zip(r.chunks_exact(2 * H)) {
+        let Some((xs, ys)) = group.split_at_checked(H) else {
+            continue;
+        };
+        for ((pair, &x), &y) in out.chunks_exact_mut(2).zip(xs).zip(ys) {
+            if let [lo, hi] = pair {
+                (*lo, *hi) = match W {
+                    1 => (_mm_unpacklo_epi8(x, y), _mm_unpackhi_epi8(x, y)),
+                    2 => (_mm_unpacklo_epi16(x, y), _mm_unpackhi_epi16(x, y)),
+                    4 => (_mm_unpacklo_epi32(x, y), _mm_unpackhi_epi32(x, y)),
+                    _ => (_mm_unpacklo_epi64(x, y), _mm_unpackhi_epi64(x, y)),
+                };
+            }
+        }
+    }
+    t
+}
+
 /// 16 x 16 four-byte items, as sixteen 4 x 4 squares.
 ///
 /// # Safety
@@ -69,7 +165,7 @@ impl<const NT: bool> Block for Sse2U64<NT> {
 #[allow(clippy::needless_range_loop, reason = "index arithmetic reads clearer")]
 unsafe fn sse2_u32<const NT: bool>(dst: *mut u8, d_row: isize, src: *const u8, s_row: isize) {
     // SAFETY: 16 source lines, per the contract.
-    let buf = unsafe { load_lines(16, src, s_row) };
+    let buf = unsafe { load_lines::<16>(src, s_row) };
     for ib in 0..4 {
         // Destination rows 4 ib.. 4 ib + 4: four 4 x 4 squares side by side.
         let mut rows = [[_mm_setzero_si128(); 4]; 4];
@@ -85,7 +181,7 @@ unsafe fn sse2_u32<const NT: bool>(dst: *mut u8, d_row: isize, src: *const u8, s
             rows[2][jb] = _mm_castps_si128(_mm_movelh_ps(t2, t3));
             rows[3][jb] = _mm_castps_si128(_mm_movehl_ps(t3, t2));
         }
-        for (k, line) in rows.into_iter().enumerate() {
+        for (k, &line) in rows.iter().enumerate() {
             let d = dst.wrapping_offset((4 * ib + k) as isize * d_row);
             // SAFETY: destination row 4 ib + k, writable and aligned per the contract.
             unsafe { store_line::<NT>(d, line) };
@@ -102,7 +198,7 @@ unsafe fn sse2_u32<const NT: bool>(dst: *mut u8, d_row: isize, src: *const u8, s
 #[allow(clippy::needless_range_loop, reason = "index arithmetic reads clearer")]
 unsafe fn sse2_u64<const NT: bool>(dst: *mut u8, d_row: isize, src: *const u8, s_row: isize) {
     // SAFETY: 8 source lines, per the contract.
-    let buf = unsafe { load_lines(8, src, s_row) };
+    let buf = unsafe { load_lines::<8>(src, s_row) };
     for ib in 0..4 {
         // Destination rows 2 ib and 2 ib + 1.
         let mut rows = [[_mm_setzero_si128(); 4]; 2];
@@ -111,7 +207,7 @@ unsafe fn sse2_u64<const NT: bool>(dst: *mut u8, d_row: isize, src: *const u8, s
             rows[0][jb] = _mm_unpacklo_epi64(r0, r1);
             rows[1][jb] = _mm_unpackhi_epi64(r0, r1);
         }
-        for (k, line) in rows.into_iter().enumerate() {
+        for (k, &line) in rows.iter().enumerate() {
             let d = dst.wrapping_offset((2 * ib + k) as isize * d_row);
             // SAFETY: destination row 2 ib + k, writable and aligned per the contract.
             unsafe { store_line::<NT>(d, line) };
@@ -120,17 +216,17 @@ unsafe fn sse2_u64<const NT: bool>(dst: *mut u8, d_row: isize, src: *const u8, s
 }
 
 #[repr(C, align(64))]
-struct Lines([[__m128i; 4]; 16]);
+struct Lines<const N: usize>([[__m128i; 4]; N]);
 
-/// Copy `rows` (at most 16) source lines of 64 bytes into a buffer.
+/// Copy `N` source lines of 64 bytes into a buffer.
 ///
 /// # Safety
-/// `rows` runs of 64 bytes at `src + j * s_row` readable.
+/// `N` runs of 64 bytes at `src + j * s_row` readable.
 #[inline]
 #[target_feature(enable = "sse2")]
-unsafe fn load_lines(rows: usize, src: *const u8, s_row: isize) -> Lines {
-    let mut buf = Lines([[_mm_setzero_si128(); 4]; 16]);
-    for (j, line) in buf.0.iter_mut().take(rows).enumerate() {
+unsafe fn load_lines<const N: usize>(src: *const u8, s_row: isize) -> Lines<N> {
+    let mut buf = Lines([[_mm_setzero_si128(); 4]; N]);
+    for (j, line) in buf.0.iter_mut().enumerate() {
         let p = src.wrapping_offset(j as isize * s_row).cast::<__m128i>();
         for (k, v) in line.iter_mut().enumerate() {
             // SAFETY: bytes 16 k.. 16 k + 16 of source line j (the contract); unaligned.
@@ -147,7 +243,7 @@ unsafe fn load_lines(rows: usize, src: *const u8, s_row: isize) -> Lines {
 #[inline]
 #[target_feature(enable = "sse2")]
 unsafe fn store_line<const NT: bool>(p: *mut u8, line: [__m128i; 4]) {
-    for (k, v) in line.into_iter().enumerate() {
+    for (k, &v) in line.iter().enumerate() {
         let q = p.wrapping_add(16 * k).cast::<__m128i>();
         if NT {
             // SAFETY: bytes 16 k.. 16 k + 16 of the line, writable and 16-byte aligned.

@@ -210,43 +210,52 @@ fn one_thread() -> Config {
     }
 }
 
+/// Copy into a destination whose elements may overlap one another (strides of any byte value,
+/// zero included): forced threading must not split it between threads, so the bytes are
+/// exactly what one thread writes.
+fn check_overlapping(dims: &[(usize, isize)], item: usize) -> Result<(), TestCaseError> {
+    let shape: Vec<usize> = dims.iter().map(|d| d.0).collect();
+    let dst: Vec<isize> = dims.iter().map(|d| d.1).collect();
+    let c_order: Vec<usize> = (0..shape.len()).rev().collect();
+    let no_gaps = vec![0; shape.len()];
+    let src = dst_strides(&shape, item, &c_order, &no_gaps, &vec![false; shape.len()]);
+    let source = Array::new(&shape, &src, item, 0, 7);
+    let mut results = Vec::new();
+    for config in [one_thread(), force_threads()] {
+        let mut source = Array::new(&shape, &src, item, 0, 7);
+        let mut target = Array::new(&shape, &dst, item, 3, 101);
+        // SAFETY: both layouts lie inside their own buffers.
+        unsafe { copy_strided_with(&target.strided(), &source.strided(), item, None, config) };
+        prop_assert!(source.bytes == Array::new(&shape, &src, item, 0, 7).bytes);
+        results.push(target.bytes);
+    }
+    prop_assert!(results[0] == results[1], "threads changed the result");
+    // Where the elements are disjoint, that is the element-by-element reference.
+    let layout = shape.iter().zip(&dst).map(|(&n, &s)| (n as u64, s as i64));
+    if crate::layout::self_overlap(layout, item as u64) == crate::layout::SelfOverlap::Disjoint {
+        let mut expected = Array::new(&shape, &dst, item, 3, 101);
+        reference(&mut expected, &source, item, 0);
+        prop_assert!(results[0] == expected.bytes);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(500))]
-    /// Destinations whose elements overlap one another (strides of any byte value, zero
-    /// included): forced threading must not split them between threads, so the bytes are
-    /// exactly what one thread writes in plan order.
     #[test]
     fn overlapping_destinations_are_written_by_one_thread(
         dims in proptest::collection::vec((1usize..40, -20isize..21), 1..4),
         item in proptest::sample::select(vec![1usize, 2, 4, 8]),
     ) {
-        let shape: Vec<usize> = dims.iter().map(|d| d.0).collect();
-        let dst: Vec<isize> = dims.iter().map(|d| d.1).collect();
-        let src = dst_strides(&shape, item, &(0..shape.len()).rev().collect::<Vec<_>>(),
-                              &vec![0; shape.len()], &vec![false; shape.len()]);
-        let source = Array::new(&shape, &src, item, 0, 7);
-        let mut results = Vec::new();
-        for config in [one_thread(), force_threads()] {
-            let mut source = Array::new(&shape, &src, item, 0, 7);
-            let mut target = Array::new(&shape, &dst, item, 3, 101);
-            // SAFETY: both layouts lie inside their own buffers.
-            unsafe {
-                copy_strided_with(&target.strided(), &source.strided(), item, None, config)
-            };
-            prop_assert!(source.bytes == Array::new(&shape, &src, item, 0, 7).bytes);
-            results.push(target.bytes);
-        }
-        prop_assert!(results[0] == results[1], "threads changed the result");
-        // Where the elements are disjoint, that is the element-by-element reference.
-        let layout = shape.iter().zip(&dst).map(|(&n, &s)| (n as u64, s as i64));
-        if crate::layout::self_overlap(layout, item as u64)
-            == crate::layout::SelfOverlap::Disjoint
-        {
-            let mut expected = Array::new(&shape, &dst, item, 3, 101);
-            reference(&mut expected, &source, item, 0);
-            prop_assert!(results[0] == expected.bytes);
-        }
+        check_overlapping(&dims, item)?;
     }
+}
+
+/// Cases the property test once found.
+#[test]
+fn overlapping_destinations_found_before() {
+    check_overlapping(&[(12, -2), (24, 11)], 1).unwrap();
+    check_overlapping(&[(18, -5), (28, -9)], 2).unwrap();
 }
 
 /// Larger transposed layouts: the tiled kernels and their edges.
