@@ -24,6 +24,11 @@ const RUN_BYTES: usize = 4096;
 /// Square side, in items, of the element-by-element tiles.
 const SQUARE: usize = 32;
 
+/// Runs of `a` shorter than this many bytes (rows of a short dense loop, as in a permute) start
+/// their blocks where they start, not at line boundaries: their heads and tails, copied item by
+/// item, would cost more than loads that straddle lines.
+const SRC_ALIGN_MIN_BYTES: usize = 2 << 10;
+
 /// Loops of at most this many bytes start their blocks at their first items, not at line
 /// boundaries, unless writing with streaming stores (which need them): their data stays in
 /// the nearest caches, where straddled lines cost less than copying the heads element by
@@ -145,7 +150,10 @@ impl Heads {
         let m_dst = if m.n > 1 { m.dst.unsigned_abs() } else { 0 };
         let bits = (dst as usize).wrapping_add(hb * z) | a.dst.unsigned_abs() | m_dst | LINE;
         Heads {
-            ha: head(src as usize, b.src, a.n),
+            ha: match a.n.saturating_mul(z) >= SRC_ALIGN_MIN_BYTES {
+                true => head(src as usize, b.src, a.n),
+                false => 0,
+            },
             hb,
             dst_align: 1 << bits.trailing_zeros(),
         }

@@ -265,7 +265,7 @@ fn steps_of_m_off_the_line() {
 #[test]
 fn heads_align_every_block_row() {
     let a = |dst| Dim {
-        n: 100,
+        n: 1000,
         dst,
         src: 4,
     };
@@ -315,6 +315,10 @@ fn heads_align_every_block_row() {
     let short = loops(Dim { n: 5, ..a(1024) }, Dim { n: 3, ..b(64) });
     let h = Heads::new(at(4096 + 16), at(8192), short, 4, true);
     assert_eq!((h.ha, h.hb), (0, 3));
+    // Source rows (along `a`) shorter than SRC_ALIGN_MIN_BYTES start where they start.
+    let short_a = loops(Dim { n: 100, ..a(1024) }, b(2048));
+    let h = Heads::new(at(4096 + 16), at(8192 + 20), short_a, 4, true);
+    assert_eq!((h.ha, h.hb, h.dst_align), (0, 12, 64));
     // Unaligned: the blocks start at once, and their rows keep the alignment they have.
     let h = Heads::new(
         at(4096 + 16),
