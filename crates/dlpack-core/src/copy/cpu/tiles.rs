@@ -15,11 +15,17 @@ use super::elem::{Elem, Plain};
 use super::simd::{Avx512, Avx512U32, Avx512U64, Sse2U8, Sse2U16, Sse2U32, Sse2U64};
 use crate::copy::plan::Dim;
 
+
 /// Bytes of each source row one tile reads: a page, the longest run the prefetchers follow.
 const RUN_BYTES: usize = 4096;
 
 /// Square side, in items, of the element-by-element tiles.
 const SQUARE: usize = 32;
+
+/// Runs of `a` shorter than this many bytes (rows of a short dense loop, as in a permute) start
+/// their blocks where they start, not at line boundaries: their heads and tails, copied item by
+/// item, would cost more than loads that straddle lines.
+const SRC_ALIGN_MIN_BYTES: usize = 2 << 10;
 
 /// Loops of at most this many bytes start their blocks at their first items, not at line
 /// boundaries, unless writing with streaming stores (which need them): their data stays in
@@ -142,7 +148,10 @@ impl Heads {
         let m_dst = if m.n > 1 { m.dst.unsigned_abs() } else { 0 };
         let bits = (dst as usize).wrapping_add(hb * z) | a.dst.unsigned_abs() | m_dst | LINE;
         Heads {
-            ha: head(src as usize, b.src, a.n),
+            ha: match a.n.saturating_mul(z) >= SRC_ALIGN_MIN_BYTES {
+                true => head(src as usize, b.src, a.n),
+                false => 0,
+            },
             hb,
             dst_align: 1 << bits.trailing_zeros(),
         }
@@ -563,7 +572,7 @@ mod tests {
     #[test]
     fn heads_align_every_block_row() {
         let a = |dst| Dim {
-            n: 100,
+            n: 1000,
             dst,
             src: 4,
         };
@@ -613,6 +622,10 @@ mod tests {
         let short = loops(Dim { n: 5, ..a(1024) }, Dim { n: 3, ..b(64) });
         let h = Heads::new(at(4096 + 16), at(8192), short, 4, true);
         assert_eq!((h.ha, h.hb), (0, 3));
+        // Source rows (along `a`) shorter than SRC_ALIGN_MIN_BYTES start where they start.
+        let short_a = loops(Dim { n: 100, ..a(1024) }, b(2048));
+        let h = Heads::new(at(4096 + 16), at(8192 + 20), short_a, 4, true);
+        assert_eq!((h.ha, h.hb, h.dst_align), (0, 12, 64));
         // Unaligned: the blocks start at once, and their rows keep the alignment they have.
         let h = Heads::new(
             at(4096 + 16),
