@@ -15,7 +15,6 @@ use super::elem::{Elem, Plain};
 use super::simd::{Avx512, Avx512U32, Avx512U64, Sse2U8, Sse2U16, Sse2U32, Sse2U64};
 use crate::copy::plan::Dim;
 
-
 /// Bytes of each source row one tile reads: a page, the longest run the prefetchers follow.
 const RUN_BYTES: usize = 4096;
 
