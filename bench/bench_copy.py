@@ -14,6 +14,10 @@ it), repeats of the competitors are interleaved so they see the same machine noi
 shows the best repeat. GB/s is 2 x the destination's bytes per second (what a copy reads and
 writes; the stride-2 gather really reads twice that). Every result is checked against numpy's.
 
+The transpose also gets a second table: ``dlpack.copyto`` of ``src.T`` against the limit, a
+contiguous copy of the same bytes (the faster of ``np.copyto``, one memcpy, and
+``dlpack.copyto``, memcpy on every core), timed in the same interleaved repeats.
+
 A row whose library is missing, or whose call raises (``dlpack.copyto`` before the build that has
 it), is skipped with a printed reason.
 """
@@ -90,6 +94,15 @@ CASES = {
 }
 
 
+# Cases also timed against a contiguous copy of the same bytes (the limit), and the row's label.
+LIMITS = {
+    "transpose": "4096x4096 float32 transpose copy / contiguous memcpy of the same bytes "
+    "(the limit)",
+}
+# The contiguous copies that may set the limit: timing key -> label.
+LIMIT_KEYS = {"memcpy numpy": "np.copyto", "memcpy dlpack": "dlpack.copyto"}
+
+
 def run_case(name: str, repeats: int, min_time: float) -> dict:
     src, src_t = case_inputs(name)
     expected = np.ascontiguousarray(src)
@@ -120,6 +133,17 @@ def run_case(name: str, repeats: int, min_time: float) -> dict:
             d_torch = torch.empty(tuple(expected.shape), dtype=torch.float32)
             fns["torch"] = lambda: d_torch.copy_(src_t)
             outputs["torch"] = d_torch.numpy()
+
+    if name in LIMITS:
+        # The same bytes, contiguous on both sides.
+        same = np.ascontiguousarray(expected)
+        d_np_mem = np.empty_like(same)
+        fns["memcpy numpy"] = lambda: np.copyto(d_np_mem, same)
+        outputs["memcpy numpy"] = d_np_mem
+        if "dlpack" in fns:
+            d_ours_mem = np.empty_like(same)
+            fns["memcpy dlpack"] = lambda: dlpack.copyto(d_ours_mem, same)
+            outputs["memcpy dlpack"] = d_ours_mem
 
     for key, fn in fns.items():
         fn()
@@ -164,6 +188,31 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def limit_table(results: dict) -> str:
+    """The cases timed against the limit: ours, each contiguous copy, ours / the fastest."""
+    lines = [
+        "| ratio | dlpack.copyto | limit (fastest contiguous copy) | "
+        + " | ".join(f"{label} contiguous" for label in LIMIT_KEYS.values())
+        + " | limit / ours |",
+        "|---|---:|---:|" + "---:|" * len(LIMIT_KEYS) + "---:|",
+    ]
+    for name, res in results.items():
+        if name not in LIMITS:
+            continue
+        best = {key: min(ts) for key, ts in res["times"].items()}
+        limits = {key: best[key] for key in LIMIT_KEYS if key in best}
+        if "dlpack" not in best or not limits:
+            continue
+        fastest = min(limits, key=limits.__getitem__)
+        cells = " | ".join(cell(best, key, res["bytes"]) for key in LIMIT_KEYS)
+        lines.append(
+            f"| {LIMITS[name]} | {cell(best, 'dlpack', res['bytes'])} | "
+            f"{LIMIT_KEYS[fastest]}: {fmt_time(limits[fastest])} | {cells} | "
+            f"{limits[fastest] / best['dlpack']:.2f}× |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
@@ -188,6 +237,9 @@ def main() -> None:
         "\nratio = competitor time / ours (higher is better for us); "
         "GB/s = 2 x destination bytes / time"
     )
+    limits = limit_table(results)
+    if limits:
+        print("\n" + limits)
     for name, res in results.items():
         for key, reason in res["skipped"].items():
             print(f"skipped {key} for {name}: {reason}")

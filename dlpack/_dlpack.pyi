@@ -17,7 +17,7 @@ __all__ = [
     "__version__",
     "_SHARE_POOL_SEGMENTS",
     "_footprint",
-    "_rebuild",
+    "_from_buffer",
     "_share_after_fork",
     "_share_clear_pool",
     "_share_counts",
@@ -67,6 +67,21 @@ def byte_extent(
     """The bytes ``[low, high)`` the elements span relative to the first element; ``(0, 0)``
     when there are none."""
 
+def _from_buffer(
+    memory: Any,
+    offset: int,
+    shape: Sequence[int],
+    byte_strides: Sequence[int] | None,
+    typestr: str,
+    dtype: str,
+    readonly: bool,
+) -> DLPackObject:
+    """A DLPackObject of the elements at byte ``offset`` of ``memory`` (flat, contiguous bytes:
+    ``mmap``, ``bytearray``, ``bytes``; None for no elements) with this layout (C order when
+    ``byte_strides`` is None), keeping ``memory`` alive. Read-only when asked or when ``memory``
+    is; ValueError when the elements reach outside ``memory``'s bytes or ``typestr`` doesn't
+    spell ``dtype``."""
+
 def dense_strides(shape: Sequence[int], byte_strides: Sequence[int], itemsize: int) -> list[int]:
     """Byte strides packing ``shape`` densely in the order ``byte_strides`` lays the dimensions
     out in memory (numpy's ``order="K"``; ties go the C way)."""
@@ -90,16 +105,6 @@ def copyto(dst: Any, src: Any, *, stream: int | None = None) -> None:
 
 def _footprint(ndim: int) -> list[tuple[str, int]]:
     """Bytes behind our objects for a tensor of ``ndim`` dimensions (for memory reports)."""
-
-def _rebuild(
-    buffer: Any,
-    shape: Sequence[int],
-    strides: Sequence[int],
-    typestr: str,
-    dtype_name: str,
-    readonly: bool,
-) -> DLPackObject:
-    """Unpickle a ``DLPackObject``: a view of the buffer pickle hands back."""
 
 # Sharing (``dlpack.sharing``; Linux only).
 
@@ -180,7 +185,8 @@ class DLPackObject:
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]:
         """Pickle support: host memory goes out of band with protocol 5 (no copy), in the
-        pickle before; device memory raises BufferError."""
+        pickle before, and unpickles through ``_from_buffer``; device memory raises
+        BufferError."""
     @property
     def shape(self) -> tuple[int, ...]: ...
     @property

@@ -45,13 +45,15 @@ fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("asdlpack", object::asdlpack_function(m)?)?;
     m.add_function(wrap_pyfunction!(object::copyto, m)?)?;
     m.add_function(wrap_pyfunction!(object::_footprint, m)?)?;
+    m.add_function(wrap_pyfunction!(object::_from_buffer, m)?)?;
+    // Pickles name `_from_buffer` as the reconstructor of a DLPackObject.
+    object::set_reconstructor(&m.getattr("_from_buffer")?);
     m.add(
         "DLPACK_VERSION",
         (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION),
     )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     tables::register(m)?;
-    object::register_pickling(m)?;
     #[cfg(target_os = "linux")]
     share::register(m)?;
     Ok(())

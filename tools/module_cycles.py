@@ -1,4 +1,5 @@
-"""Report import cycles between the Rust source files of each crate in the workspace.
+"""Report import cycles between the Rust source files of each crate in the workspace, and between
+the modules of the Python package.
 
 Every file is a module (`lib.rs` the crate, `a/mod.rs` or `a.rs` the module `a`). A file depends
 on the modules it names: `use` trees and paths in code that start with `crate::`, `super::`,
@@ -7,13 +8,18 @@ and on the children it declares (`mod x;`). A cycle is a strongly connected set 
 `mod.rs` that only declares and re-exports, with children that reach their siblings directly
 (never through the parent), has none.
 
-    python tools/module_cycles.py [crate src dir ...]   (default: src, crates/*/src)
+A Python module depends on the package's modules it imports anywhere in it (inside functions
+too): `import a.b`, `from a import b` (`a.b` when that is a module, else `a`), relative imports
+resolved.
+
+    python tools/module_cycles.py [crate src dir ...]   (default: src, crates/*/src, and dlpack/)
 
 Exits 1 when there is a cycle, printing each with the references that close it.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -122,6 +128,34 @@ def crate_graph(src: Path) -> tuple[dict, dict]:
     return files, edges
 
 
+def python_graph(package: Path) -> tuple[dict, dict]:
+    files = {}
+    for file in sorted(package.rglob("*.py")):
+        parts = file.relative_to(package.parent).with_suffix("").parts
+        files[parts[:-1] if parts[-1] == "__init__" else parts] = file
+    names = {".".join(m): m for m in files}
+    edges: dict[tuple, dict[tuple, set[str]]] = {m: {} for m in files}
+    for module, file in files.items():
+        home = module if file.name == "__init__.py" else module[:-1]
+        for node in ast.walk(ast.parse(file.read_text(), str(file))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = ".".join(home[: len(home) - (node.level - 1)])
+                    base = f"{anchor}.{base}" if base else anchor
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in names else base for a in node.names
+                ]
+            else:
+                continue
+            for target in targets:
+                if target in names and names[target] != module:
+                    edges[module].setdefault(names[target], set()).add(f"line {node.lineno}")
+    return files, edges
+
+
 def cycles(edges: dict) -> list[list]:
     """Strongly connected components of more than one file (Tarjan's algorithm)."""
     index: dict = {}
@@ -162,12 +196,13 @@ def cycles(edges: dict) -> list[list]:
 
 def main(argv: list[str]) -> int:
     crates = sorted((ROOT / "crates").glob("*/src"))
-    dirs = [Path(a).resolve() for a in argv] or [ROOT / "src", *crates]
+    dirs = [Path(a).resolve() for a in argv] or [ROOT / "src", *crates, ROOT / "dlpack"]
     status = 0
     for src in dirs:
-        files, edges = crate_graph(src)
+        python = (src / "__init__.py").exists()
+        files, edges = python_graph(src) if python else crate_graph(src)
         found = cycles(edges)
-        name = src.parent.name if src.parent != ROOT else "extension"
+        name = src.name if python else src.parent.name if src.parent != ROOT else "extension"
         print(f"{name} ({src}): {len(files)} files, {len(found)} cycles")
         for component in found:
             status = 1

@@ -8,15 +8,14 @@ from __future__ import annotations
 import math
 import sys
 
-from .. import _dlpack
 from .._dlpack import ELEMENT_TYPES, HOST_DEVICE_TYPES, DLDeviceType, DLPackObject, asdlpack
 from .process import require_linux
 
 if sys.platform == "linux":
-    SharedHandle = _dlpack.SharedHandle
-    # The reconstructor handle pickles name (as dlpack._dlpack._share_rebuild).
-    _rebuild = _dlpack._share_rebuild
-    _share_host = _dlpack._share_host
+    from .._dlpack import SharedHandle, _share_empty, _share_host
+
+    # The reconstructor handles pickle to (dlpack._dlpack._share_rebuild), by its short name.
+    from .._dlpack import _share_rebuild as _rebuild  # noqa: F401
 else:  # no shared memory here: the name exists, nothing makes one
 
     class SharedHandle:
@@ -88,7 +87,7 @@ def empty_shared(shape, dtype) -> DLPackObject:
     if math.prod(shape) * itemsize > sys.maxsize:
         raise ValueError(f"shape {shape} of {name} needs more bytes than an address space has")
     require_linux()
-    return _dlpack._share_empty(shape, name)
+    return _share_empty(shape, name)
 
 
 def _shape(shape) -> tuple[int, ...]:

@@ -18,3 +18,11 @@ def pytest_report_header(config):
 @pytest.fixture
 def np():
     return need("numpy")
+
+
+@pytest.fixture
+def x64():
+    """Run a test with JAX's 64-bit types enabled."""
+    jax = need("jax")
+    with jax.enable_x64(True):
+        yield

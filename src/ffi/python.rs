@@ -263,7 +263,7 @@ pub unsafe fn capsule_rename(capsule: *mut PyObject, name: &'static CStr) -> boo
 
 pub use ffi::{
     Py_bf_getbuffer, Py_buffer, PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS,
-    PyBUF_FORMAT, PyBUF_FULL_RO, PyBUF_ND, PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE,
+    PyBUF_FORMAT, PyBUF_FULL_RO, PyBUF_ND, PyBUF_STRIDES, PyBUF_WRITABLE,
 };
 
 /// Whether `object` exports buffers.

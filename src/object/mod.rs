@@ -2,22 +2,25 @@
 //! follows the array API standard's argument rules, and `copyto`. `state` is the object's Rust
 //! side and `behaviour` what Python sees of it; `instance` is its CPython memory (allocation,
 //! free list, deallocation) and `pytype` the type with its entry points; `arguments` reads their
-//! calls' arguments, `exchange_api` is the type's DLPack C exchange API, and `functions` the
-//! module's functions. `view` makes objects over memory a Rust owner holds, which `pickle`
-//! (the type's pickling and its reconstructor) and sharing build on.
+//! calls' arguments, `exchange_api` is the type's DLPack C exchange API, `functions` the
+//! module's functions. `view` makes objects over memory a Rust owner holds (a shared segment's
+//! mapping), `from_buffer` over a Python object's flat memory plus a layout, and `pickling` is
+//! the type's `__reduce_ex__`.
 
 mod arguments;
 mod behaviour;
 mod exchange_api;
+mod from_buffer;
 mod functions;
 mod instance;
-mod pickle;
+mod pickling;
 mod pytype;
 mod state;
 mod view;
 
 pub use exchange_api::capsule as exchange_api_capsule;
+pub use from_buffer::_from_buffer;
 pub use functions::{_footprint, copyto};
-pub use pickle::register as register_pickling;
+pub use pickling::set_reconstructor;
 pub use pytype::{asdlpack_function, type_object};
 pub use view::{Described, empty_view, new_view, spelled, tensor_of};

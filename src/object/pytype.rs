@@ -16,11 +16,12 @@ use pyo3::types::{PyBool, PyModule, PyString, PyType};
 
 use super::instance::{self, Instance, dealloc, state_unchecked, traverse};
 use super::state::DLPackObject;
-use super::{arguments, functions, pickle};
+use super::{arguments, functions, pickling};
 use crate::error::Result;
 use crate::export::policy::{self, Request};
 use crate::export::{buffer, capsule};
 use crate::ffi::python::{self, Py_ssize_t, PyObject, PyTypeObject};
+use crate::import::array_interface::to_i64;
 
 /// The `DLPackObject` type, created on first use (module initialisation).
 pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
@@ -227,7 +228,7 @@ unsafe extern "C" fn dlpack_device_entry(
     })
 }
 
-/// `__reduce_ex__(protocol)`: see `pickle` (host memory lent to protocol 5 as an out-of-band
+/// `__reduce_ex__(protocol)`: see `pickling` (host memory lent to protocol 5 as an out-of-band
 /// buffer).
 unsafe extern "C" fn reduce_ex_entry(
     object: *mut PyObject,
@@ -238,7 +239,12 @@ unsafe extern "C" fn reduce_ex_entry(
         let slf = unsafe { Borrowed::from_ptr(py, object) };
         // SAFETY: as above.
         let protocol = unsafe { Borrowed::from_ptr(py, protocol) };
-        Ok(pickle::reduce_ex(&slf, &protocol)?.into_ptr())
+        let protocol = to_i64(&protocol, "protocol")?;
+        // SAFETY: CPython calls methods on live instances of their type.
+        let state = unsafe { state_unchecked(object) };
+        Ok(pickling::reduce_ex(&slf, state, protocol)?
+            .into_any()
+            .into_ptr())
     })
 }
 

@@ -8,8 +8,8 @@
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::os::memfd::open_peer;
-use super::os::{Error, Mapping, Result, SealedFile, Writes};
+use dlpack_core::share::memfd::open_peer;
+use dlpack_core::share::{Error, Mapping, Result, SealedFile, Writes};
 
 /// Words on a board: tokens pinned beyond these are released by message.
 pub const SLOTS: u32 = 4096;
@@ -105,8 +105,8 @@ impl Board {
 mod tests {
     use std::os::fd::AsRawFd;
 
-    use super::super::os::system;
     use super::*;
+    use dlpack_core::share::system;
 
     #[test]
     fn receivers_release_what_lenders_pin() {

@@ -13,9 +13,9 @@ use super::board::Board;
 use super::lender::{
     ANSWER_TIMEOUT, Address, CLAIM, GRANTED, REFUSED, RELEASE, TOKEN_BYTES, slot_of,
 };
-use super::os::error::describe;
-use super::os::{Error, Result, Stream};
 use super::per_process::PerProcess;
+use dlpack_core::share::error::describe;
+use dlpack_core::share::{Error, Result, Stream};
 
 /// Receivers keep connections to (and boards of) at most this many producers.
 const MAX_PRODUCERS: usize = 32;

@@ -9,6 +9,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
 use super::state;
+use super::views::Parts;
 use crate::error::Result;
 use crate::ffi::device_type;
 
@@ -29,12 +30,13 @@ pub struct SharedHandle {
 }
 
 impl SharedHandle {
-    pub fn new<'py>(
-        view: Bound<'py, PyAny>,
-        writable: bool,
-        layout: Bound<'py, PyTuple>,
-        memory: Bound<'py, PyTuple>,
-    ) -> Result<Bound<'py, SharedHandle>> {
+    pub fn new(parts: Parts<'_>) -> Result<Bound<'_, SharedHandle>> {
+        let Parts {
+            view,
+            writable,
+            layout,
+            memory,
+        } = parts;
         let py = view.py();
         let handle = SharedHandle {
             view: view.unbind(),
@@ -43,18 +45,6 @@ impl SharedHandle {
             memory: memory.unbind(),
         };
         Ok(Bound::new(py, handle)?)
-    }
-
-    pub fn view<'py>(&self, py: Python<'py>) -> &Bound<'py, PyAny> {
-        self.view.bind(py)
-    }
-
-    pub fn writable(&self) -> bool {
-        self.writable
-    }
-
-    pub fn layout<'py>(&self, py: Python<'py>) -> &Bound<'py, PyTuple> {
-        self.layout.bind(py)
     }
 }
 
@@ -73,7 +63,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// Unpickle a handle: check its state, then open what it names in this process.
 #[pyfunction]
 fn _share_rebuild<'py>(state: &Bound<'py, PyAny>) -> Result<Bound<'py, SharedHandle>> {
-    state::open(state)
+    SharedHandle::new(state::open(state)?)
 }
 
 #[pymethods]
@@ -88,17 +78,17 @@ impl SharedHandle {
 
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.view(py).getattr("shape")
+        self.view.bind(py).getattr("shape")
     }
 
     #[getter]
     fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.view(py).getattr("dtype")
+        self.view.bind(py).getattr("dtype")
     }
 
     #[getter]
     fn device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.view(py).getattr("device")
+        self.view.bind(py).getattr("device")
     }
 
     /// Whether receivers may write (``share(obj, writable=True)``).
@@ -133,12 +123,15 @@ impl SharedHandle {
                 kwargs.set_item(name, value)?;
             }
         }
-        self.view(py)
+        self.view
+            .bind(py)
             .call_method(pyo3::intern!(py, "__dlpack__"), (), Some(&kwargs))
     }
 
     fn __dlpack_device__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.view(py).call_method0(pyo3::intern!(py, "__dlpack_device__"))
+        self.view
+            .bind(py)
+            .call_method0(pyo3::intern!(py, "__dlpack_device__"))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -163,6 +156,12 @@ impl SharedHandle {
             .get(py)
             .expect("registered with the class")
             .clone_ref(py);
-        Ok((rebuild, (state::write(py, slf.get())?,)))
+        let handle = slf.get();
+        let state = state::write(
+            handle.view.bind(py),
+            handle.writable,
+            handle.layout.bind(py),
+        )?;
+        Ok((rebuild, (state,)))
     }
 }

@@ -26,9 +26,9 @@ use std::time::Duration;
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 
 use super::board::{Board, SLOTS};
-use super::os::{Error, Listener, Result, Stream, system};
 use super::per_process::PerProcess;
 use super::segment::Segment;
+use dlpack_core::share::{Error, Listener, Result, Stream, system};
 
 /// Bytes of a token: its word on the board (`u32`, little-endian; `NO_SLOT` for none), the
 /// nonce written there (`u64`, not 0), and four random bytes.

@@ -1,5 +1,5 @@
 //! This process's mappings of segments (`Mapped`), each of a whole segment and registered
-//! while it lives: what views of a segment hold (`Owner::Mapped`), unmapped when the last of
+//! while it lives: what views of a segment hold (`Owner::Held`), unmapped when the last of
 //! them goes. Segments come mapped from here: made (`create`), reused (`reuse`), or adopted from
 //! a descriptor a handle led to (`adopt`).
 //!
@@ -10,11 +10,11 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Weak};
 
 use super::lender;
-use super::os::{Error, FileId, Mapping, Result, SealedFile, lock};
 use super::per_process::PerProcess;
 use super::pool::{self, Files};
 use super::registry::{Entry, Registry};
 use super::segment::{Segment, TRAILER, file_size, new_generation};
+use dlpack_core::share::{Error, FileId, Mapping, Result, SealedFile, lock};
 
 #[derive(Debug)]
 pub struct Mapped {
@@ -178,7 +178,8 @@ impl Mapped {
     /// Fault the first `len` bytes' pages in from several threads (see `Mapping::populate`).
     pub fn populate(&self, len: usize) -> Result<()> {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        self.mapping.populate(len, threads.min(4).min(len >> 21).max(1))
+        self.mapping
+            .populate(len, threads.min(4).min(len >> 21).max(1))
     }
 }
 
@@ -247,7 +248,10 @@ mod tests {
     fn mappings_are_found_by_address() {
         let mapped = Mapped::create(4096, false).unwrap();
         let base = mapped.base();
-        assert!(Arc::ptr_eq(&Mapped::at(base + 8, base + 4096).unwrap(), &mapped));
+        assert!(Arc::ptr_eq(
+            &Mapped::at(base + 8, base + 4096).unwrap(),
+            &mapped
+        ));
         assert!(Mapped::at(base, base + 4097).is_none()); // into the trailer
         assert!(Arc::ptr_eq(&Mapped::of(mapped.segment()).unwrap(), &mapped));
     }

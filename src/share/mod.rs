@@ -1,10 +1,9 @@
 //! Sharing host memory with other processes of this machine (`dlpack.share`, `empty_shared`,
-//! `SharedHandle`), Linux only. `os` is what it asks of the operating system (no Python); the
+//! `SharedHandle`), Linux only. `dlpack_core::share` is what it asks of the operating system; the
 //! rest builds segments on it, lends them, opens them where handles arrive, and gives Python
 //! `DLPackObject`s over them.
 //!
 //! ```text
-//! os           memory files, locks, mappings, sockets, ids (no Python)
 //! pool         a segment's files (Files), and those of fresh copies kept for reuse
 //! segment      a memory file at one generation (its trailer), as this process holds it
 //! registry     mappings by address and by file
@@ -27,7 +26,6 @@ mod handle;
 mod lender;
 pub mod mapped;
 mod open;
-pub mod os;
 mod per_process;
 mod pool;
 mod python;

@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
+use super::client;
 use super::lender;
-use super::os::memfd::{open_peer, size_mismatch};
-use super::os::{Error, FileId, Result, system};
 use super::mapped::{Mapped, Refused, stale};
 use super::segment::Segment;
-use super::client;
+use dlpack_core::share::memfd::{open_peer, size_mismatch};
+use dlpack_core::share::{Error, FileId, Result, system};
 
 /// What a handle names: its producer, lender and token, and the segment.
 pub struct Named<'a> {

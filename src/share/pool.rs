@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use super::os::{Result, SealedFile, lock, system};
 use super::per_process::PerProcess;
+use dlpack_core::share::{Result, SealedFile, lock, system};
 
 /// At most this many segments are kept.
 pub const POOL_SEGMENTS: usize = 4;

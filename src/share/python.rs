@@ -5,12 +5,12 @@
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
-use super::os::{self, error::describe};
 use super::handle::{self, SharedHandle};
-use super::views;
 use super::mapped::{self, Mapped};
+use super::views;
 use super::{client, lender, pool};
 use crate::error::{CoreError, Error, Result};
+use dlpack_core::share::{self as os, error::describe};
 
 impl From<os::Error> for Error {
     #[cold]
@@ -24,13 +24,6 @@ impl From<os::Error> for Error {
             os::Error::Value(msg) => Error::value(msg),
             os::Error::Memory(msg) => Error::Core(CoreError::Memory(msg)),
         }
-    }
-}
-
-impl From<os::Error> for PyErr {
-    #[cold]
-    fn from(err: os::Error) -> Self {
-        Error::from(err).into()
     }
 }
 
@@ -54,7 +47,9 @@ fn _share_host<'py>(
     source: &Bound<'py, PyAny>,
     writable: bool,
 ) -> Result<Option<Bound<'py, SharedHandle>>> {
-    views::share_host(source, writable)
+    views::share_host(source, writable)?
+        .map(SharedHandle::new)
+        .transpose()
 }
 
 /// A writable, zero-filled, C-ordered array in new shared memory.

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 
-use super::os::FileId;
+use dlpack_core::share::FileId;
 
 /// What a registry knows of its entries.
 pub trait Entry {

@@ -7,8 +7,8 @@
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
-use super::os::{FileId, Mapping, Result, Writes, system};
 use super::pool::Files;
+use dlpack_core::share::{FileId, Mapping, Result, Writes, system};
 
 /// Bytes of the generation at the end of every segment.
 pub const TRAILER: u64 = 8;
@@ -16,7 +16,9 @@ pub const TRAILER: u64 = 8;
 /// The length of a segment for `nbytes` bytes of elements: rounded up to whole 8-byte words
 /// (so the generation is aligned), then the trailer.
 pub fn file_size(nbytes: u64) -> Option<u64> {
-    nbytes.checked_next_multiple_of(TRAILER)?.checked_add(TRAILER)
+    nbytes
+        .checked_next_multiple_of(TRAILER)?
+        .checked_add(TRAILER)
 }
 
 /// A new generation number.
@@ -44,9 +46,7 @@ impl Segment {
     }
 
     pub fn files(&self) -> &Files {
-        self.files
-            .as_ref()
-            .expect("a live segment holds its files")
+        self.files.as_ref().expect("a live segment holds its files")
     }
 
     /// A new mapping of all of the segment: shared if the segment is writable here, otherwise

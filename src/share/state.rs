@@ -15,14 +15,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyString, PyTuple};
 
 use super::lender::{self, TOKEN_BYTES};
+use super::mapped::Mapped;
 use super::open::{Named, open_lent, open_mapped};
-use super::os::{FileId, system};
 use super::segment::TRAILER;
-use super::handle::SharedHandle;
-use super::views::segment_view;
+use super::views::{Parts, segment_view};
 use crate::error::{Error, Result};
 use crate::object::{empty_view, spelled, tensor_of};
 use crate::tensor::{DType, Layout, Owner};
+use dlpack_core::share::{FileId, system};
 
 /// The layout of a handle's state (and the protocol its segment's locks follow); a handle of
 /// another is refused, not misread.
@@ -34,13 +34,20 @@ fn malformed(why: impl Display) -> Error {
 
 /// The state pickling the handle of `view` (writable or not, with its `layout` tuple) carries:
 /// its segment, if it has one, is pinned in this process's lender for the receiver.
-pub fn write<'py>(py: Python<'py>, handle: &SharedHandle) -> Result<Bound<'py, PyTuple>> {
-    let view = handle.view(py);
-    let (writable, layout) = (handle.writable(), handle.layout(py));
+pub fn write<'py>(
+    view: &Bound<'py, PyAny>,
+    writable: bool,
+    layout: &Bound<'py, PyTuple>,
+) -> Result<Bound<'py, PyTuple>> {
+    let py = view.py();
     let tensor =
         tensor_of(view).ok_or_else(|| Error::type_("a handle's view is a DLPackObject"))?;
-    let (address, token, memory) = match &tensor.owner {
-        Owner::Mapped(mapped) => {
+    let mapped = match &tensor.owner {
+        Owner::Held(value) => value.downcast_ref::<Mapped>(),
+        _ => None,
+    };
+    let (address, token, memory) = match mapped {
+        Some(mapped) => {
             let segment = mapped.segment();
             let (lender, token, fd) = lender::lend(segment.clone(), writable)?;
             let id = segment.id();
@@ -55,7 +62,7 @@ pub fn write<'py>(py: Python<'py>, handle: &SharedHandle) -> Result<Bound<'py, P
             let memory = memory.into_pyobject(py)?.into_any();
             (address, PyBytes::new(py, &token), memory)
         }
-        _ => {
+        None => {
             let memory = ("host", py.None(), 0).into_pyobject(py)?.into_any();
             (PyString::new(py, ""), PyBytes::new(py, b""), memory)
         }
@@ -158,7 +165,7 @@ fn checked_layout(layout: &Bound<'_, PyTuple>) -> Result<Checked> {
 
 /// Unpickle a handle: check its state, then open what it names in this process (the segment,
 /// mapped and locked, its token released), as a view of its elements.
-pub fn open<'py>(state: &Bound<'py, PyAny>) -> Result<Bound<'py, SharedHandle>> {
+pub fn open<'py>(state: &Bound<'py, PyAny>) -> Result<Parts<'py>> {
     let py = state.py();
     let Some([version, host, pid, address, token, writable, layout, memory]) =
         items(state, 8).and_then(|items| <[_; 8]>::try_from(items).ok())
@@ -208,7 +215,12 @@ pub fn open<'py>(state: &Bound<'py, PyAny>) -> Result<Bound<'py, SharedHandle>> 
             return Err(malformed("elements without memory"));
         }
         let view = empty_view(py, layout.element, view_layout, !writable)?;
-        return SharedHandle::new(view, writable, layout_tuple, memory.clone());
+        return Ok(Parts {
+            view,
+            writable,
+            layout: layout_tuple,
+            memory: memory.clone(),
+        });
     }
     let Some([_, key, size, generation, lent_fd]) =
         items(memory.as_any(), 5).and_then(|items| <[_; 5]>::try_from(items).ok())
@@ -248,10 +260,22 @@ pub fn open<'py>(state: &Bound<'py, PyAny>) -> Result<Bound<'py, SharedHandle>> 
         Some(mapped) => mapped,
         None => py.detach(|| open_lent(&named))?,
     };
-    let view = segment_view(py, mapped, layout.offset, layout.element, view_layout, !writable)?;
+    let view = segment_view(
+        py,
+        mapped,
+        layout.offset,
+        layout.element,
+        view_layout,
+        !writable,
+    )?;
     // The descriptor's number is the producer's, not this process's to pass on.
     let memory = memory.get_slice(0, 4);
-    SharedHandle::new(view, writable, layout_tuple, memory)
+    Ok(Parts {
+        view,
+        writable,
+        layout: layout_tuple,
+        memory,
+    })
 }
 
 /// A value error unless the layout's elements lie in the `size` bytes of its memory.

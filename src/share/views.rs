@@ -1,4 +1,4 @@
-//! Segments' memory as `DLPackObject`s, each holding its segment (`Owner::Mapped`), and what
+//! Segments' memory as `DLPackObject`s, each holding its segment (`Owner::Held`), and what
 //! `share` and `empty_shared` make of them: the view a handle holds, with its layout and memory
 //! as the handle's state spells them (see `handle`).
 
@@ -8,7 +8,6 @@ use dlpack_core::dtype::Element;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::handle::SharedHandle;
 use super::lender;
 use super::mapped::Mapped;
 use super::segment::Segment;
@@ -20,6 +19,17 @@ use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
 
 /// Below this, faulting pages in as the copy writes them costs less than starting threads.
 const POPULATE_MIN_BYTES: u64 = 4 << 20;
+
+/// What a `SharedHandle` holds: a view of the memory (which keeps it alive here), whether
+/// receivers may write, and its layout and memory as the handle's pickled state spells them.
+pub struct Parts<'py> {
+    pub view: Bound<'py, PyAny>,
+    pub writable: bool,
+    /// `(offset, shape, byte strides, typestr, dtype name)`.
+    pub layout: Bound<'py, PyTuple>,
+    /// `("host", (device, inode), size, generation)`, or `("host", None, 0)` for no elements.
+    pub memory: Bound<'py, PyTuple>,
+}
 
 /// A view of the elements `layout` lays out `offset` bytes into `segment`, read-only if asked.
 pub fn segment_view(
@@ -51,9 +61,8 @@ pub fn segment_view(
     };
     // SAFETY: the elements lie inside the mapping (checked just above), which the owner holds,
     // readable and writable while it lives; read-only views are flagged so.
-    unsafe { new_view(py, Owner::Mapped(mapped), described) }
+    unsafe { new_view(py, Owner::Held(mapped), described) }
 }
-
 
 fn layout_tuple<'py>(
     py: Python<'py>,
@@ -89,10 +98,7 @@ fn host_tensor<'a>(source: &'a Bound<'_, PyAny>) -> Result<&'a Tensor> {
 /// A handle to `source`'s memory (a `DLPackObject`) if it is host memory, `None` otherwise:
 /// shared as it is if it has no elements or lies in shared memory already, else (read-only
 /// only) copied into shared memory.
-pub fn share_host<'py>(
-    source: &Bound<'py, PyAny>,
-    writable: bool,
-) -> Result<Option<Bound<'py, SharedHandle>>> {
+pub fn share_host<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Parts<'py>>> {
     let tensor = host_tensor(source)?;
     if !tensor.device.get()?.is_host() {
         return Ok(None);
@@ -136,10 +142,7 @@ fn unnameable(dtype: DType) -> Error {
 /// The handle of `source`'s memory if it has no elements, or lies in a segment mapped here
 /// (shared as it is, layout and all; a value error when `writable` is asked of a read-only
 /// mapping); `None` when it needs a copy.
-fn find<'py>(
-    source: &Bound<'py, PyAny>,
-    writable: bool,
-) -> Result<Option<Bound<'py, SharedHandle>>> {
+fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Parts<'py>>> {
     let py = source.py();
     let tensor = host_tensor(source)?;
     let element = Element {
@@ -154,7 +157,12 @@ fn find<'py>(
             layout_tuple(py, 0, tensor, strides)?,
             ("host", py.None(), 0).into_pyobject(py)?,
         );
-        return SharedHandle::new(view, writable, layout, memory).map(Some);
+        return Ok(Some(Parts {
+            view,
+            writable,
+            layout,
+            memory,
+        }));
     }
     // Memory behind suboffsets has no address to look up (only a copy can serve it).
     if tensor.indirect {
@@ -187,13 +195,18 @@ fn find<'py>(
         tensor.layout.clone(),
         !writable,
     )?;
-    SharedHandle::new(view, writable, layout, memory).map(Some)
+    Ok(Some(Parts {
+        view,
+        writable,
+        layout,
+        memory,
+    }))
 }
 
 /// Copy `source` (host memory with elements) into a new segment, or a kept one of the same
 /// size, packed densely in the order of its dimensions in memory, with the copy engine: the
 /// read-only handle of the copy.
-fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Bound<'py, SharedHandle>> {
+fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Parts<'py>> {
     let py = source.py();
     let tensor = host_tensor(source)?;
     let itemsize = tensor.dtype.itemsize();
@@ -219,7 +232,7 @@ fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Bound<'py, SharedHandle>> {
         Device::CPU,
         tensor.dtype,
         dense.clone(),
-        Owner::Mapped(mapped.clone()),
+        Owner::Held(mapped.clone()),
     );
     target.swapped = tensor.swapped; // the bytes are shared as they are stored
     copy::copy_into(py, &target, tensor, None)?;
@@ -233,7 +246,12 @@ fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Bound<'py, SharedHandle>> {
         memory_tuple(py, mapped.segment())?,
     );
     let view = segment_view(py, mapped, 0, element, dense, true)?;
-    SharedHandle::new(view, false, layout, memory)
+    Ok(Parts {
+        view,
+        writable: false,
+        layout,
+        memory,
+    })
 }
 
 /// A writable, zero-filled, C-ordered array of `shape` elements of type `name` in a new

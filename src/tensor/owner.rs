@@ -1,6 +1,6 @@
 //! What keeps a tensor's memory alive, and its release: Python references, buffer views and
 //! producers' deleters only while attached to the interpreter (or, in a deallocator, known to
-//! hold the GIL); memory we allocated, and shared segments we mapped, anywhere.
+//! hold the GIL); memory we allocated or a Rust value holds, anywhere.
 
 use std::ffi::c_int;
 use std::mem::ManuallyDrop;
@@ -36,11 +36,10 @@ pub enum Owner {
     Allocation(#[allow(dead_code, reason = "held to be freed on drop")] AlignedBuffer),
     /// CUDA memory we allocated for a copy; needs no Python to free.
     DeviceAllocation(#[allow(dead_code, reason = "held to be freed on drop")] DeviceBuffer),
-    /// A mapping of memory shared between processes: unmapped (and its segment's lock dropped,
-    /// its files closed or kept for reuse, unless lent) when the last holder goes; needs no
-    /// Python to free.
-    #[cfg(target_os = "linux")]
-    Mapped(std::sync::Arc<crate::share::mapped::Mapped>),
+    /// Memory a Rust value holds (a shared segment's mapping, unmapped when the last holder
+    /// goes): freed by the value's own drop, on any thread; needs no Python. Its holders tell
+    /// their own values apart by downcasting.
+    Held(std::sync::Arc<dyn std::any::Any + Send + Sync>),
 }
 
 /// A buffer view that `get_buffer` filled, which its owner releases once: only `new` makes one.
@@ -104,8 +103,7 @@ impl Owner {
             | Owner::Versioned(_)
             | Owner::Allocation(_)
             | Owner::DeviceAllocation(_) => 0,
-            #[cfg(target_os = "linux")]
-            Owner::Mapped(_) => 0,
+            Owner::Held(_) => 0,
         }
     }
 
@@ -147,8 +145,7 @@ impl Owner {
                 }
             }
             Owner::Allocation(_) | Owner::DeviceAllocation(_) => {}
-            #[cfg(target_os = "linux")]
-            Owner::Mapped(_) => {}
+            Owner::Held(_) => {}
         }
     }
 
@@ -172,8 +169,7 @@ impl Owner {
             // SAFETY: as said.
             Owner::DeviceAllocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
             // SAFETY: as said.
-            #[cfg(target_os = "linux")]
-            Owner::Mapped(segment) => unsafe { std::ptr::drop_in_place(segment) },
+            Owner::Held(value) => unsafe { std::ptr::drop_in_place(value) },
             Owner::Object(_)
             | Owner::ArrayStruct { .. }
             | Owner::Legacy(_)
@@ -185,12 +181,10 @@ impl Owner {
 impl Owner {
     /// Whether the owner is freed by its fields' own drops, on any thread.
     fn needs_no_python(&self) -> bool {
-        match self {
-            Owner::Allocation(_) | Owner::DeviceAllocation(_) => true,
-            #[cfg(target_os = "linux")]
-            Owner::Mapped(_) => true,
-            _ => false,
-        }
+        matches!(
+            self,
+            Owner::Allocation(_) | Owner::DeviceAllocation(_) | Owner::Held(_)
+        )
     }
 }
 

@@ -22,6 +22,8 @@
 //! copy       plan (loops of a strided copy), cpu (the strided engine and its kernels), device
 //!            (transfers planned over a Mover: view, rows, mover, engine), driver (the CUDA
 //!            driver as a Mover)
+//! share      what sharing host memory between processes asks of Linux: sealed memory files,
+//!            whole-file locks, mappings, Unix sockets passing descriptors, ids
 //! error      Error: a kind (BufferError, TypeError, ValueError, RuntimeError, MemoryError in
 //!            Python) and a message
 //! ```
@@ -34,6 +36,8 @@ pub mod dtype;
 pub mod error;
 pub mod layout;
 pub mod memory;
+#[cfg(target_os = "linux")]
+pub mod share;
 
 pub use dtype::DType;
 pub use error::{Error, Result};

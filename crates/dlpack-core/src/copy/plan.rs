@@ -99,7 +99,8 @@ pub enum Kernel {
     Rows,
     /// Cache-blocked tiles over loop `a` (the smallest source stride) and the last loop (the
     /// smallest destination stride), so that both sides are read and written along lines; the
-    /// other loops in plan order outside.
+    /// other loops in plan order outside, but for one that carries on along the source from
+    /// where `a` ends, which the tiles walk too.
     Tile { a: usize },
 }
 

@@ -68,6 +68,11 @@ impl Mapping {
         self.len
     }
 
+    /// Never true: a file of no bytes can't be mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The little-endian word at `offset` (a multiple of 8 inside the mapping), read once.
     pub fn read_word(&self, offset: usize) -> u64 {
         let word = self.word(offset);

@@ -1,0 +1,494 @@
+//! Tests of the CPU copy engine against an element-by-element reference.
+
+use super::engine::*;
+use super::tiles::Isa;
+use crate::copy::plan::{self, Kernel};
+use proptest::prelude::*;
+
+/// Several threads and streaming stores for any size.
+fn force_threads() -> Config {
+    Config {
+        threads: 3,
+        threshold: 0,
+        min_bytes_per_thread: 0,
+        streaming_threshold: 0,
+        ..Config::new()
+    }
+}
+
+/// The configurations every layout is checked with: the default, forced threads and streaming
+/// with the CPU's block kernels, and with the architecture's baseline ones.
+fn configs() -> [Config; 3] {
+    [
+        Config::new(),
+        force_threads(),
+        Config {
+            isa: Isa::baseline(),
+            ..force_threads()
+        },
+    ]
+}
+
+/// A byte buffer and the layout of an array inside it (strides and base offset in bytes).
+struct Array {
+    bytes: Vec<u8>,
+    base: usize,
+    shape: Vec<usize>,
+    strides: Vec<isize>,
+}
+
+impl Array {
+    /// Place `strides` in a fresh buffer: the base at `pad` bytes past the lowest address.
+    fn new(shape: &[usize], strides: &[isize], itemsize: usize, pad: usize, seed: u8) -> Self {
+        let low: isize = shape
+            .iter()
+            .zip(strides)
+            .map(|(&n, &s)| (n.max(1) as isize - 1) * s.min(0))
+            .sum();
+        let high: isize = shape
+            .iter()
+            .zip(strides)
+            .map(|(&n, &s)| (n.max(1) as isize - 1) * s.max(0))
+            .sum();
+        let size = (high - low) as usize + itemsize + 2 * pad;
+        let bytes = (0..size)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect();
+        Array {
+            bytes,
+            base: (pad as isize - low) as usize,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+        }
+    }
+
+    fn strided(&mut self) -> Strided {
+        Strided {
+            ptr: self.bytes.as_mut_ptr().wrapping_add(self.base),
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+        }
+    }
+}
+
+/// Reference: element by element via the multi-index, swapping per unit.
+fn reference(dst: &mut Array, src: &Array, itemsize: usize, unit: usize) {
+    let numel: usize = src.shape.iter().product();
+    for flat in 0..numel {
+        let (mut rest, mut d, mut s) = (flat, dst.base as isize, src.base as isize);
+        for k in (0..src.shape.len()).rev() {
+            let i = (rest % src.shape[k]) as isize;
+            rest /= src.shape[k];
+            d += i * dst.strides[k];
+            s += i * src.strides[k];
+        }
+        let (d, s) = (d as usize, s as usize);
+        for b in 0..itemsize {
+            let from = if unit > 1 {
+                b / unit * unit + unit - 1 - b % unit
+            } else {
+                b
+            };
+            dst.bytes[d + b] = src.bytes[s + from];
+        }
+    }
+}
+
+/// Destination strides: a permutation of a packed layout with gaps (possibly odd), and
+/// random signs, so no two elements overlap.
+fn dst_strides(
+    shape: &[usize],
+    itemsize: usize,
+    order: &[usize],
+    gaps: &[usize],
+    signs: &[bool],
+) -> Vec<isize> {
+    let mut strides = vec![0isize; shape.len()];
+    let mut next = itemsize as isize;
+    for (k, &dim) in order.iter().enumerate() {
+        let stride = next + gaps[k] as isize;
+        strides[dim] = if signs[k] { -stride } else { stride };
+        next = stride * shape[dim].max(1) as isize;
+    }
+    strides
+}
+
+fn check(
+    shape: &[usize],
+    src_strides: &[isize],
+    dst_strides: &[isize],
+    itemsize: usize,
+    swap: Option<usize>,
+    pads: (usize, usize),
+    config: Config,
+) -> std::result::Result<(), TestCaseError> {
+    let src = Array::new(shape, src_strides, itemsize, pads.0, 7);
+    let mut src_copy = Array::new(shape, src_strides, itemsize, pads.0, 7);
+    let mut expected = Array::new(shape, dst_strides, itemsize, pads.1, 101);
+    let mut actual = Array::new(shape, dst_strides, itemsize, pads.1, 101);
+    reference(&mut expected, &src, itemsize, swap_unit_for(itemsize, swap));
+    // SAFETY: both layouts lie inside their buffers by construction and don't overlap.
+    unsafe {
+        copy_strided_with(
+            &actual.strided(),
+            &src_copy.strided(),
+            itemsize,
+            swap,
+            config,
+        );
+    }
+    prop_assert!(src_copy.bytes == src.bytes, "the source changed");
+    prop_assert!(
+        actual.bytes == expected.bytes,
+        "shape {:?} src {:?} dst {:?} item {} swap {:?}",
+        shape,
+        src_strides,
+        dst_strides,
+        itemsize,
+        swap
+    );
+    Ok(())
+}
+
+/// Shape, source strides, destination strides, item size, swap unit, base paddings.
+type Case = (
+    Vec<usize>,
+    Vec<isize>,
+    Vec<isize>,
+    usize,
+    Option<usize>,
+    (usize, usize),
+);
+
+fn case() -> impl Strategy<Value = Case> {
+    let item = proptest::sample::select(vec![1usize, 2, 4, 8, 16, 3, 6, 12]);
+    (item, 0usize..=5).prop_flat_map(|(item, ndim)| {
+        let shape = proptest::collection::vec(0usize..6, ndim);
+        let span = 3 * item as isize + 3;
+        // Source strides: any byte value, multiples of the item size more often.
+        let stride = prop_oneof![
+            (-3isize..=3).prop_map(move |k| k * item as isize),
+            -span..=span,
+        ];
+        let src = proptest::collection::vec(stride, ndim);
+        let order = Just((0..ndim).collect::<Vec<_>>()).prop_shuffle();
+        let gaps = proptest::collection::vec(prop_oneof![3 => Just(0usize), 1 => 1usize..5], ndim);
+        let signs = proptest::collection::vec(proptest::bool::weighted(0.25), ndim);
+        let swap = prop_oneof![
+            Just(None),
+            Just(Some(item)),
+            Just(Some((item / 2).max(1))),
+            Just(Some(5)),
+        ];
+        (shape, src, order, gaps, signs, swap, (0usize..4, 0usize..4)).prop_map(
+            move |(shape, src, order, gaps, signs, swap, pads)| {
+                let dst = dst_strides(&shape, item, &order, &gaps, &signs);
+                (shape, src, dst, item, swap, pads)
+            },
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+    #[test]
+    fn matches_reference((shape, src, dst, item, swap, pads) in case()) {
+        for config in configs() {
+            check(&shape, &src, &dst, item, swap, pads, config)?;
+        }
+    }
+}
+
+/// One thread, whatever the size.
+fn one_thread() -> Config {
+    Config {
+        threads: 1,
+        threshold: usize::MAX,
+        min_bytes_per_thread: usize::MAX,
+        streaming_threshold: usize::MAX,
+        ..Config::new()
+    }
+}
+
+/// Copy into a destination whose elements may overlap one another (strides of any byte value,
+/// zero included): forced threading must not split it between threads, so the bytes are
+/// exactly what one thread writes.
+fn check_overlapping(dims: &[(usize, isize)], item: usize) -> Result<(), TestCaseError> {
+    let shape: Vec<usize> = dims.iter().map(|d| d.0).collect();
+    let dst: Vec<isize> = dims.iter().map(|d| d.1).collect();
+    let c_order: Vec<usize> = (0..shape.len()).rev().collect();
+    let no_gaps = vec![0; shape.len()];
+    let src = dst_strides(&shape, item, &c_order, &no_gaps, &vec![false; shape.len()]);
+    let source = Array::new(&shape, &src, item, 0, 7);
+    let mut results = Vec::new();
+    for config in [one_thread(), force_threads()] {
+        let mut source = Array::new(&shape, &src, item, 0, 7);
+        let mut target = Array::new(&shape, &dst, item, 3, 101);
+        // SAFETY: both layouts lie inside their own buffers.
+        unsafe { copy_strided_with(&target.strided(), &source.strided(), item, None, config) };
+        prop_assert!(source.bytes == Array::new(&shape, &src, item, 0, 7).bytes);
+        results.push(target.bytes);
+    }
+    prop_assert!(results[0] == results[1], "threads changed the result");
+    // Where the elements are disjoint, that is the element-by-element reference.
+    let layout = shape.iter().zip(&dst).map(|(&n, &s)| (n as u64, s as i64));
+    if crate::layout::self_overlap(layout, item as u64) == crate::layout::SelfOverlap::Disjoint {
+        let mut expected = Array::new(&shape, &dst, item, 3, 101);
+        reference(&mut expected, &source, item, 0);
+        prop_assert!(results[0] == expected.bytes);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+    #[test]
+    fn overlapping_destinations_are_written_by_one_thread(
+        dims in proptest::collection::vec((1usize..40, -20isize..21), 1..4),
+        item in proptest::sample::select(vec![1usize, 2, 4, 8]),
+    ) {
+        check_overlapping(&dims, item)?;
+    }
+}
+
+/// Cases the property test once found.
+#[test]
+fn overlapping_destinations_found_before() {
+    check_overlapping(&[(12, -2), (24, 11)], 1).unwrap();
+    check_overlapping(&[(18, -5), (28, -9)], 2).unwrap();
+}
+
+/// Larger transposed layouts: the tiled kernels and their edges.
+fn transposed_case() -> impl Strategy<Value = Case> {
+    let item = proptest::sample::select(vec![1usize, 2, 4, 8, 16, 3]);
+    (item, 2usize..=4).prop_flat_map(|(item, ndim)| {
+        let top = [70, 70, 70, 24, 12][ndim]; // at most ~20k elements
+        let shape = proptest::collection::vec(1usize..top, ndim);
+        let order = Just((0..ndim).collect::<Vec<_>>()).prop_shuffle();
+        let src_gaps =
+            proptest::collection::vec(prop_oneof![4 => Just(0usize), 1 => 1usize..9], ndim);
+        let dst_gaps =
+            proptest::collection::vec(prop_oneof![4 => Just(0usize), 1 => 1usize..9], ndim);
+        let signs = proptest::collection::vec(proptest::bool::weighted(0.2), ndim);
+        let swap = prop_oneof![4 => Just(None), 1 => Just(Some(item))];
+        (
+            shape,
+            order,
+            src_gaps,
+            dst_gaps,
+            signs,
+            swap,
+            (0usize..4, 0usize..4),
+        )
+            .prop_map(
+                move |(shape, order, src_gaps, dst_gaps, signs, swap, pads)| {
+                    let src = dst_strides(&shape, item, &order, &src_gaps, &signs);
+                    let c_order: Vec<usize> = (0..shape.len()).rev().collect();
+                    let dst =
+                        dst_strides(&shape, item, &c_order, &dst_gaps, &vec![false; shape.len()]);
+                    (shape, src, dst, item, swap, pads)
+                },
+            )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    #[test]
+    fn transposes_match_reference((shape, src, dst, item, swap, pads) in transposed_case()) {
+        for config in configs() {
+            check(&shape, &src, &dst, item, swap, pads, config)?;
+        }
+    }
+}
+
+#[test]
+fn tiled_transposes() {
+    for (item, pads) in [
+        (4, (0, 0)),
+        (8, (0, 0)),
+        (4, (1, 3)),
+        (8, (2, 5)),
+        (2, (0, 0)),
+        (16, (0, 0)),
+    ] {
+        for (rows, cols) in [(67, 45), (128, 64), (16, 16), (200, 9)] {
+            let i = item as isize;
+            let src = [i, rows as isize * i]; // a.T of a C-ordered (cols, rows) array
+            let dst = [cols as isize * i, i];
+            let p = plan::plan(&[rows, cols], &dst, &src).unwrap();
+            if rows * item >= plan::TILE_MIN_SRC_STRIDE && cols >= plan::TILE_MIN_EXTENT {
+                assert_eq!(
+                    plan::choose_kernel(&p, item),
+                    Kernel::Tile { a: 0 },
+                    "{rows}x{cols}"
+                );
+            }
+            for config in configs() {
+                check(&[rows, cols], &src, &dst, item, None, pads, config).unwrap();
+                check(&[rows, cols], &src, &dst, item, Some(item), pads, config).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn threaded_copies() {
+    // Several threads by the default configuration: 16 MiB.
+    let n = 4 << 20;
+    let src: Vec<u32> = (0..n as u32).collect();
+    let mut dst = vec![0u32; n];
+    let s = Strided {
+        ptr: src.as_ptr().cast_mut().cast(),
+        shape: vec![2048, 2048],
+        strides: vec![4, 2048 * 4],
+    };
+    let d = Strided {
+        ptr: dst.as_mut_ptr().cast(),
+        shape: vec![2048, 2048],
+        strides: vec![2048 * 4, 4],
+    };
+    assert!(Config::new().threads_for(n * 4) >= Config::new().threads.min(8));
+    // SAFETY: both layouts address their vectors exactly.
+    unsafe { copy_strided(&d, &s, 4, None) };
+    for (k, &v) in dst.iter().enumerate() {
+        let (r, c) = (k / 2048, k % 2048);
+        assert_eq!(v as usize, c * 2048 + r);
+    }
+    // A contiguous copy and a gather, forced onto threads.
+    let mut dst2 = vec![0u32; n / 2];
+    let d2 = Strided {
+        ptr: dst2.as_mut_ptr().cast(),
+        shape: vec![n / 2],
+        strides: vec![4],
+    };
+    let s2 = Strided {
+        ptr: src.as_ptr().cast_mut().cast(),
+        shape: vec![n / 2],
+        strides: vec![8],
+    };
+    // SAFETY: as above.
+    unsafe { copy_strided_with(&d2, &s2, 4, None, force_threads()) };
+    assert!(dst2.iter().enumerate().all(|(k, &v)| v as usize == 2 * k));
+    let s3 = Strided {
+        strides: vec![4],
+        ..s2
+    };
+    // SAFETY: as above.
+    unsafe { copy_strided_with(&d2, &s3, 4, None, force_threads()) };
+    assert!(dst2.iter().enumerate().all(|(k, &v)| v as usize == k));
+}
+
+#[test]
+fn in_place_swap() {
+    // `src` == `dst` (same pointer and strides): each element is read before it's written.
+    for (item, unit) in [
+        (2, 2),
+        (4, 4),
+        (8, 8),
+        (16, 16),
+        (8, 4),
+        (16, 8),
+        (3, 3),
+        (6, 3),
+        (12, 12),
+    ] {
+        for config in configs() {
+            let shape = [7usize, 5];
+            let strides = [-(5 * item as isize + 3), item as isize];
+            let mut a = Array::new(&shape, &strides, item, 2, 9);
+            let original = Array::new(&shape, &strides, item, 2, 9);
+            let mut expected = Array::new(&shape, &strides, item, 2, 9);
+            reference(&mut expected, &original, item, unit);
+            let view = a.strided();
+            // SAFETY: the layout lies inside the buffer; an exact in-place swap.
+            unsafe { copy_strided_with(&view, &view, item, Some(unit), config) };
+            assert!(a.bytes == expected.bytes, "item {item} unit {unit}");
+            // Without a swap, copying onto itself changes nothing.
+            // SAFETY: as above.
+            unsafe { copy_strided_with(&view, &view, item, None, config) };
+            assert!(a.bytes == expected.bytes);
+        }
+    }
+}
+
+#[test]
+fn mismatched_shapes_copy_nothing() {
+    let mut a = [1u8; 4];
+    let b = [2u8; 4];
+    let d = Strided {
+        ptr: a.as_mut_ptr(),
+        shape: vec![4],
+        strides: vec![1],
+    };
+    let s = Strided {
+        ptr: b.as_ptr().cast_mut(),
+        shape: vec![2],
+        strides: vec![1],
+    };
+    // SAFETY: nothing is addressed beyond the arrays.
+    unsafe { copy_strided(&d, &s, 1, None) };
+    assert_eq!(a, [1; 4]);
+    let s = Strided {
+        shape: vec![4],
+        strides: vec![],
+        ..s
+    };
+    // SAFETY: as above.
+    unsafe { copy_strided(&d, &s, 1, None) };
+    assert_eq!(a, [1; 4]);
+}
+
+#[test]
+fn overlap() {
+    let mk = |ptr: usize, shape: Vec<usize>, strides: Vec<isize>| Strided {
+        ptr: ptr as *mut u8,
+        shape,
+        strides,
+    };
+    assert!(may_overlap(
+        &mk(1000, vec![4], vec![4]),
+        &mk(1012, vec![2], vec![4]),
+        4
+    ));
+    assert!(!may_overlap(
+        &mk(1000, vec![4], vec![4]),
+        &mk(1016, vec![2], vec![4]),
+        4
+    ));
+    assert!(may_overlap(
+        &mk(1016, vec![4], vec![-4]),
+        &mk(1002, vec![1], vec![4]),
+        4
+    ));
+    assert!(!may_overlap(
+        &mk(1016, vec![4], vec![-4]),
+        &mk(1000, vec![1], vec![4]),
+        4
+    ));
+    assert!(!may_overlap(
+        &mk(1000, vec![0], vec![4]),
+        &mk(1000, vec![3], vec![4]),
+        4
+    ));
+    assert!(may_overlap(
+        &mk(1000, vec![], vec![]),
+        &mk(1000, vec![3], vec![0]),
+        8
+    ));
+    assert!(!may_overlap(
+        &mk(usize::MAX - 8, vec![2], vec![isize::MAX]),
+        &mk(0, vec![1], vec![1]),
+        1
+    ));
+}
+
+#[test]
+fn swap_units() {
+    assert_eq!(swap_unit_for(8, None), 0);
+    assert_eq!(swap_unit_for(8, Some(1)), 0);
+    assert_eq!(swap_unit_for(8, Some(4)), 4);
+    assert_eq!(swap_unit_for(8, Some(3)), 8);
+    assert_eq!(swap_unit_for(8, Some(16)), 8);
+    assert_eq!(swap_unit_for(1, Some(2)), 0);
+}

@@ -1,0 +1,186 @@
+//! Throughput of the engine alone, without Python (ignored by default):
+//! `cargo test --release --lib copy::cpu::throughput -- --ignored --nocapture`, with
+//! `COPY_BENCH=<part of a case's name>` to pick cases. Every copy moves 64 MiB; the
+//! configurations of a case take turns, and each shows its best of 15.
+
+use std::alloc::{self, Layout};
+use std::time::Instant;
+
+use super::engine::*;
+use super::tiles::Isa;
+
+/// Page-aligned memory filled with a pattern, asking for transparent huge pages as numpy does.
+struct Big(*mut u8, Layout);
+
+impl Big {
+    fn new(bytes: usize) -> Big {
+        unsafe extern "C" {
+            fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+        }
+        let layout = Layout::from_size_align(bytes, 2 << 20).unwrap();
+        // SAFETY: the layout's size is not zero.
+        let p = unsafe { alloc::alloc(layout) };
+        assert!(!p.is_null());
+        if cfg!(target_os = "linux") {
+            // SAFETY: madvise only advises (14 = MADV_HUGEPAGE on Linux), on memory we own.
+            unsafe { madvise(p.cast(), bytes, 14) };
+        }
+        // SAFETY: `p` is `bytes` bytes, allocated above, aligned for u32.
+        let words = unsafe { std::slice::from_raw_parts_mut(p.cast::<u32>(), bytes / 4) };
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = i as u32;
+        }
+        Big(p, layout)
+    }
+}
+
+impl Drop for Big {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { alloc::dealloc(self.0, self.1) }
+    }
+}
+
+fn best(repeats: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..repeats)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// A case: name, destination, source, item size, byte swap.
+type Case = (String, Strided, Strided, usize, Option<usize>);
+
+/// `rows` x `cols` items of `z` bytes, C order, at `dst` + `off`, from the transpose of a C-order
+/// `cols` x `rows` array at `src` + `off`.
+fn transpose(
+    name: &str,
+    rows: usize,
+    cols: usize,
+    z: usize,
+    off: usize,
+    p: (*mut u8, *mut u8),
+) -> Case {
+    let (r, c, z) = (rows as isize, cols as isize, z as isize);
+    let dst = Strided {
+        ptr: p.0.wrapping_add(off),
+        shape: vec![rows, cols],
+        strides: vec![c * z, z],
+    };
+    let src = Strided {
+        ptr: p.1.wrapping_add(off),
+        shape: vec![rows, cols],
+        strides: vec![z, r * z],
+    };
+    (name.into(), dst, src, z as usize, None)
+}
+
+#[test]
+#[ignore = "benchmark"]
+fn throughput() {
+    let n = 16 << 20; // 64 MiB of f32
+    let (src, dst) = (Big::new(8 * n), Big::new(4 * n + 4096));
+    let (sp, dp) = (src.0, dst.0);
+    let report = |name: &str, secs: f64| {
+        let rate = 2.0 * (n * 4) as f64 / secs / 1e9;
+        println!("{name:<44} {:8.2} ms {rate:6.1} GB/s", secs * 1e3);
+    };
+    // Every layout below addresses inside `src` (2n items) and `dst` (n items + 4 KiB).
+    let memcpy = || {
+        // SAFETY: as just said.
+        unsafe { std::ptr::copy_nonoverlapping(sp, dp, n * 4) }
+    };
+    report("memcpy 64 MiB (1 thread)", best(15, memcpy));
+    let c = |shape: Vec<usize>, strides: Vec<isize>, p: *mut u8| Strided {
+        ptr: p,
+        shape,
+        strides,
+    };
+    let p = (dp, sp);
+    let mut cases: Vec<Case> = vec![
+        (
+            "contiguous 64 MiB".into(),
+            c(vec![n], vec![4], dp),
+            c(vec![n], vec![4], sp),
+            4,
+            None,
+        ),
+        transpose("transpose 4096x4096", 4096, 4096, 4, 0, p),
+        transpose("transpose 4096x4096 +64 bytes", 4096, 4096, 4, 64, p),
+        // Where numpy's large arrays start: 16 bytes past a page.
+        transpose("transpose 4096x4096 +16 bytes", 4096, 4096, 4, 16, p),
+        transpose("transpose 4095x4097 +16 bytes", 4095, 4097, 4, 16, p),
+        transpose("transpose 2048x4096 f64", 2048, 4096, 8, 0, p),
+        transpose("transpose 4096x8192 u16", 4096, 8192, 2, 0, p),
+        transpose("transpose 8192x8192 u8", 8192, 8192, 1, 0, p),
+        transpose("transpose 2048x2048 complex128", 2048, 2048, 16, 0, p),
+        (
+            "permute 64^4 (3,1,2,0)".into(),
+            c(vec![64; 4], vec![4 << 18, 4 << 12, 4 << 6, 4], dp),
+            c(vec![64; 4], vec![4, 4 << 12, 4 << 6, 4 << 18], sp),
+            4,
+            None,
+        ),
+        (
+            "gather stride 2".into(),
+            c(vec![n], vec![4], dp),
+            c(vec![n], vec![8], sp),
+            4,
+            None,
+        ),
+        (
+            "reverse".into(),
+            c(vec![n], vec![4], dp),
+            c(vec![n], vec![-4], sp.wrapping_add(4 * (n - 1))),
+            4,
+            None,
+        ),
+    ];
+    let mut swapped = transpose("transpose 4096x4096 byte-swapped", 4096, 4096, 4, 0, p);
+    swapped.4 = Some(4);
+    cases.push(swapped);
+    let only = std::env::var("COPY_BENCH").unwrap_or_default();
+    let configs = [
+        ("", Config::new()),
+        (
+            " (1 thread)",
+            Config {
+                threads: 1,
+                ..Config::new()
+            },
+        ),
+        (
+            " (no streaming)",
+            Config {
+                streaming_threshold: usize::MAX,
+                ..Config::new()
+            },
+        ),
+        (
+            " (baseline ISA)",
+            Config {
+                isa: Isa::baseline(),
+                ..Config::new()
+            },
+        ),
+    ];
+    for (name, d, s, item, swap) in cases.iter().filter(|c| c.0.contains(only.as_str())) {
+        let mut times = [f64::INFINITY; 4];
+        for _ in 0..15 {
+            for (k, (_, config)) in configs.iter().enumerate() {
+                // SAFETY: see above.
+                let t = best(1, || unsafe {
+                    copy_strided_with(d, s, *item, *swap, *config)
+                });
+                times[k] = times[k].min(t);
+            }
+        }
+        for ((label, _), t) in configs.iter().zip(times) {
+            report(&format!("{name}{label}"), t);
+        }
+    }
+}
