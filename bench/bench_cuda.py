@@ -9,7 +9,7 @@ tensor vs ``dst.copy_(pinned)``; device-to-host ``dl_device=(1, 0)`` vs ``pinned
 Then ``dlpack.copyto`` into preallocated arrays against ``dst.copy_(src)``: device to device,
 pinned host to device, a column slice (one 2-D pitched copy), a 3-D slice (one 3-D pitched copy)
 and a transpose (staged through the host: there is no device kernel yet).
-Goals (issue #3): D2D and pinned H2D at >= 0.9x of the plain copy. Exits 0 with a message when no
+Goals: D2D and pinned H2D at >= 0.9x of the plain copy. Exits 0 with a message when no
 GPU is present.
 
 Each timed call ends with a device synchronisation, so it is timed until the copy is done; timeit

@@ -381,7 +381,7 @@ ROWS = [
         _check_tvm,
         ("np", "torch", "tvm_ffi"),
     ),
-    # the other protocols out (issue #12): the buffer protocol and the array interface
+    # the other protocols out the buffer protocol and the array interface
     (
         "memoryview",
         "memoryview(obj)",

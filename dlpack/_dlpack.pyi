@@ -13,12 +13,17 @@ __all__ = [
     "DLPackObject",
     "ELEMENT_TYPES",
     "HOST_DEVICE_TYPES",
+    "SharedHandle",
     "__version__",
+    "_SHARE_POOL_SEGMENTS",
     "_footprint",
     "_from_buffer",
-    "_lock_file",
-    "_peer_uid",
-    "_populate_write",
+    "_share_after_fork",
+    "_share_clear_pool",
+    "_share_counts",
+    "_share_empty",
+    "_share_host",
+    "_share_rebuild",
     "asdlpack",
     "byte_extent",
     "copyto",
@@ -77,18 +82,6 @@ def _from_buffer(
     is; ValueError when the elements reach outside ``memory``'s bytes or ``typestr`` doesn't
     spell ``dtype``."""
 
-def _lock_file(fd: int, kind: str) -> bool:
-    """Set (``"read"``: shared, ``"write"``: exclusive) or clear (``"unlock"``) this open file
-    description's lock on the whole file, without waiting: False when another's is in the way
-    (Linux)."""
-
-def _populate_write(memory: Any, length: int) -> None:
-    """Fault in the first ``length`` bytes of the writable buffer ``memory`` from several
-    threads, without the GIL; MemoryError when the memory can't be had (Linux)."""
-
-def _peer_uid(fd: int) -> int:
-    """The user id of the process at the other end of the connected Unix socket ``fd`` (Linux)."""
-
 def dense_strides(shape: Sequence[int], byte_strides: Sequence[int], itemsize: int) -> list[int]:
     """Byte strides packing ``shape`` densely in the order ``byte_strides`` lays the dimensions
     out in memory (numpy's ``order="K"``; ties go the C way)."""
@@ -112,6 +105,62 @@ def copyto(dst: Any, src: Any, *, stream: int | None = None) -> None:
 
 def _footprint(ndim: int) -> list[tuple[str, int]]:
     """Bytes behind our objects for a tensor of ``ndim`` dimensions (for memory reports)."""
+
+# Sharing (``dlpack.sharing``; Linux only).
+
+@final
+class SharedHandle:
+    """A handle to memory shared with other processes: pickle it (``Queue.put``,
+    ``Connection.send``, ``pickle.dumps``) to send it, and pass it to ``asdlpack`` (or any
+    ``from_dlpack``) where it arrives to use the memory without a copy.
+
+    Made by :func:`dlpack.share`; in the process that made it, it keeps the memory alive.
+    """
+
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> SharedHandle: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def device(self) -> tuple[int, int]: ...
+    @property
+    def writable(self) -> bool:
+        """Whether receivers may write (``share(obj, writable=True)``)."""
+    @property
+    def _memory(self) -> tuple[Any, ...]:
+        """The memory the handle names, as its state spells it (for tests)."""
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: Any = None,
+    ) -> CapsuleType: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __reduce__(self) -> tuple[Any, tuple[tuple[Any, ...]]]:
+        """Pickle: the state names the segment (pinned for the receiver here)."""
+
+def _share_rebuild(state: Any) -> SharedHandle:
+    """Unpickle a handle: check its state, then open what it names in this process."""
+
+_SHARE_POOL_SEGMENTS: int
+
+def _share_host(source: DLPackObject, writable: bool) -> SharedHandle | None:
+    """A handle to ``source``'s memory if it is host memory (shared as it is, or copied)."""
+
+def _share_empty(shape: Sequence[int], dtype: str) -> DLPackObject:
+    """A writable, zero-filled, C-ordered array in new shared memory."""
+
+def _share_after_fork() -> None:
+    """Sharing's per-process state in a forked child."""
+
+def _share_counts() -> tuple[int, int, int]:
+    """(segments mapped, segments kept for reuse, tokens pinned) in this process."""
+
+def _share_clear_pool() -> None:
+    """Close the segments kept for reuse."""
 
 @final
 class DLPackObject:

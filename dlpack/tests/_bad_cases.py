@@ -14,7 +14,7 @@ from ._helpers import ArrayInterface, CudaArrayInterface, cuda_iface
 
 CASES: list[tuple[str, object, tuple[type[BaseException], ...]]] = []
 # Memory DLPack can't express directly (non-native byte order, byte strides that are not whole
-# elements): accepted since the copy engine (issue #3); exporting it makes a copy.
+# elements): accepted by the copy engine; exporting it makes a copy.
 ACCEPTED: list[tuple[str, object]] = []
 
 _KEEP = []  # buffers that fake pointers point into; never freed

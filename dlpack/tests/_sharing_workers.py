@@ -17,7 +17,7 @@ import traceback
 import numpy as np
 
 import dlpack
-from dlpack._sharing import handles, host
+from dlpack._sharing import handles, process
 
 
 def serve(connection) -> None:
@@ -99,7 +99,7 @@ def open_and_keep(data: bytes) -> tuple[int, int]:
     """Open a pickled handle and keep it open: (address of its first element, segments mapped)."""
     view = dlpack.asdlpack(pickle.loads(data))
     _kept.append(view)
-    return view.data_ptr, host.live_segments()
+    return view.data_ptr, process.live_segments()
 
 
 def read_kept(index: int) -> tuple:
@@ -109,7 +109,7 @@ def read_kept(index: int) -> tuple:
 def drop_all() -> int:
     _kept.clear()
     gc.collect()
-    return host.live_segments()
+    return process.live_segments()
 
 
 def first_element(handle) -> float:

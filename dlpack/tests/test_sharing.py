@@ -21,8 +21,7 @@ import time
 import pytest
 
 import dlpack
-from dlpack._dlpack import ELEMENT_TYPES
-from dlpack._sharing import handles, host, lender
+from dlpack._sharing import handles, process
 
 from . import _sharing_workers as workers
 from ._helpers import NUMPY_NATIVE_DTYPES, need, need_cuda, optional, package_root, run_python
@@ -69,7 +68,9 @@ def sources():
     ml_dtypes = optional("ml_dtypes")
     if ml_dtypes is not None:
         dtypes += [
-            getattr(ml_dtypes, n) for n in ELEMENT_TYPES if n.startswith(("bfloat", "float8"))
+            getattr(ml_dtypes, n)
+            for n in dlpack._dlpack.ELEMENT_TYPES
+            if n.startswith(("bfloat", "float8"))
         ]
     for dtype in dtypes:
         cases[np.dtype(dtype).name] = (np.arange(24) % 7).astype(dtype).reshape(4, 6)[::-1, 1::2]
@@ -267,9 +268,9 @@ def test_consumer_sigkill_leaves_the_producer_serving():
     # for reuse (two descriptors each: the writable one, and the read-only one lent).
     kinds = workers.descriptor_kinds()
     assert kinds["socket"] == sockets_before
-    unreleased = len(lender._lender.pins)
+    unreleased = process.pinned()
     assert unreleased <= 3
-    assert kinds["memfd"] == 2 * (unreleased + host.pooled())
+    assert kinds["memfd"] == 2 * (unreleased + process.pooled())
 
 
 def test_no_leaks_over_ten_thousand_cycles():
@@ -374,16 +375,16 @@ def pooled_soon(count: int) -> bool:
     deadline = time.monotonic() + 10
     while True:
         gc.collect()
-        if host.pooled() == count or time.monotonic() > deadline:
-            return host.pooled() == count
+        if process.pooled() == count or time.monotonic() > deadline:
+            return process.pooled() == count
         time.sleep(0.005)
 
 
 @pytest.fixture
 def empty_pool():
-    host.clear_pool()
+    process.clear_pool()
     yield
-    host.clear_pool()
+    process.clear_pool()
 
 
 def test_a_fresh_copy_reuses_a_segment_nothing_maps(peer, empty_pool):
@@ -395,7 +396,7 @@ def test_a_fresh_copy_reuses_a_segment_nothing_maps(peer, empty_pool):
     assert pooled_soon(1)
     second = np.full(1000, 2.0)
     handle = dlpack.share(second)
-    assert segment_key(handle) == key and host.pooled() == 0  # the same memory, rewritten
+    assert segment_key(handle) == key and process.pooled() == 0  # the same memory, rewritten
     assert peer.call("read", handle)[0] == second.tobytes()
 
 
@@ -453,7 +454,7 @@ def test_reuse_from_many_threads_hands_each_segment_out_once(empty_pool):
     for thread in threads:
         thread.join()
     assert not failures
-    assert 0 < host.pooled() <= host.POOL_SEGMENTS
+    assert 0 < process.pooled() <= process.POOL_SEGMENTS
 
 
 @pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")  # see above

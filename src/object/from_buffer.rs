@@ -6,36 +6,23 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
 
-use super::instance::new_object;
-use super::state::DLPackObject;
+use super::view::{Described, new_view, spelled};
 use crate::error::{Error, Result};
+use crate::ffi::DLDevice;
 use crate::import::buffer::View;
-use crate::tensor::dtype::{self, DType, Element, TypeStr};
-use crate::tensor::{Device, Layout, Tensor};
+use crate::tensor::Layout;
+use crate::tensor::dtype::{DType, Element};
 
 /// The element type `typestr` spells (in either byte order), named `dtype` (the name decides
 /// for the types a typestr has no code for: bfloat16, the float8 types).
 fn element(typestr: &str, dtype: &str) -> Result<Element> {
     let named = DType::from_name(dtype)
         .ok_or_else(|| Error::value(format!("unknown element type {dtype:?}")))?;
-    let element = match dtype::parse_typestr(typestr)? {
-        TypeStr::Known(element) => element,
-        TypeStr::Opaque { itemsize, swapped } if itemsize == named.itemsize() => Element {
-            dtype: named,
-            swapped,
-        },
-        TypeStr::Opaque { .. } => named_mismatch(typestr, dtype)?,
-    };
-    if element.dtype != named {
-        return named_mismatch(typestr, dtype);
-    }
-    Ok(element)
-}
-
-fn named_mismatch<T>(typestr: &str, dtype: &str) -> Result<T> {
-    Err(Error::value(format!(
-        "typestr {typestr:?} does not spell elements of type {dtype}"
-    )))
+    spelled(named, typestr).ok_or_else(|| {
+        Error::value(format!(
+            "typestr {typestr:?} does not spell elements of type {dtype}"
+        ))
+    })
 }
 
 /// A DLPackObject of the elements at byte `offset` of `memory` (any object exporting flat,
@@ -55,7 +42,7 @@ pub fn _from_buffer<'py>(
     readonly: bool,
 ) -> Result<Bound<'py, PyAny>> {
     let py = memory.py();
-    let Element { dtype, swapped } = element(typestr, dtype)?;
+    let element = element(typestr, dtype)?;
     let empty;
     let memory = if memory.is_none() {
         empty = if readonly {
@@ -67,7 +54,7 @@ pub fn _from_buffer<'py>(
     } else {
         memory
     };
-    let itemsize = dtype.itemsize();
+    let itemsize = element.dtype.itemsize();
     let layout = Layout::from_byte_strides(&shape, byte_strides.as_deref(), itemsize)?;
     let view = View::acquire(memory)?;
     let raw = view.raw();
@@ -102,17 +89,15 @@ pub fn _from_buffer<'py>(
     }
     // In bounds (checked above), so the offset address stays inside the exported memory.
     let data = raw.buf.cast::<u8>().wrapping_offset(offset as isize).cast();
-    Tensor::check_data(data, &layout)?;
-    let tensor = Tensor {
+    let described = Described {
         data,
-        device: Device::CPU,
-        dtype,
+        device: DLDevice::CPU,
+        element,
         layout,
         readonly: readonly || view.readonly(),
-        swapped,
-        indirect: false,
-        stream: None,
-        owner: view.into_owner(),
     };
-    Ok(new_object(py, DLPackObject::new(tensor))?)
+    // SAFETY: the elements lie inside the exported buffer's bytes (checked above), host memory
+    // the view keeps exported while the object lives; writable unless the exporter said
+    // read-only (then `readonly` is set); the typestr was checked to spell the element type.
+    unsafe { new_view(py, view.into_owner(), described) }
 }

@@ -3,8 +3,9 @@
 //! side and `behaviour` what Python sees of it; `instance` is its CPython memory (allocation,
 //! free list, deallocation) and `pytype` the type with its entry points; `arguments` reads their
 //! calls' arguments, `exchange_api` is the type's DLPack C exchange API, `functions` the
-//! module's functions, `from_buffer` a DLPackObject of memory plus a layout, and `pickling` its
-//! `__reduce_ex__`.
+//! module's functions. `view` makes objects over memory a Rust owner holds (a shared segment's
+//! mapping), `from_buffer` over a Python object's flat memory plus a layout, and `pickling` is
+//! the type's `__reduce_ex__`.
 
 mod arguments;
 mod behaviour;
@@ -15,9 +16,11 @@ mod instance;
 mod pickling;
 mod pytype;
 mod state;
+mod view;
 
 pub use exchange_api::capsule as exchange_api_capsule;
 pub use from_buffer::_from_buffer;
 pub use functions::{_footprint, copyto};
 pub use pickling::set_reconstructor;
 pub use pytype::{asdlpack_function, type_object};
+pub use view::{Described, empty_view, new_view, spelled, tensor_of};

@@ -1,6 +1,6 @@
 //! What keeps a tensor's memory alive, and its release: Python references, buffer views and
 //! producers' deleters only while attached to the interpreter (or, in a deallocator, known to
-//! hold the GIL); memory we allocated anywhere.
+//! hold the GIL); memory we allocated or a Rust value holds, anywhere.
 
 use std::ffi::c_int;
 use std::mem::ManuallyDrop;
@@ -36,6 +36,10 @@ pub enum Owner {
     Allocation(#[allow(dead_code, reason = "held to be freed on drop")] AlignedBuffer),
     /// CUDA memory we allocated for a copy; needs no Python to free.
     DeviceAllocation(#[allow(dead_code, reason = "held to be freed on drop")] DeviceBuffer),
+    /// Memory a Rust value holds (a shared segment's mapping, unmapped when the last holder
+    /// goes): freed by the value's own drop, on any thread; needs no Python. Its holders tell
+    /// their own values apart by downcasting.
+    Held(std::sync::Arc<dyn std::any::Any + Send + Sync>),
 }
 
 /// A buffer view that `get_buffer` filled, which its owner releases once: only `new` makes one.
@@ -99,6 +103,7 @@ impl Owner {
             | Owner::Versioned(_)
             | Owner::Allocation(_)
             | Owner::DeviceAllocation(_) => 0,
+            Owner::Held(_) => 0,
         }
     }
 
@@ -140,6 +145,7 @@ impl Owner {
                 }
             }
             Owner::Allocation(_) | Owner::DeviceAllocation(_) => {}
+            Owner::Held(_) => {}
         }
     }
 
@@ -162,11 +168,23 @@ impl Owner {
             Owner::Allocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
             // SAFETY: as said.
             Owner::DeviceAllocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
+            // SAFETY: as said.
+            Owner::Held(value) => unsafe { std::ptr::drop_in_place(value) },
             Owner::Object(_)
             | Owner::ArrayStruct { .. }
             | Owner::Legacy(_)
             | Owner::Versioned(_) => {}
         }
+    }
+}
+
+impl Owner {
+    /// Whether the owner is freed by its fields' own drops, on any thread.
+    fn needs_no_python(&self) -> bool {
+        matches!(
+            self,
+            Owner::Allocation(_) | Owner::DeviceAllocation(_) | Owner::Held(_)
+        )
     }
 }
 
@@ -176,7 +194,7 @@ impl Drop for Owner {
         // without the GIL, or while the interpreter shuts down. Python state is only touched
         // when this thread can attach; otherwise the memory is left to the process' exit, as
         // numpy does, rather than risking a crash.
-        if matches!(self, Owner::Allocation(_) | Owner::DeviceAllocation(_)) {
+        if self.needs_no_python() {
             return; // freed by the field's own drop, on any thread
         }
         // SAFETY: attached here, and `drop` runs once.

@@ -22,8 +22,8 @@
 //! copy       plan (loops of a strided copy), cpu (the strided engine and its kernels), device
 //!            (transfers planned over a Mover: view, rows, mover, engine), driver (the CUDA
 //!            driver as a Mover)
-//! share      sharing host memory between processes (Linux): OFD locks, faulting pages in,
-//!            a Unix socket's peer
+//! share      what sharing host memory between processes asks of Linux: sealed memory files,
+//!            whole-file locks, mappings, Unix sockets passing descriptors, ids
 //! error      Error: a kind (BufferError, TypeError, ValueError, RuntimeError, MemoryError in
 //!            Python) and a message
 //! ```

@@ -1,0 +1,205 @@
+//! Mappings of sealed memory files: the whole file, readable and writable, unmapped on drop.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
+
+use rustix::io::Errno;
+use rustix::mm::{self, Advice, MapFlags, ProtFlags};
+
+use super::error::{Error, Result};
+use super::memfd::SealedFile;
+
+/// How writes through a mapping land.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writes {
+    /// In the file: every process mapping it sees them (needs a descriptor open for writing).
+    Shared,
+    /// In pages of this mapping's own (copy-on-write): the file is never written through it,
+    /// and a consumer that writes despite a read-only flag changes only what it sees itself,
+    /// instead of crashing on a read-only mapping.
+    Private,
+}
+
+/// This process's mapping of a whole sealed file: `len` bytes at `ptr`, readable and writable,
+/// never faulting (the file can't shrink), unmapped when dropped.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a mapping is plain memory, owned by this value alone; nothing in it is tied to a
+// thread.
+unsafe impl Send for Mapping {}
+// SAFETY: shared access only hands out the address and reads or writes whole words through raw
+// pointers.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Map all of `file`; `populate`: fault every page in now (`MAP_POPULATE`).
+    pub fn new(file: &SealedFile, writes: Writes, populate: bool) -> Result<Mapping> {
+        let len = usize::try_from(file.size())
+            .map_err(|_| Error::Memory(format!("can't map {} bytes", file.size())))?;
+        let mut flags = match writes {
+            Writes::Shared => MapFlags::SHARED,
+            Writes::Private => MapFlags::PRIVATE,
+        };
+        if populate {
+            flags |= MapFlags::POPULATE;
+        }
+        let prot = ProtFlags::READ | ProtFlags::WRITE;
+        // SAFETY: a new mapping where the kernel chooses (no fixed address), so it replaces
+        // nothing; the file can't shrink, so every page of it stays backed.
+        let ptr = unsafe { mm::mmap(std::ptr::null_mut(), len, prot, flags, file.fd(), 0) }
+            .map_err(Error::os("mmap"))?;
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(Error::Os {
+            call: "mmap",
+            errno: Errno::NOMEM,
+        })?;
+        Ok(Mapping { ptr, len })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: a file of no bytes can't be mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The little-endian word at `offset` (a multiple of 8 inside the mapping), read once.
+    pub fn read_word(&self, offset: usize) -> u64 {
+        let word = self.word(offset);
+        // SAFETY: an aligned word inside this live, readable mapping (`word` checks).
+        u64::from_le(unsafe { word.read_volatile() })
+    }
+
+    /// Write the little-endian word at `offset` (a multiple of 8 inside the mapping).
+    pub fn write_word(&self, offset: usize, value: u64) {
+        let word = self.word(offset);
+        // SAFETY: an aligned word inside this live, writable mapping (`word` checks).
+        unsafe { word.write_volatile(value.to_le()) };
+    }
+
+    /// The word at `offset` (a multiple of 8 inside the mapping), for atomic access shared with
+    /// the other processes that map the same file.
+    pub fn atomic_word(&self, offset: usize) -> &AtomicU64 {
+        let word = self.word(offset);
+        // SAFETY: an aligned word inside this mapping, which lives as long as the borrow;
+        // `AtomicU64` has the layout of `u64`, and every process accesses these words atomically.
+        unsafe { AtomicU64::from_ptr(word) }
+    }
+
+    fn word(&self, offset: usize) -> *mut u64 {
+        assert!(
+            offset.is_multiple_of(8) && offset.checked_add(8).is_some_and(|end| end <= self.len),
+            "word {offset} outside a {}-byte mapping",
+            self.len
+        );
+        // SAFETY: in bounds (just checked); the base is page-aligned, so the word is aligned.
+        unsafe { self.ptr.as_ptr().add(offset) }.cast()
+    }
+
+    /// Fault the first `len` bytes' pages in, for writing, from up to `threads` threads at once
+    /// (`MADV_POPULATE_WRITE`): on a virtual machine each page fault is dear, and a copy that
+    /// faults as it writes takes longer. `Error::Memory` when the memory can't be had (rather
+    /// than the OOM killer mid-copy); nothing on kernels without the advice (before 5.14).
+    pub fn populate(&self, len: usize, threads: usize) -> Result<()> {
+        let len = len.min(self.len);
+        let page = super::system::page_size();
+        let threads = threads.clamp(1, len.div_ceil(page).max(1));
+        let chunk = len.div_ceil(threads).div_ceil(page) * page;
+        let base = self.ptr.as_ptr() as usize;
+        let fault = |start: usize| -> Option<Errno> {
+            let size = chunk.min(len.saturating_sub(start));
+            if size == 0 {
+                return None;
+            }
+            // SAFETY: a page-aligned range inside this live mapping; the advice only faults its
+            // pages in.
+            unsafe {
+                mm::madvise(
+                    (base + start) as *mut c_void,
+                    size,
+                    Advice::LinuxPopulateWrite,
+                )
+            }
+            .err()
+        };
+        let failures: Vec<Option<Errno>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (1..threads)
+                .map(|k| scope.spawn(move || fault(k * chunk)))
+                .collect();
+            let mut failures = vec![fault(0)];
+            failures.extend(workers.into_iter().map(|w| w.join().unwrap_or(None)));
+            failures
+        });
+        if failures.contains(&Some(Errno::NOMEM)) {
+            return Err(Error::Memory(format!(
+                "can't allocate {len} bytes of shared memory"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once; whatever addressed it (views of it) held this
+        // mapping's owner, so none is left.
+        let _ = unsafe { mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_writes_reach_the_file_and_private_ones_do_not() {
+        let file = SealedFile::create(c"test", 3 * 4096).unwrap();
+        let writer = Mapping::new(&file, Writes::Shared, false).unwrap();
+        assert_eq!(writer.len(), 3 * 4096);
+        assert_eq!(writer.read_word(3 * 4096 - 8), 0);
+        writer.write_word(3 * 4096 - 8, 0x0102_0304_0506_0708);
+
+        let reader = file.reopen(false).unwrap();
+        let private = Mapping::new(&reader, Writes::Private, true).unwrap();
+        assert_eq!(private.read_word(3 * 4096 - 8), 0x0102_0304_0506_0708);
+        private.write_word(0, 7);
+        assert_eq!(private.read_word(0), 7);
+        assert_eq!(writer.read_word(0), 0);
+        // The bytes are little-endian in memory, whatever the machine.
+        let last_word = writer.as_ptr().wrapping_add(3 * 4096 - 8);
+        // SAFETY: inside the live mapping.
+        assert_eq!(unsafe { *last_word }, 8);
+        // A shared mapping of a read-only descriptor is refused by the kernel.
+        assert!(Mapping::new(&reader, Writes::Shared, false).is_err());
+    }
+
+    #[test]
+    fn populating_from_threads_faults_pages_in() {
+        let size = 8 << 20;
+        let file = SealedFile::create(c"test", size).unwrap();
+        let mapping = Mapping::new(&file, Writes::Shared, false).unwrap();
+        mapping.populate(mapping.len(), 4).unwrap();
+        mapping.populate(4096 + 1, 3).unwrap();
+        mapping.write_word(mapping.len() - 8, 1);
+        assert_eq!(mapping.read_word(mapping.len() - 8), 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn words_outside_are_refused() {
+        let file = SealedFile::create(c"test", 4096).unwrap();
+        Mapping::new(&file, Writes::Shared, false)
+            .unwrap()
+            .read_word(4096);
+    }
+}

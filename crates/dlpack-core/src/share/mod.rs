@@ -1,0 +1,24 @@
+//! What sharing memory between processes asks of the operating system (Linux), through
+//! `rustix`'s bindings: no Python here, and nothing beyond std, rustix and `error`.
+//!
+//! ```text
+//! memfd    sealed memory files (SealedFile, FileId): create, check, reopen; a peer's
+//!          descriptor opened through /proc
+//! lock     whole-file locks held by an open file description (flock)
+//! mapping  a mapping of a whole sealed file (Mapping), unmapped on drop; populating it
+//! socket   Unix packet sockets at abstract addresses passing descriptors (Listener, Stream)
+//! system   boot id, process and user ids, random bytes, memory and page sizes
+//! error    Error: a failed system call, or a refusal (buffer, value, memory)
+//! ```
+
+pub mod error;
+pub mod lock;
+pub mod mapping;
+pub mod memfd;
+pub mod socket;
+pub mod system;
+
+pub use error::{Error, Result};
+pub use mapping::{Mapping, Writes};
+pub use memfd::{FileId, SealedFile};
+pub use socket::{Listener, Stream};

@@ -1,0 +1,183 @@
+//! Unix sockets of packets (`SOCK_SEQPACKET`: each message arrives whole, in order) at abstract
+//! addresses (no file; the address goes with the socket), passing descriptors (`SCM_RIGHTS`).
+//! Only processes of the same user are served.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+
+use rustix::io::Errno;
+use rustix::net::sockopt::{self, Timeout};
+use rustix::net::{
+    self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+};
+
+use super::error::{Error, Result};
+
+/// A listening socket at an abstract address.
+#[derive(Debug)]
+pub struct Listener {
+    fd: OwnedFd,
+}
+
+impl Listener {
+    /// Listen at the abstract address `name`.
+    pub fn bind(name: &[u8]) -> Result<Listener> {
+        let fd = new_socket()?;
+        let address = SocketAddrUnix::new_abstract_name(name).map_err(Error::os("bind"))?;
+        net::bind(&fd, &address).map_err(Error::os("bind"))?;
+        net::listen(&fd, 64).map_err(Error::os("listen"))?;
+        Ok(Listener { fd })
+    }
+
+    /// The next connection, or `None` when its peer runs as another user (then closed). Sends
+    /// on it give up after `send_timeout`.
+    pub fn accept(&self, send_timeout: Duration) -> Result<Option<Stream>> {
+        let fd = net::accept_with(&self.fd, SocketFlags::CLOEXEC).map_err(Error::os("accept"))?;
+        let peer = sockopt::socket_peercred(&fd).map_err(Error::os("getsockopt(SO_PEERCRED)"))?;
+        if peer.uid.as_raw() != super::system::uid() {
+            return Ok(None);
+        }
+        sockopt::set_socket_timeout(&fd, Timeout::Send, Some(send_timeout))
+            .map_err(Error::os("setsockopt(SO_SNDTIMEO)"))?;
+        Ok(Some(Stream { fd }))
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// One end of a connection.
+#[derive(Debug)]
+pub struct Stream {
+    fd: OwnedFd,
+}
+
+impl Stream {
+    /// Connect to the abstract address `name`; sends and receives on the connection give up
+    /// after `timeout` (a receive then fails with `EAGAIN`).
+    pub fn connect(name: &[u8], timeout: Duration) -> Result<Stream> {
+        let fd = new_socket()?;
+        let address = SocketAddrUnix::new_abstract_name(name).map_err(Error::os("connect"))?;
+        for id in [Timeout::Recv, Timeout::Send] {
+            sockopt::set_socket_timeout(&fd, id, Some(timeout)).map_err(Error::os("setsockopt"))?;
+        }
+        loop {
+            match net::connect(&fd, &address) {
+                Ok(()) => return Ok(Stream { fd }),
+                Err(Errno::INTR) => continue,
+                Err(errno) => return Err(Error::os("connect")(errno)),
+            }
+        }
+    }
+
+    /// Send one message, with a descriptor attached if given.
+    pub fn send(&self, message: &[u8], fd: Option<BorrowedFd<'_>>) -> Result<()> {
+        let fds = fd.as_slice();
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if !fds.is_empty() {
+            control.push(SendAncillaryMessage::ScmRights(fds));
+        }
+        let parts = [IoSlice::new(message)];
+        loop {
+            return match net::sendmsg(&self.fd, &parts, &mut control, SendFlags::NOSIGNAL) {
+                Ok(_) => Ok(()),
+                Err(Errno::INTR) => continue,
+                Err(errno) => Err(Error::os("sendmsg")(errno)),
+            };
+        }
+    }
+
+    /// Receive one message into `buffer` (a longer one is cut): its length (0 at end of file),
+    /// and the descriptor attached, if any (any more are closed).
+    pub fn receive(&self, buffer: &mut [u8]) -> Result<(usize, Option<OwnedFd>)> {
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut parts = [IoSliceMut::new(buffer)];
+        let received = loop {
+            match net::recvmsg(&self.fd, &mut parts, &mut control, RecvFlags::CMSG_CLOEXEC) {
+                Ok(received) => break received,
+                Err(Errno::INTR) => continue,
+                Err(errno) => return Err(Error::os("recvmsg")(errno)),
+            }
+        };
+        let mut fd = None;
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(fds) = message {
+                for received_fd in fds {
+                    fd.get_or_insert(received_fd);
+                }
+            }
+        }
+        Ok((received.bytes, fd))
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+fn new_socket() -> Result<OwnedFd> {
+    net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(Error::os("socket"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::memfd::SealedFile;
+    use super::*;
+
+    fn name() -> Vec<u8> {
+        let random = super::super::system::random::<8>().unwrap();
+        format!("dlpack-share-test/{random:02x?}").into_bytes()
+    }
+
+    #[test]
+    fn messages_and_descriptors_cross() {
+        let name = name();
+        let listener = Listener::bind(&name).unwrap();
+        let client = Stream::connect(&name, Duration::from_secs(5)).unwrap();
+        let server = listener.accept(Duration::from_secs(5)).unwrap().unwrap();
+
+        client.send(b"hello", None).unwrap();
+        let mut buffer = [0u8; 3];
+        assert_eq!(server.receive(&mut buffer).unwrap().0, 3); // cut to the buffer
+        assert_eq!(&buffer, b"hel");
+
+        let file = SealedFile::create(c"test", 4096).unwrap();
+        server.send(b"K", Some(file.fd())).unwrap();
+        let mut buffer = [0u8; 16];
+        let (n, fd) = client.receive(&mut buffer).unwrap();
+        assert_eq!(&buffer[..n], b"K");
+        let passed = SealedFile::check(fd.unwrap(), Some(file.id()), 4096, true).unwrap();
+        assert_eq!(passed.id(), file.id());
+
+        drop(server);
+        let (n, fd) = client.receive(&mut buffer).unwrap();
+        assert!(n == 0 && fd.is_none());
+    }
+
+    #[test]
+    fn receives_time_out_and_missing_peers_refuse() {
+        let name = name();
+        let listener = Listener::bind(&name).unwrap();
+        let client = Stream::connect(&name, Duration::from_millis(20)).unwrap();
+        let err = client.receive(&mut [0u8; 4]).unwrap_err();
+        assert_eq!(err.errno(), Some(Errno::AGAIN));
+        drop(listener);
+        let err = Stream::connect(&name, Duration::from_secs(1)).unwrap_err();
+        assert_eq!(err.errno(), Some(Errno::CONNREFUSED));
+        // One address, one listener.
+        let _again = Listener::bind(&name).unwrap();
+        assert!(Listener::bind(&name).is_err());
+    }
+}

@@ -1,0 +1,171 @@
+//! A receiver's side of lending (see `lender`): each producer's release board, mapped once, on
+//! which tokens are released; and one connection to each producer, kept to save a connect per
+//! handle (it holds nothing), on which tokens are claimed (and released, where the board can't
+//! be had).
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rustix::io::Errno;
+
+use super::board::Board;
+use super::lender::{
+    ANSWER_TIMEOUT, Address, CLAIM, GRANTED, REFUSED, RELEASE, TOKEN_BYTES, slot_of,
+};
+use super::per_process::PerProcess;
+use dlpack_core::share::error::describe;
+use dlpack_core::share::{Error, Result, Stream};
+
+/// Receivers keep connections to (and boards of) at most this many producers.
+const MAX_PRODUCERS: usize = 32;
+
+/// A connection; its lock pairs each claim with its answer.
+struct Connection(Mutex<Stream>);
+
+static CONNECTIONS: PerProcess<HashMap<String, Arc<Connection>>> = PerProcess::new(HashMap::new);
+
+/// Producers' boards, `None` where one can't be had (no /proc of theirs here).
+static BOARDS: PerProcess<HashMap<String, Option<Arc<Board>>>> = PerProcess::new(HashMap::new);
+
+fn gone(pid: i32, why: &str) -> Error {
+    Error::buffer(format!(
+        "the process that shared this memory (pid {pid}) can't be reached ({why}): it has \
+         exited, and nothing else held the memory for this handle (a producer must live until \
+         the handles it sent have been received), or it runs in another container"
+    ))
+}
+
+fn connection(address: &str, pid: i32) -> Result<Arc<Connection>> {
+    let mut connections = CONNECTIONS.lock();
+    if let Some(connection) = connections.get(address) {
+        return Ok(connection.clone());
+    }
+    let Some((name, _)) = Address::parse(address) else {
+        return Err(gone(pid, "not a lender's address"));
+    };
+    let stream = Stream::connect(name.as_bytes(), ANSWER_TIMEOUT).map_err(|err| match err {
+        Error::Os { errno, .. } => gone(pid, &describe(errno)),
+        other => other,
+    })?;
+    if connections.len() >= MAX_PRODUCERS {
+        connections.clear();
+    }
+    let connection = Arc::new(Connection(Mutex::new(stream)));
+    connections.insert(address.to_owned(), connection.clone());
+    Ok(connection)
+}
+
+fn forget(address: &str, connection: &Arc<Connection>) {
+    let mut connections = CONNECTIONS.lock();
+    if connections
+        .get(address)
+        .is_some_and(|kept| Arc::ptr_eq(kept, connection))
+    {
+        connections.remove(address);
+    }
+}
+
+fn message(op: u8, token: &[u8]) -> Vec<u8> {
+    let mut message = Vec::with_capacity(1 + TOKEN_BYTES);
+    message.push(op);
+    message.extend_from_slice(token);
+    message
+}
+
+/// Claim `token` from the lender at `address` (of process `pid`): a descriptor, ours to close
+/// (then `release` the token). A buffer error when the producer is gone or refuses.
+pub fn claim(address: &str, pid: i32, token: &[u8]) -> Result<OwnedFd> {
+    let request = message(CLAIM, token);
+    let mut why = String::new();
+    for _attempt in 0..2 {
+        let connection = connection(address, pid)?;
+        let mut answer = [0u8; 4096];
+        let received = {
+            let stream = connection.0.lock().unwrap_or_else(PoisonError::into_inner);
+            stream
+                .send(&request, None)
+                .and_then(|()| stream.receive(&mut answer))
+        };
+        match received {
+            Ok((len @ 1.., fd)) => match (answer[0], fd) {
+                (GRANTED, Some(fd)) => return Ok(fd),
+                (REFUSED, _) => {
+                    return Err(Error::buffer(
+                        String::from_utf8_lossy(&answer[1..len]).into_owned(),
+                    ));
+                }
+                _ => why = "it answered what no lender says".to_owned(),
+            },
+            Ok(_) => why = "it closed the connection".to_owned(),
+            Err(Error::Os {
+                errno: Errno::AGAIN,
+                ..
+            }) => {
+                // A late answer must not be read as the next claim's: this connection goes.
+                forget(address, &connection);
+                return Err(Error::buffer(format!(
+                    "the process that shared this memory (pid {pid}) did not answer within {} s",
+                    ANSWER_TIMEOUT.as_secs()
+                )));
+            }
+            Err(err) => {
+                why = match err.errno() {
+                    Some(errno) => describe(errno),
+                    None => err.to_string(),
+                }
+            }
+        }
+        // The connection was to an earlier incarnation's socket, or broke: one fresh try.
+        forget(address, &connection);
+    }
+    Err(gone(pid, &why))
+}
+
+/// The board of the lender at `address`, mapped once.
+fn board(address: &str) -> Option<Arc<Board>> {
+    let mut boards = BOARDS.lock();
+    if let Some(board) = boards.get(address) {
+        return board.clone();
+    }
+    let (_, parsed) = Address::parse(address)?;
+    let board = Board::open(parsed.pid, parsed.board_fd, parsed.id)
+        .ok()
+        .map(Arc::new);
+    if boards.len() >= MAX_PRODUCERS {
+        boards.clear();
+    }
+    boards.insert(address.to_owned(), board.clone());
+    board
+}
+
+/// Give `token` back to the lender at `address` without waiting for it: on its board, or else
+/// by message (nothing to do when the producer is gone: its pins went with it).
+pub fn release(address: &str, token: &[u8]) {
+    if let Some((slot, nonce)) = slot_of(token)
+        && let Some(board) = board(address)
+    {
+        board.release(slot, nonce); // false: released already
+        return;
+    }
+    let Ok(connection) = connection(address, 0) else {
+        return;
+    };
+    let sent = {
+        let stream = connection.0.lock().unwrap_or_else(PoisonError::into_inner);
+        stream.send(&message(RELEASE, token), None)
+    };
+    if sent.is_err() {
+        forget(address, &connection);
+    }
+}
+
+/// In a forked child: the parent's connections are the parent's; the child closes its copies.
+pub fn renew_in_child() {
+    if let Some(mut old) = CONNECTIONS.renew() {
+        old.clear();
+    }
+    if let Some(mut old) = BOARDS.renew() {
+        old.clear();
+    }
+}

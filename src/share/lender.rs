@@ -1,0 +1,400 @@
+//! Lending the segments that handles name to the processes that receive them.
+//!
+//! Pickling a handle pins its segment in this process's lender under a fresh token, so the
+//! memory outlives the handle until a receiver has it (a pickle never opened keeps its segment
+//! until this process exits, as `multiprocessing`'s own descriptor passing does). The lender is
+//! a thread serving a Unix socket at an abstract address named after the process and a random
+//! id (so it vanishes with the process, and a later process with the same pid can't answer for
+//! it), with a release board (`board`); only processes of the same user are served, and it
+//! never needs Python. A receiver (`client`), once it has the segment (mapped already, or
+//! opened straight from this process's descriptor table through /proc, the handle naming the
+//! descriptor lent), releases the token on the board; where /proc won't serve, it claims the
+//! token on the socket first and gets the segment's descriptor (`SCM_RIGHTS`), and releases by
+//! message.
+//!
+//! The pin lasts until the release, which comes after the receiver holds its lock on the
+//! segment: until then, the segment must be neither freed nor reused. Releases on the board are
+//! read when the lender next looks (`sweep`): when it answers a claim, counts, when a mapping of
+//! this process dies (so that a segment nothing else holds goes at once), before a fresh copy
+//! looks for a segment to reuse, and once a second while tokens are pinned.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+
+use super::board::{Board, SLOTS};
+use super::per_process::PerProcess;
+use super::segment::Segment;
+use dlpack_core::share::{Error, Listener, Result, Stream, system};
+
+/// Bytes of a token: its word on the board (`u32`, little-endian; `NO_SLOT` for none), the
+/// nonce written there (`u64`, not 0), and four random bytes.
+pub const TOKEN_BYTES: usize = 16;
+pub type Token = [u8; TOKEN_BYTES];
+const NO_SLOT: u32 = u32::MAX;
+
+/// The board word and nonce a token names (`None` for a token without a word).
+pub fn slot_of(token: &[u8]) -> Option<(u32, u64)> {
+    let slot = u32::from_le_bytes(token.get(..4)?.try_into().ok()?);
+    let nonce = u64::from_le_bytes(token.get(4..12)?.try_into().ok()?);
+    (slot != NO_SLOT && nonce != 0).then_some((slot, nonce))
+}
+
+/// A receiver's requests, each followed by a token, and the lender's answers.
+pub const CLAIM: u8 = b'C';
+pub const RELEASE: u8 = b'R';
+pub const GRANTED: u8 = b'K';
+pub const REFUSED: u8 = b'E';
+
+/// How long either side waits for the other: a process holding the GIL in a long computation
+/// delays its answers, but one that never answers must not hang the other.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How often the lender reads its board while tokens are pinned.
+const SWEEP_EVERY: Timespec = Timespec {
+    tv_sec: 1,
+    tv_nsec: 0,
+};
+
+/// What a claim of a token that is not pinned is told.
+const NOT_PINNED: &str = "this handle was already opened from its pickle and its memory is no \
+                          longer shared, or it was not made by this process";
+
+/// The parts of a lender's address: its process, its id, and its board's descriptor there.
+pub struct Address {
+    pub pid: i32,
+    pub id: u64,
+    pub board_fd: i32,
+}
+
+impl Address {
+    /// The abstract socket name an address spells (after its NUL), and its parts.
+    pub fn parse(address: &str) -> Option<(&str, Address)> {
+        let name = address.strip_prefix('\0')?;
+        let mut parts = name.strip_prefix("dlpack-share/")?.split('/');
+        let pid = parts.next()?.parse().ok()?;
+        let id = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let board_fd = parts.next()?.parse().ok()?;
+        let parsed = Address { pid, id, board_fd };
+        parts.next().is_none().then_some((name, parsed))
+    }
+}
+
+pub struct Lender {
+    /// Where receivers reach it, as handles carry it: a NUL, then the abstract name
+    /// `dlpack-share/<pid>/<id in hex>/<board's descriptor>`.
+    address: String,
+    board: Board,
+    pins: Mutex<Pins>,
+    /// The numbers of its sockets and board, for a forked child to close its copies.
+    descriptors: Mutex<Vec<RawFd>>,
+}
+
+struct Pins {
+    by_token: HashMap<Token, Pin>,
+    /// Board words not in use.
+    free: Vec<u32>,
+    /// The board's count of releases when the lender last looked at it.
+    releases_seen: u64,
+    /// Random bytes for tokens, drawn from the kernel a few hundred at a time.
+    random: Vec<u8>,
+}
+
+/// What a token lends: the segment (alive until released), and which of its descriptors.
+struct Pin {
+    segment: Arc<Segment>,
+    writable: bool,
+    slot: Option<(u32, u64)>,
+}
+
+impl Pins {
+    /// Sixteen random bytes.
+    fn random_token(&mut self) -> Result<Token> {
+        if self.random.len() < TOKEN_BYTES {
+            self.random = system::random::<512>()?.to_vec();
+        }
+        let at = self.random.len() - TOKEN_BYTES;
+        let token = self.random[at..].try_into().expect("16 bytes");
+        self.random.truncate(at);
+        Ok(token)
+    }
+
+    /// Unpin `token`, freeing its word.
+    fn remove(&mut self, token: &[u8], board: &Board) -> Option<Pin> {
+        let pin = self.by_token.remove(token)?;
+        if let Some((slot, _)) = pin.slot {
+            board.clear(slot);
+            self.free.push(slot);
+        }
+        Some(pin)
+    }
+
+    /// Whether `pin` was released on the board.
+    fn released(pin: &Pin, board: &Board) -> bool {
+        pin.slot
+            .is_some_and(|(slot, nonce)| !board.holds(slot, nonce))
+    }
+}
+
+static LENDER: PerProcess<Option<Arc<Lender>>> = PerProcess::new(|| None);
+
+/// Pin `segment` for a handle (writable or not) under a new token: the lender, the token, and
+/// the number of the descriptor lent (receivers open it through /proc when they can).
+pub fn lend(segment: Arc<Segment>, writable: bool) -> Result<(Arc<Lender>, Token, RawFd)> {
+    let lender = started()?;
+    let fd = segment.fd_for(writable)?.as_raw_fd();
+    let mut pins = lender.pins();
+    let mut token = pins.random_token()?;
+    let nonce = u64::from_le_bytes(token[4..12].try_into().expect("8 bytes")) | 1;
+    token[4..12].copy_from_slice(&nonce.to_le_bytes());
+    let slot = pins.free.pop();
+    token[..4].copy_from_slice(&slot.unwrap_or(NO_SLOT).to_le_bytes());
+    if let Some(slot) = slot {
+        lender.board.pin(slot, nonce);
+    }
+    let pin = Pin {
+        segment,
+        writable,
+        slot: slot.map(|slot| (slot, nonce)),
+    };
+    pins.by_token.insert(token, pin);
+    drop(pins);
+    Ok((lender, token, fd))
+}
+
+/// This process's lender, if it started.
+pub fn own() -> Option<Arc<Lender>> {
+    LENDER.lock().clone()
+}
+
+/// Let go of what tokens released on the board pinned (if this process lends).
+pub fn sweep() {
+    if let Some(lender) = own() {
+        lender.sweep();
+    }
+}
+
+/// How many tokens are pinned here.
+pub fn pinned() -> usize {
+    own().map_or(0, |lender| {
+        lender.sweep();
+        lender.pins().by_token.len()
+    })
+}
+
+impl Lender {
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Unpin `token`: its segment, if it was pinned and not released.
+    pub fn take(&self, token: &[u8]) -> Option<Arc<Segment>> {
+        let (pin, released) = {
+            let mut pins = self.pins();
+            let released = Pins::released(pins.by_token.get(token)?, &self.board);
+            (pins.remove(token, &self.board)?, released)
+        };
+        (!released).then_some(pin.segment)
+    }
+
+    /// Unpin the tokens released on the board (their segments let go of outside the lock): a
+    /// look at its count of releases, and at its words only when that changed.
+    pub fn sweep(&self) {
+        let released: Vec<Pin> = {
+            let mut pins = self.pins();
+            let releases = self.board.releases();
+            if releases == pins.releases_seen {
+                return;
+            }
+            pins.releases_seen = releases;
+            let tokens: Vec<Token> = pins
+                .by_token
+                .iter()
+                .filter(|(_, pin)| Pins::released(pin, &self.board))
+                .map(|(token, _)| *token)
+                .collect();
+            tokens
+                .iter()
+                .filter_map(|token| pins.remove(token, &self.board))
+                .collect()
+        };
+        drop(released);
+    }
+
+    fn pins(&self) -> MutexGuard<'_, Pins> {
+        self.pins.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn descriptors(&self) -> MutexGuard<'_, Vec<RawFd>> {
+        self.descriptors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn started() -> Result<Arc<Lender>> {
+    let mut slot = LENDER.lock();
+    if let Some(lender) = &*slot {
+        return Ok(lender.clone());
+    }
+    let id = u64::from_le_bytes(system::random()?);
+    let board = Board::create(id)?;
+    let name = format!(
+        "dlpack-share/{}/{id:016x}/{}",
+        system::pid(),
+        board.fd().as_raw_fd()
+    );
+    let listener = Listener::bind(name.as_bytes())?;
+    let descriptors = vec![listener.fd().as_raw_fd(), board.fd().as_raw_fd()];
+    let lender = Arc::new(Lender {
+        address: format!("\0{name}"),
+        board,
+        pins: Mutex::new(Pins {
+            by_token: HashMap::new(),
+            free: (0..SLOTS).rev().collect(),
+            releases_seen: 0,
+            random: Vec::new(),
+        }),
+        descriptors: Mutex::new(descriptors),
+    });
+    let serving = lender.clone();
+    std::thread::Builder::new()
+        .name("dlpack-share-lender".into())
+        .spawn(move || serve(&serving, &listener))
+        .map_err(|err| Error::buffer(format!("can't start the lender thread: {err}")))?;
+    *slot = Some(lender.clone());
+    Ok(lender)
+}
+
+/// The lender's thread: accept connections, answer claims, take releases, read the board while
+/// tokens are pinned, forever (it ends with the process).
+fn serve(lender: &Lender, listener: &Listener) {
+    let mut connections: Vec<Stream> = Vec::new();
+    loop {
+        let timeout = (!lender.pins().by_token.is_empty()).then_some(&SWEEP_EVERY);
+        let ready: Vec<(usize, bool)> = {
+            let mut fds: Vec<PollFd<'_>> = std::iter::once(listener.fd())
+                .chain(connections.iter().map(Stream::fd))
+                .map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN))
+                .collect();
+            if poll(&mut fds, timeout).is_err() {
+                continue; // interrupted
+            }
+            fds.iter()
+                .enumerate()
+                .filter(|(_, fd)| !fd.revents().is_empty())
+                .map(|(k, fd)| (k, fd.revents().intersects(PollFlags::IN)))
+                .collect()
+        };
+        lender.sweep();
+        // Later connections first, so that closing one doesn't shift those still to serve.
+        for &(k, readable) in ready.iter().rev() {
+            if k == 0 {
+                if let Ok(Some(stream)) = listener.accept(ANSWER_TIMEOUT) {
+                    lender.descriptors().push(stream.fd().as_raw_fd());
+                    connections.push(stream);
+                }
+                continue;
+            }
+            if !(readable && answer(lender, &connections[k - 1])) {
+                let closed = connections.swap_remove(k - 1);
+                lender
+                    .descriptors()
+                    .retain(|&fd| fd != closed.fd().as_raw_fd());
+            }
+        }
+    }
+}
+
+/// Answer one message on `stream`; false at end of file (the receiver closed or died), on a
+/// message no receiver of ours sends, or when the receiver went away mid-answer.
+fn answer(lender: &Lender, stream: &Stream) -> bool {
+    let mut message = [0u8; 1 + TOKEN_BYTES];
+    let Ok((len @ 1.., _)) = stream.receive(&mut message) else {
+        return false;
+    };
+    let token = &message[1..len];
+    match message[0] {
+        CLAIM => {
+            // The pin stays until the receiver releases it, once it holds its lock on the
+            // segment (before then, the segment must not be reused).
+            let pinned = {
+                let pins = lender.pins();
+                pins.by_token
+                    .get(token)
+                    .filter(|pin| !Pins::released(pin, &lender.board))
+                    .map(|pin| (pin.segment.clone(), pin.writable))
+            };
+            let sent = match &pinned {
+                Some((segment, writable)) => segment
+                    .fd_for(*writable)
+                    .and_then(|fd| stream.send(&[GRANTED], Some(fd))),
+                None => {
+                    let mut refusal = vec![REFUSED];
+                    refusal.extend_from_slice(NOT_PINNED.as_bytes());
+                    stream.send(&refusal, None)
+                }
+            };
+            drop(pinned);
+            sent.is_ok()
+        }
+        RELEASE => {
+            let pin = lender.pins().remove(token, &lender.board);
+            drop(pin);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// In a forked child: the parent's lender is the parent's (its thread did not fork). The child
+/// closes its copies of the lender's sockets and board (the parent's stay open) and forgets its
+/// pins, and starts a lender of its own when it first lends.
+pub fn renew_in_child() {
+    let Some(mut slot) = LENDER.renew() else {
+        return;
+    };
+    let Some(lender) = slot.take() else {
+        return;
+    };
+    if let Ok(mut descriptors) = lender.descriptors.try_lock() {
+        for fd in descriptors.drain(..) {
+            // SAFETY: the number of one of the lender's descriptors, inherited by this child,
+            // whose owners (the lender's thread, and the lender, never dropped here) never close
+            // it here: closed once, by us.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+    }
+    if let Ok(mut pins) = lender.pins.try_lock() {
+        pins.by_token.clear();
+    }
+    // Never dropped: its descriptors are closed above, not by their owners.
+    std::mem::forget(lender);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_and_tokens_name_their_parts() {
+        let (name, parsed) = Address::parse("\0dlpack-share/12/00000000000000ff/7").unwrap();
+        assert_eq!(name, "dlpack-share/12/00000000000000ff/7");
+        assert_eq!((parsed.pid, parsed.id, parsed.board_fd), (12, 255, 7));
+        assert!(Address::parse("dlpack-share/12/ff/7").is_none());
+        assert!(Address::parse("\0dlpack-share/12/ff").is_none());
+        assert!(Address::parse("\0dlpack-share/12/ff/7/8").is_none());
+
+        let mut token = [0u8; TOKEN_BYTES];
+        assert_eq!(slot_of(&token), None); // nonce 0
+        token[..4].copy_from_slice(&3u32.to_le_bytes());
+        token[4..12].copy_from_slice(&9u64.to_le_bytes());
+        assert_eq!(slot_of(&token), Some((3, 9)));
+        token[..4].copy_from_slice(&NO_SLOT.to_le_bytes());
+        assert_eq!(slot_of(&token), None);
+        assert_eq!(slot_of(&token[..8]), None);
+    }
+}

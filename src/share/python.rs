@@ -1,0 +1,85 @@
+//! What `dlpack._sharing` calls: `SharedHandle` and its reconstructor (`handle`), making
+//! handles of host memory (`_share_host`) and shared arrays (`_share_empty`), the per-process
+//! state's upkeep after a fork, and what tests count.
+
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+
+use super::handle::{self, SharedHandle};
+use super::mapped::{self, Mapped};
+use super::views;
+use super::{client, lender, pool};
+use crate::error::{CoreError, Error, Result};
+use dlpack_core::share::{self as os, error::describe};
+
+impl From<os::Error> for Error {
+    #[cold]
+    fn from(err: os::Error) -> Self {
+        match err {
+            os::Error::Os { call, errno } => {
+                let text = format!("{call}: {}", describe(errno));
+                Error::Python(PyOSError::new_err((errno.raw_os_error(), text)))
+            }
+            os::Error::Buffer(msg) => Error::buffer(msg),
+            os::Error::Value(msg) => Error::value(msg),
+            os::Error::Memory(msg) => Error::Core(CoreError::Memory(msg)),
+        }
+    }
+}
+
+/// Adds sharing's functions to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_share_host, m)?)?;
+    m.add_function(wrap_pyfunction!(_share_empty, m)?)?;
+    handle::register(m)?;
+    m.add_function(wrap_pyfunction!(_share_after_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(_share_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(_share_clear_pool, m)?)?;
+    m.add("_SHARE_POOL_SEGMENTS", pool::POOL_SEGMENTS)?;
+    Ok(())
+}
+
+/// A handle to ``source``'s memory (a ``DLPackObject``) if it is host memory, None otherwise:
+/// shared as it is if it has no elements or lies in shared memory already, else (read-only
+/// only) copied into shared memory.
+#[pyfunction]
+fn _share_host<'py>(
+    source: &Bound<'py, PyAny>,
+    writable: bool,
+) -> Result<Option<Bound<'py, SharedHandle>>> {
+    views::share_host(source, writable)?
+        .map(SharedHandle::new)
+        .transpose()
+}
+
+/// A writable, zero-filled, C-ordered array in new shared memory.
+#[pyfunction]
+fn _share_empty<'py>(py: Python<'py>, shape: Vec<i64>, dtype: &str) -> Result<Bound<'py, PyAny>> {
+    views::empty(py, &shape, dtype)
+}
+
+/// In a forked child: sharing's per-process state starts afresh (the parent's lender, pool and
+/// connections are the parent's), and the mappings inherited get locks of the child's own.
+#[pyfunction]
+fn _share_after_fork() {
+    // The registry first: segments dying below (the parent's pins) forget themselves there.
+    let inherited = mapped::renew_in_child();
+    lender::renew_in_child();
+    client::renew_in_child();
+    pool::renew_in_child();
+    mapped::hold_in_child(inherited);
+}
+
+/// ``(segments mapped, segments kept for reuse, tokens pinned)`` in this process.
+#[pyfunction]
+fn _share_counts() -> (usize, usize, usize) {
+    let pinned = lender::pinned(); // first: it lets go of what was released
+    (Mapped::live(), pool::kept(), pinned)
+}
+
+/// Close the segments kept for reuse, returning their memory.
+#[pyfunction]
+fn _share_clear_pool() {
+    lender::sweep(); // first: segments of handles released since go to the pool
+    pool::clear();
+}

@@ -1,0 +1,276 @@
+//! Segments' memory as `DLPackObject`s, each holding its segment (`Owner::Held`), and what
+//! `share` and `empty_shared` make of them: the view a handle holds, with its layout and memory
+//! as the handle's state spells them (see `handle`).
+
+use std::sync::Arc;
+
+use dlpack_core::dtype::Element;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use super::lender;
+use super::mapped::Mapped;
+use super::segment::Segment;
+use crate::copy;
+use crate::error::{Error, Result};
+use crate::ffi::DLDevice;
+use crate::object::{Described, empty_view, new_view, tensor_of};
+use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
+
+/// Below this, faulting pages in as the copy writes them costs less than starting threads.
+const POPULATE_MIN_BYTES: u64 = 4 << 20;
+
+/// What a `SharedHandle` holds: a view of the memory (which keeps it alive here), whether
+/// receivers may write, and its layout and memory as the handle's pickled state spells them.
+pub struct Parts<'py> {
+    pub view: Bound<'py, PyAny>,
+    pub writable: bool,
+    /// `(offset, shape, byte strides, typestr, dtype name)`.
+    pub layout: Bound<'py, PyTuple>,
+    /// `("host", (device, inode), size, generation)`, or `("host", None, 0)` for no elements.
+    pub memory: Bound<'py, PyTuple>,
+}
+
+/// A view of the elements `layout` lays out `offset` bytes into `segment`, read-only if asked.
+pub fn segment_view(
+    py: Python<'_>,
+    mapped: Arc<Mapped>,
+    offset: i64,
+    element: Element,
+    layout: Layout,
+    readonly: bool,
+) -> Result<Bound<'_, PyAny>> {
+    let (low, high) = layout.byte_extent(element.dtype.itemsize())?;
+    let capacity = mapped.segment().capacity();
+    let inside = low == high
+        || (offset.checked_add(low).is_some_and(|low| low >= 0)
+            && offset
+                .checked_add(high)
+                .is_some_and(|high| high as u64 <= capacity));
+    if !inside {
+        return Err(Error::value(format!(
+            "bytes [{low}, {high}) past offset {offset} lie outside a {capacity}-byte segment"
+        )));
+    }
+    let described = Described {
+        data: mapped.base_ptr().wrapping_offset(offset as isize).cast(),
+        device: DLDevice::CPU,
+        element,
+        layout,
+        readonly,
+    };
+    // SAFETY: the elements lie inside the mapping (checked just above), which the owner holds,
+    // readable and writable while it lives; read-only views are flagged so.
+    unsafe { new_view(py, Owner::Held(mapped), described) }
+}
+
+fn layout_tuple<'py>(
+    py: Python<'py>,
+    offset: i64,
+    tensor: &Tensor,
+    strides: &[i64],
+) -> Result<Bound<'py, PyTuple>> {
+    let fields = (
+        offset,
+        PyTuple::new(py, tensor.layout.shape())?,
+        PyTuple::new(py, strides)?,
+        tensor.dtype.typestr(tensor.swapped),
+        tensor.dtype.name(),
+    );
+    Ok(fields.into_pyobject(py)?)
+}
+
+fn memory_tuple<'py>(py: Python<'py>, segment: &Segment) -> Result<Bound<'py, PyTuple>> {
+    let id = segment.id();
+    let fields = (
+        "host",
+        (id.dev, id.ino),
+        segment.size(),
+        segment.generation(),
+    );
+    Ok(fields.into_pyobject(py)?)
+}
+
+fn host_tensor<'a>(source: &'a Bound<'_, PyAny>) -> Result<&'a Tensor> {
+    tensor_of(source).ok_or_else(|| Error::type_("sharing reads a DLPackObject"))
+}
+
+/// A handle to `source`'s memory (a `DLPackObject`) if it is host memory, `None` otherwise:
+/// shared as it is if it has no elements or lies in shared memory already, else (read-only
+/// only) copied into shared memory.
+pub fn share_host<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Parts<'py>>> {
+    let tensor = host_tensor(source)?;
+    if !tensor.device.get()?.is_host() {
+        return Ok(None);
+    }
+    if !nameable(tensor.dtype) {
+        return Err(unnameable(tensor.dtype));
+    }
+    if writable && tensor.readonly {
+        return Err(Error::value("read-only memory can't be shared writable"));
+    }
+    if let Some(handle) = find(source, writable)? {
+        return Ok(Some(handle));
+    }
+    if writable {
+        return Err(Error::value(
+            "writable sharing needs memory that is shared already (receivers' writes would land \
+             in a copy): allocate it with dlpack.empty_shared(), or share read-only",
+        ));
+    }
+    copy(source).map(Some)
+}
+
+/// Whether `dtype` is one of the types a receiver can name.
+fn nameable(dtype: DType) -> bool {
+    DType::named().any(|(_, named)| named == dtype)
+}
+
+// Out of line: the list of names, unrolled into the caller, made LLVM's optimiser take minutes.
+#[cold]
+#[inline(never)]
+fn unnameable(dtype: DType) -> Error {
+    let names: Vec<&str> = DType::named().map(|(name, _)| name).collect();
+    Error::buffer(format!(
+        "elements of type {} can't be shared (the receiving side could not name them); these \
+         can: {}",
+        dtype.name(),
+        names.join(", ")
+    ))
+}
+
+/// The handle of `source`'s memory if it has no elements, or lies in a segment mapped here
+/// (shared as it is, layout and all; a value error when `writable` is asked of a read-only
+/// mapping); `None` when it needs a copy.
+fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Parts<'py>>> {
+    let py = source.py();
+    let tensor = host_tensor(source)?;
+    let element = Element {
+        dtype: tensor.dtype,
+        swapped: tensor.swapped,
+    };
+    let strides = tensor.layout.byte_strides();
+    let (low, high) = tensor.layout.byte_extent(tensor.dtype.itemsize())?;
+    if low == high {
+        let view = empty_view(py, element, tensor.layout.clone(), !writable)?;
+        let (layout, memory) = (
+            layout_tuple(py, 0, tensor, strides)?,
+            ("host", py.None(), 0).into_pyobject(py)?,
+        );
+        return Ok(Some(Parts {
+            view,
+            writable,
+            layout,
+            memory,
+        }));
+    }
+    // Memory behind suboffsets has no address to look up (only a copy can serve it).
+    if tensor.indirect {
+        return Ok(None);
+    }
+    let data = tensor.data as usize;
+    let span = |reach: i64| data.checked_add_signed(reach as isize);
+    let (Some(first), Some(end)) = (span(low), span(high)) else {
+        return Ok(None);
+    };
+    let Some(mapped) = Mapped::at(first, end) else {
+        return Ok(None);
+    };
+    if writable && !mapped.segment().writable() {
+        return Err(Error::value(
+            "this memory is a read-only mapping of another process's segment; it can only be \
+             shared read-only",
+        ));
+    }
+    let offset = (data - mapped.base_ptr() as usize) as i64;
+    let (layout, memory) = (
+        layout_tuple(py, offset, tensor, strides)?,
+        memory_tuple(py, mapped.segment())?,
+    );
+    let view = segment_view(
+        py,
+        mapped,
+        offset,
+        element,
+        tensor.layout.clone(),
+        !writable,
+    )?;
+    Ok(Some(Parts {
+        view,
+        writable,
+        layout,
+        memory,
+    }))
+}
+
+/// Copy `source` (host memory with elements) into a new segment, or a kept one of the same
+/// size, packed densely in the order of its dimensions in memory, with the copy engine: the
+/// read-only handle of the copy.
+fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Parts<'py>> {
+    let py = source.py();
+    let tensor = host_tensor(source)?;
+    let itemsize = tensor.dtype.itemsize();
+    let shape = tensor.layout.shape();
+    let strides = layout::dense_strides(shape, tensor.layout.byte_strides(), itemsize)?;
+    let dense = Layout::from_byte_strides(shape, Some(&strides), itemsize)?;
+    let nbytes = u64::try_from(tensor.nbytes()).map_err(|_| Error::value("negative size"))?;
+    // Segments whose handles were released since the lender last looked may be reused now.
+    lender::sweep();
+    let mapped = match Mapped::reuse(nbytes)? {
+        Some(mapped) => mapped,
+        None => {
+            let mapped = Mapped::create(nbytes, true)?;
+            if nbytes >= POPULATE_MIN_BYTES {
+                let len = nbytes as usize;
+                py.detach(|| mapped.populate(len))?;
+            }
+            mapped
+        }
+    };
+    let mut target = Tensor::owned(
+        mapped.base_ptr().cast(),
+        Device::CPU,
+        tensor.dtype,
+        dense.clone(),
+        Owner::Held(mapped.clone()),
+    );
+    target.swapped = tensor.swapped; // the bytes are shared as they are stored
+    copy::copy_into(py, &target, tensor, None)?;
+    drop(target);
+    let element = Element {
+        dtype: tensor.dtype,
+        swapped: tensor.swapped,
+    };
+    let (layout, memory) = (
+        layout_tuple(py, 0, tensor, &strides)?,
+        memory_tuple(py, mapped.segment())?,
+    );
+    let view = segment_view(py, mapped, 0, element, dense, true)?;
+    Ok(Parts {
+        view,
+        writable: false,
+        layout,
+        memory,
+    })
+}
+
+/// A writable, zero-filled, C-ordered array of `shape` elements of type `name` in a new
+/// segment.
+pub fn empty<'py>(py: Python<'py>, shape: &[i64], name: &str) -> Result<Bound<'py, PyAny>> {
+    let dtype = DType::from_name(name)
+        .ok_or_else(|| Error::value(format!("unknown element type {name:?}")))?;
+    let element = Element {
+        dtype,
+        swapped: false,
+    };
+    let layout = Layout::c_order(shape, dtype.itemsize())?;
+    let nbytes = layout
+        .numel()
+        .checked_mul(dtype.itemsize() as i64)
+        .ok_or_else(|| Error::value(format!("shape {shape:?} of {name} is too large")))?;
+    if nbytes == 0 {
+        return empty_view(py, element, layout, false);
+    }
+    let mapped = Mapped::create(nbytes as u64, false)?;
+    segment_view(py, mapped, 0, element, layout, false)
+}
