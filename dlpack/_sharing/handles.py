@@ -43,7 +43,17 @@ def share(obj, *, writable: bool = False) -> SharedHandle:
     shared segment, in the order its dimensions lie in memory.
 
     Receivers get read-only memory unless ``writable=True``, which needs memory that is shared
-    already (ValueError otherwise: writes would land in a copy). BufferError for memory that
+    already (ValueError otherwise: writes would land in a copy). Read-only means: a receiver maps
+    the memory copy-on-write, so a consumer that writes anyway (torch ignores the flag) changes
+    only its own pages, never the producer's or other receivers'; a handle whose pickled state
+    was altered to ask for more than it was lent is refused (ValueError). A receiver that wrote
+    into its view and shares it again sends what it sees (a fresh copy). Memory from
+    :func:`empty_shared` stays writable for the process that allocated it and for receivers of
+    its writable handles: their writes show in read-only receivers' views, on the pages those
+    have not written themselves.
+
+    Memory that can't be had is a MemoryError before anything is allocated (the size asked for
+    against what the machine and this process's cgroup have left). BufferError for memory that
     can't be shared: CUDA memory (CUDA IPC is not built yet) and other devices' memory.
     """
     if type(writable) is not bool:
@@ -77,6 +87,8 @@ def empty_shared(shape, dtype) -> DLPackObject:
 
     ``shape``: an int or a sequence of ints; ``dtype``: a name such as ``"float32"`` or
     ``"bfloat16"``, or a numpy, ml_dtypes or torch dtype.
+    MemoryError, before anything is allocated, when more memory is asked for than the machine
+    and this process's cgroup have left; read-only handles to it are explained in :func:`share`.
     """
     shape = _shape(shape)
     name = _dtype_name(dtype)

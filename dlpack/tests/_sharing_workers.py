@@ -237,3 +237,29 @@ def plus_one_with_torch(obj) -> dlpack.DLPackObject:
 
 def pid_and_sum(obj) -> tuple[int, float]:
     return os.getpid(), float(np.from_dlpack(obj).sum())
+
+
+def relay(handle, write: bool) -> bytes:
+    """In a peer: open ``handle`` (read-only), write 7s over it if asked (as torch does,
+    whatever the read-only flag), and share it on: the pickle of the new handle."""
+    view = dlpack.asdlpack(handle)
+    if write:
+        values = np.full(view.shape, 7, dtype=view.dtype)
+        ctypes.memmove(view.data_ptr, values.ctypes.data, values.nbytes)
+    return pickle.dumps(dlpack.share(view))
+
+
+def produce_and_stop(connection, count: int) -> None:
+    """Send ``count`` pickled handles, then wait to be stopped (and killed)."""
+    array = np.asarray(dlpack.empty_shared(16, "float64"))
+    array[:] = 5.0
+    handles = [dlpack.share(array[i % 16 :]) for i in range(count)]
+    connection.send([pickle.dumps(h) for h in handles])
+    connection.recv()
+
+
+def open_all(pickles: list[bytes], connection) -> None:
+    total = 0.0
+    for data in pickles:
+        total += float(np.asarray(dlpack.asdlpack(pickle.loads(data)))[0])
+    connection.send(total)

@@ -140,7 +140,8 @@ fn board(address: &str) -> Option<Arc<Board>> {
 }
 
 /// Give `token` back to the lender at `address` without waiting for it: on its board, or else
-/// by message (nothing to do when the producer is gone: its pins went with it).
+/// by a message sent only if the socket has room (nothing to do when the producer is gone: its
+/// pins went with it).
 pub fn release(address: &str, token: &[u8]) {
     if let Some((slot, nonce)) = slot_of(token)
         && let Some(board) = board(address)
@@ -151,9 +152,12 @@ pub fn release(address: &str, token: &[u8]) {
     let Ok(connection) = connection(address, 0) else {
         return;
     };
+    // Never waiting: a stopped producer (SIGSTOP, a debugger, a long call holding its GIL)
+    // must not stall receivers. A release its full buffer can't take is dropped: the segment
+    // stays pinned in the producer until it exits, as for a pickle never opened.
     let sent = {
         let stream = connection.0.lock().unwrap_or_else(PoisonError::into_inner);
-        stream.send(&message(RELEASE, token), None)
+        stream.try_send(&message(RELEASE, token))
     };
     if sent.is_err() {
         forget(address, &connection);

@@ -43,6 +43,17 @@ pub fn slot_of(token: &[u8]) -> Option<(u32, u64)> {
     (slot != NO_SLOT && nonce != 0).then_some((slot, nonce))
 }
 
+/// The bit of a token's nonce that says it was lent writable.
+const WRITABLE_BIT: u64 = 2;
+
+/// Whether `token` was lent writable (as its lender wrote it), if it is a token at all: a
+/// receiver refuses a handle whose state asks for more than that before opening anything, on
+/// every path (the lender checks its pin on a claim; /proc would open any mode the file allows).
+pub fn lent_writable(token: &[u8]) -> Option<bool> {
+    let nonce = u64::from_le_bytes(token.get(4..12)?.try_into().ok()?);
+    (nonce & 1 == 1).then_some(nonce & WRITABLE_BIT != 0)
+}
+
 /// A receiver's requests, each followed by a token, and the lender's answers.
 pub const CLAIM: u8 = b'C';
 pub const RELEASE: u8 = b'R';
@@ -148,7 +159,10 @@ pub fn lend(segment: Arc<Segment>, writable: bool) -> Result<(Arc<Lender>, Token
     let fd = segment.fd_for(writable)?.as_raw_fd();
     let mut pins = lender.pins();
     let mut token = pins.random_token()?;
-    let nonce = u64::from_le_bytes(token[4..12].try_into().expect("8 bytes")) | 1;
+    // Never 0 (a free word); its second bit says whether it was lent writable.
+    let nonce = (u64::from_le_bytes(token[4..12].try_into().expect("8 bytes")) & !WRITABLE_BIT)
+        | 1
+        | if writable { WRITABLE_BIT } else { 0 };
     token[4..12].copy_from_slice(&nonce.to_le_bytes());
     let slot = pins.free.pop();
     token[..4].copy_from_slice(&slot.unwrap_or(NO_SLOT).to_le_bytes());

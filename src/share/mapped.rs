@@ -14,6 +14,7 @@ use super::per_process::PerProcess;
 use super::pool::{self, Files};
 use super::registry::{Entry, Registry};
 use super::segment::{Segment, TRAILER, file_size, new_generation};
+use dlpack_core::available;
 use dlpack_core::share::{Error, FileId, Mapping, Result, SealedFile, lock};
 
 #[derive(Debug)]
@@ -67,6 +68,8 @@ impl Mapped {
     pub fn create(nbytes: u64, poolable: bool) -> Result<Arc<Mapped>> {
         let size = file_size(nbytes.max(1))
             .ok_or_else(|| Error::Memory(format!("can't share {nbytes} bytes")))?;
+        // Before the file exists: its pages are only had when touched, too late to refuse.
+        available::check(nbytes, "shared memory").map_err(|err| Error::Memory(err.to_string()))?;
         let file = SealedFile::create(c"dlpack-share", size)?;
         let segment = Segment::new(Files::new(file, poolable), new_generation()?, true);
         let mapped = Mapped::new(segment, false)?;

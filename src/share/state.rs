@@ -244,6 +244,11 @@ pub fn open<'py>(state: &Bound<'py, PyAny>) -> Result<Parts<'py>> {
     let Some((id, size, generation, lent_fd, pid, token)) = segment else {
         return Err(malformed("a malformed segment"));
     };
+    if writable && lender::lent_writable(token) != Some(true) {
+        return Err(malformed(
+            "it asks for writable memory, but the memory was lent read-only",
+        ));
+    }
     within(&layout, &view_layout, size - TRAILER)?;
     let address = address.cast::<PyString>().map_err(PyErr::from)?.to_str()?;
     let named = Named {

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::ffi::DLDevice;
 use crate::object::{Described, empty_view, new_view, tensor_of};
 use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
+use dlpack_core::share::private_pages_written;
 
 /// Below this, faulting pages in as the copy writes them costs less than starting threads.
 const POPULATE_MIN_BYTES: u64 = 4 << 20;
@@ -181,6 +182,11 @@ fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Parts<
             "this memory is a read-only mapping of another process's segment; it can only be \
              shared read-only",
         ));
+    }
+    // A copy-on-write mapping (of a read-only handle) that this process wrote into shows other
+    // bytes than the segment: what is shared must be what this process sees, so that is copied.
+    if !mapped.segment().writable() && private_pages_written(first, end - first) {
+        return Ok(None);
     }
     let offset = (data - mapped.base_ptr() as usize) as i64;
     let (layout, memory) = (

@@ -17,6 +17,8 @@
 //! dtype      DType, Element (type and byte order), TypeStr; buffer formats and typestrs
 //! layout     strided (Layout: shape, byte and element strides, checked), derived (dense and
 //!            broadcast strides, byte extents), overlap (whether elements share bytes)
+//! available  memory this process can still have (MemAvailable, cgroup limits): MemoryError
+//!            before a large allocation the machine can't back
 //! memory     AlignedBuffer (host, huge pages when large), DeviceBuffer (CUDA)
 //! cuda       the CUDA driver, opened at run time: pointer attributes, contexts, streams, events
 //! copy       plan (loops of a strided copy), cpu (the strided engine and its kernels), device
@@ -29,6 +31,7 @@
 //! ```
 
 pub mod abi;
+pub mod available;
 pub mod copy;
 pub mod cuda;
 pub mod device;

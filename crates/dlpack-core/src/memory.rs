@@ -46,7 +46,10 @@ unsafe impl Send for AlignedBuffer {}
 unsafe impl Sync for AlignedBuffer {}
 
 impl AlignedBuffer {
+    /// `bytes` of host memory; a `MemoryError` before allocating when more than this process
+    /// can have (see `available`).
     pub fn new(bytes: usize) -> Result<Self> {
+        crate::available::check(bytes as u64, "memory")?;
         let huge = bytes >= HUGE_PAGE_THRESHOLD;
         // A huge-page buffer spans whole huge pages, so the advice covers only our memory.
         let (size, align) = match huge {

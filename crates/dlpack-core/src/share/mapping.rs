@@ -149,6 +149,45 @@ impl Mapping {
     }
 }
 
+/// Whether any page of the `len` bytes at `addr` (in a private mapping of a file, this
+/// process's) holds this process's own copy, written since it was mapped (copy-on-write),
+/// instead of the file's: such memory, shared as the file, would not be what this process sees.
+/// Read from `/proc/self/pagemap`: a page present and not the file's, or swapped out (only
+/// private copies swap; the file's pages are shared memory), is one. True when pagemap can't be
+/// read (nothing known: assume written).
+pub fn private_pages_written(addr: usize, len: usize) -> bool {
+    const PRESENT: u64 = 1 << 63;
+    const SWAPPED: u64 = 1 << 62;
+    const FILE_OR_SHARED: u64 = 1 << 61;
+    use std::os::unix::fs::FileExt;
+    if len == 0 {
+        return false;
+    }
+    let page = super::system::page_size();
+    let (first, last) = (addr / page, (addr + (len - 1)) / page);
+    let Ok(pagemap) = std::fs::File::open("/proc/self/pagemap") else {
+        return true;
+    };
+    let mut entries = vec![0u8; 8 * 4096];
+    let mut page_index = first;
+    while page_index <= last {
+        let count = (last - page_index + 1).min(4096);
+        let bytes = &mut entries[..8 * count];
+        if pagemap.read_exact_at(bytes, 8 * page_index as u64).is_err() {
+            return true;
+        }
+        let written = bytes.chunks_exact(8).any(|entry| {
+            let entry = u64::from_ne_bytes(entry.try_into().expect("8 bytes"));
+            entry & SWAPPED != 0 || (entry & PRESENT != 0 && entry & FILE_OR_SHARED == 0)
+        });
+        if written {
+            return true;
+        }
+        page_index += count;
+    }
+    false
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: our own mapping, unmapped once; whatever addressed it (views of it) held this
@@ -181,6 +220,24 @@ mod tests {
         assert_eq!(unsafe { *last_word }, 8);
         // A shared mapping of a read-only descriptor is refused by the kernel.
         assert!(Mapping::new(&reader, Writes::Shared, false).is_err());
+    }
+
+    #[test]
+    fn pagemap_tells_written_private_pages() {
+        let file = SealedFile::create(c"test", 4 * 4096).unwrap();
+        let writer = Mapping::new(&file, Writes::Shared, false).unwrap();
+        writer.write_word(8192, 5);
+        let private = Mapping::new(&file, Writes::Private, false).unwrap();
+        let base = private.as_ptr() as usize;
+        assert!(!private_pages_written(base, private.len())); // nothing touched
+        assert_eq!(private.read_word(8192), 5);
+        assert!(!private_pages_written(base, private.len())); // read: the file's page
+        private.write_word(4096 + 16, 9);
+        assert!(private_pages_written(base, private.len()));
+        assert!(private_pages_written(base + 4096 + 16, 8));
+        assert!(!private_pages_written(base, 4096)); // other pages are still the file's
+        assert!(!private_pages_written(base + 8192, 8192));
+        assert!(!private_pages_written(base, 0));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! memfd    sealed memory files (SealedFile, FileId): create, check, reopen; a peer's
 //!          descriptor opened through /proc
 //! lock     whole-file locks held by an open file description (flock)
-//! mapping  a mapping of a whole sealed file (Mapping), unmapped on drop; populating it
+//! mapping  a mapping of a whole sealed file (Mapping), unmapped on drop; populating it;
+//!          which private pages this process wrote (pagemap)
 //! socket   Unix packet sockets at abstract addresses passing descriptors (Listener, Stream)
 //! system   boot id, process and user ids, random bytes, memory and page sizes
 //! error    Error: a failed system call, or a refusal (buffer, value, memory)
@@ -19,6 +20,6 @@ pub mod socket;
 pub mod system;
 
 pub use error::{Error, Result};
-pub use mapping::{Mapping, Writes};
+pub use mapping::{Mapping, Writes, private_pages_written};
 pub use memfd::{FileId, SealedFile};
 pub use socket::{Listener, Stream};

@@ -76,6 +76,21 @@ impl Stream {
 
     /// Send one message, with a descriptor attached if given.
     pub fn send(&self, message: &[u8], fd: Option<BorrowedFd<'_>>) -> Result<()> {
+        self.send_with(message, fd, SendFlags::NOSIGNAL).map(drop)
+    }
+
+    /// Send one message if the socket's buffer has room now, never waiting for the peer (which
+    /// may be stopped): false when it has none.
+    pub fn try_send(&self, message: &[u8]) -> Result<bool> {
+        self.send_with(message, None, SendFlags::NOSIGNAL | SendFlags::DONTWAIT)
+    }
+
+    fn send_with(
+        &self,
+        message: &[u8],
+        fd: Option<BorrowedFd<'_>>,
+        flags: SendFlags,
+    ) -> Result<bool> {
         let fds = fd.as_slice();
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = SendAncillaryBuffer::new(&mut space);
@@ -84,8 +99,9 @@ impl Stream {
         }
         let parts = [IoSlice::new(message)];
         loop {
-            return match net::sendmsg(&self.fd, &parts, &mut control, SendFlags::NOSIGNAL) {
-                Ok(_) => Ok(()),
+            return match net::sendmsg(&self.fd, &parts, &mut control, flags) {
+                Ok(_) => Ok(true),
+                Err(Errno::WOULDBLOCK) if flags.contains(SendFlags::DONTWAIT) => Ok(false),
                 Err(Errno::INTR) => continue,
                 Err(errno) => Err(Error::os("sendmsg")(errno)),
             };

@@ -1,0 +1,143 @@
+"""Sharing under faults and forgery: memory that can't be had, read-only handles whose state was
+altered, receivers that wrote into their copy-on-write view and share it on, and producers that
+are stopped while receivers open their handles. Each case runs in child processes with limits
+or timeouts, so that a failing implementation fails the test, not the machine.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import textwrap
+
+import pytest
+
+import dlpack
+
+from . import _sharing_workers as workers
+from ._helpers import need, run_python
+
+np = need("numpy")
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="sharing host memory needs Linux (memfd)"
+)
+
+METHODS = ("fork", "spawn", "forkserver")
+
+
+@pytest.fixture(scope="module")
+def peer():
+    serving = workers.Peer(multiprocessing.get_context("forkserver"))
+    yield serving
+    serving.close()
+
+
+def test_memory_that_cant_be_had_is_a_memory_error():
+    # Under an address-space limit: an implementation that allocates first fails with OSError
+    # (mmap's ENOMEM) instead of taking the machine's memory.
+    script = textwrap.dedent(
+        """
+        import resource
+        import numpy as np
+        import dlpack
+
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+        huge = np.broadcast_to(np.zeros(1), (2**37,))  # 1 TiB once copied
+        cases = {
+            "share": lambda: dlpack.share(huge),
+            "empty_shared": lambda: dlpack.empty_shared((2**40,), "uint8"),
+            "copy": lambda: dlpack.asdlpack(huge).__dlpack__(copy=True),
+        }
+        for name, call in cases.items():
+            try:
+                call()
+            except MemoryError as exc:
+                text = str(exc)
+                assert "1099511627776 bytes (1.0 TiB)" in text, text
+                assert "can be had" in text and ("MemAvailable" in text or "cgroup" in text), text
+                print(name, "MemoryError")
+            else:
+                print(name, "no error")
+        # What can be had still can.
+        small = np.asarray(dlpack.empty_shared((1 << 22,), "float32"))
+        small[:] = 1
+        print("after", float(np.asarray(dlpack.asdlpack(dlpack.share(small)))[-1]))
+        """
+    )
+    result = run_python("-c", script, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n") == [
+        "share MemoryError",
+        "empty_shared MemoryError",
+        "copy MemoryError",
+        "after 1.0",
+        "",
+    ], result.stdout
+
+
+def test_a_read_only_handle_altered_to_writable_is_refused(peer):
+    allocated = np.asarray(dlpack.empty_shared(64, "float64"))
+    allocated[:] = np.arange(64.0)
+    for memory in (np.arange(64.0), allocated):  # a fresh copy, and memory shared already
+        rebuild, (state,) = dlpack.share(memory).__reduce__()
+        forged = (*state[:5], True, *state[6:])  # the writable field flipped
+        with pytest.raises(workers.PeerError, match="lent read-only") as raised:
+            peer.call("rebuild", forged)
+        assert raised.value.type_name == "ValueError"
+        with pytest.raises(workers.PeerError, match="read-only"):
+            peer.call("add_one", pickle.loads(pickle.dumps(dlpack.share(memory))))
+        assert peer.call("rebuild", state)[0] == np.arange(64.0).tobytes()  # unaltered, it opens
+        assert (memory == np.arange(64.0)).all()
+
+
+def test_a_writable_handle_still_opens_writable(peer):
+    array = np.asarray(dlpack.empty_shared(8, "float64"))
+    peer.call("add_one", dlpack.share(array, writable=True))
+    assert (array == 1).all()
+
+
+def test_a_receivers_writes_travel_when_it_shares_again(peer):
+    array = np.asarray(dlpack.empty_shared(3000, "float64"))
+    array[:] = 1.0
+    for write, expected in ((False, 1.0), (True, 7.0)):
+        data = peer.call("relay", dlpack.share(array[1000:2000]), write)
+        received = np.asarray(dlpack.asdlpack(pickle.loads(data)))
+        assert received.shape == (1000,)
+        assert (received == expected).all(), (write, received[:4])
+        # Unwritten, the same segment travels on (no copy); written, a copy of what it saw.
+        same = pickle.loads(data)._memory[1] == dlpack.share(array)._memory[1]
+        assert same is (not write)
+    assert (array == 1.0).all()  # the producer's memory is untouched
+
+
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+@pytest.mark.parametrize("method", METHODS)
+def test_a_stopped_producer_never_stalls_its_receivers(method):
+    count = 500  # several times what a socket buffer of release messages holds
+    producing = multiprocessing.get_context(method)
+    ours, theirs = producing.Pipe()
+    producer = producing.Process(target=workers.produce_and_stop, args=(theirs, count), daemon=True)
+    producer.start()
+    try:
+        pickles = ours.recv()
+        os.kill(producer.pid, signal.SIGSTOP)
+        receiving = multiprocessing.get_context("spawn")
+        answer, answering = receiving.Pipe()
+        receiver = receiving.Process(
+            target=workers.open_all, args=(pickles, answering), daemon=True
+        )
+        receiver.start()
+        try:
+            assert answer.poll(60), "opening handles of a stopped producer stalled"
+            assert answer.recv() == 5.0 * count
+        finally:
+            receiver.kill()
+            receiver.join()
+    finally:
+        os.kill(producer.pid, signal.SIGCONT)
+        producer.kill()
+        producer.join()
