@@ -6,6 +6,7 @@ or timeouts, so that a failing implementation fails the test, not the machine.
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 import os
 import pickle
@@ -92,6 +93,25 @@ def test_a_read_only_handle_altered_to_writable_is_refused(peer):
             peer.call("add_one", pickle.loads(pickle.dumps(dlpack.share(memory))))
         assert peer.call("rebuild", state)[0] == np.arange(64.0).tobytes()  # unaltered, it opens
         assert (memory == np.arange(64.0)).all()
+
+
+def test_a_fresh_copy_is_sealed_against_writers():
+    # Opened read-write by its path, as /proc allows whatever mode the descriptor lent has.
+    handle = dlpack.share(np.arange(1024.0))
+    _, (state,) = handle.__reduce__()
+    lent = state[7][4]  # the number of the descriptor lent
+    fd = os.open(f"/proc/self/fd/{lent}", os.O_RDWR)
+    try:
+        with pytest.raises(PermissionError):
+            mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        with pytest.raises(PermissionError):
+            os.write(fd, b"x")
+        readable = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        assert np.frombuffer(readable, count=1024).tolist() == np.arange(1024.0).tolist()
+        readable.close()
+    finally:
+        os.close(fd)
+    assert (np.asarray(dlpack.asdlpack(handle)) == np.arange(1024.0)).all()
 
 
 def test_a_writable_handle_still_opens_writable(peer):

@@ -6,6 +6,7 @@
 //! Every process that maps a segment it did not make holds a shared lock on it (`os::lock`),
 //! on a description of its own; its maker reuses it only once it can take the exclusive lock.
 
+use std::mem::ManuallyDrop;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Weak};
 
@@ -15,11 +16,14 @@ use super::pool::{self, Files};
 use super::registry::{Entry, Registry};
 use super::segment::{Segment, TRAILER, file_size, new_generation};
 use dlpack_core::available;
-use dlpack_core::share::{Error, FileId, Mapping, Result, SealedFile, lock};
+use dlpack_core::share::{Error, FileId, Mapping, Result, SealedFile, Writes, lock};
 
 #[derive(Debug)]
 pub struct Mapped {
-    mapping: Mapping,
+    /// Taken only when the mapping dies (kept with a frozen segment's files, or unmapped).
+    mapping: ManuallyDrop<Mapping>,
+    /// Whether writes through it reach the segment, or are this process's own.
+    writes: Writes,
     segment: Arc<Segment>,
 }
 
@@ -70,7 +74,12 @@ impl Mapped {
             .ok_or_else(|| Error::Memory(format!("can't share {nbytes} bytes")))?;
         // Before the file exists: its pages are only had when touched, too late to refuse.
         available::check(nbytes, "shared memory").map_err(|err| Error::Memory(err.to_string()))?;
-        let file = SealedFile::create(c"dlpack-share", size)?;
+        // A poolable segment (a fresh copy's) is frozen once written (`freeze`).
+        let file = if poolable {
+            SealedFile::create_freezable(c"dlpack-share", size)?
+        } else {
+            SealedFile::create(c"dlpack-share", size)?
+        };
         let segment = Segment::new(Files::new(file, poolable), new_generation()?, true);
         let mapped = Mapped::new(segment, false)?;
         mapped.write_generation();
@@ -85,6 +94,10 @@ impl Mapped {
         let Some(files) = file_size(nbytes.max(1)).and_then(pool::take) else {
             return Ok(None);
         };
+        // A frozen segment can only be written through the writable mapping kept with it.
+        if files.frozen() && !files.has_writer() {
+            return Ok(None); // closed
+        }
         // On failure the files are closed or kept again, their lock with them.
         let segment = Segment::new(files, new_generation()?, true);
         let mapped = Mapped::new(segment, true)?;
@@ -150,8 +163,23 @@ impl Mapped {
     }
 
     fn new(segment: Arc<Segment>, populate: bool) -> Result<Mapped> {
-        let mapping = segment.map(populate)?;
-        Ok(Mapped { mapping, segment })
+        let (mapping, writes) = segment.map(populate)?;
+        Ok(Mapped {
+            mapping: ManuallyDrop::new(mapping),
+            writes,
+            segment,
+        })
+    }
+
+    /// Whether writes through this mapping are this process's own (copy-on-write).
+    pub fn is_private(&self) -> bool {
+        self.writes == Writes::Private
+    }
+
+    /// Seal the segment against writes from now on (a fresh copy, written): this mapping
+    /// still writes (and is kept for the segment's reuse), no new one can.
+    pub fn freeze(&self) -> Result<()> {
+        self.segment.files().freeze()
     }
 
     fn registered(self) -> Arc<Mapped> {
@@ -190,6 +218,11 @@ impl Drop for Mapped {
     fn drop(&mut self) {
         // Forgotten before it is unmapped: its address may be reused from then on.
         REGISTRY.lock().remove(self);
+        // SAFETY: taken once, here, and the field is not used after.
+        let mapping = unsafe { ManuallyDrop::take(&mut self.mapping) };
+        if self.writes == Writes::Shared && self.segment.files().frozen() {
+            self.segment.files().keep_writer(mapping); // unmapped there unless reusable
+        }
         // Handles of the segment released since the lender last looked no longer keep it.
         lender::sweep();
     }

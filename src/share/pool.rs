@@ -7,10 +7,11 @@
 
 use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::per_process::PerProcess;
-use dlpack_core::share::{Result, SealedFile, lock, system};
+use dlpack_core::share::{Mapping, Result, SealedFile, lock, system};
 
 /// At most this many segments are kept.
 pub const POOL_SEGMENTS: usize = 4;
@@ -35,6 +36,11 @@ pub struct Files {
     /// it inherited).
     poolable: bool,
     maker: i32,
+    /// Sealed against writes (a fresh copy once written: see `SealedFile::freeze`).
+    frozen: AtomicBool,
+    /// The maker's writable mapping of a frozen segment, kept while no view needs it: the only
+    /// way left to write the segment when it is reused.
+    writer: Mutex<Option<Mapping>>,
 }
 
 impl Files {
@@ -45,7 +51,45 @@ impl Files {
             held: Mutex::new(Vec::new()),
             poolable,
             maker: system::pid(),
+            frozen: AtomicBool::new(false),
+            writer: Mutex::new(None),
         }
+    }
+
+    /// Seal the file against writes from now on (once written, a fresh copy never changes):
+    /// no process can map it writable, whatever its handle's state says.
+    pub fn freeze(&self) -> Result<()> {
+        if !self.frozen.load(Ordering::Acquire) && self.file.freeze()? {
+            self.frozen.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    pub fn frozen(&self) -> bool {
+        self.frozen.load(Ordering::Acquire)
+    }
+
+    /// Keep `mapping` (this process's writable one of a frozen segment) for reuse, if the
+    /// segment may be reused here; otherwise it is unmapped.
+    pub fn keep_writer(&self, mapping: Mapping) {
+        if self.frozen() && self.poolable && self.maker == system::pid() {
+            *self.writer.lock().unwrap_or_else(PoisonError::into_inner) = Some(mapping);
+        }
+    }
+
+    pub fn has_writer(&self) -> bool {
+        self.writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// The writable mapping kept, if any.
+    pub fn take_writer(&self) -> Option<Mapping> {
+        self.writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// The file mapped.

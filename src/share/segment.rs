@@ -49,15 +49,19 @@ impl Segment {
         self.files.as_ref().expect("a live segment holds its files")
     }
 
-    /// A new mapping of all of the segment: shared if the segment is writable here, otherwise
+    /// A mapping of all of the segment: the maker's writable one kept for a frozen segment, or
+    /// a new one, shared if the segment is writable here (and not frozen), otherwise
     /// copy-on-write (the maker's memory can't be written through it, see `Writes`).
-    pub fn map(&self, populate: bool) -> Result<Mapping> {
-        let writes = if self.writable {
+    pub fn map(&self, populate: bool) -> Result<(Mapping, Writes)> {
+        if let Some(writer) = self.files().take_writer() {
+            return Ok((writer, Writes::Shared));
+        }
+        let writes = if self.writable && !self.files().frozen() {
             Writes::Shared
         } else {
             Writes::Private
         };
-        Mapping::new(self.files().file(), writes, populate)
+        Ok((Mapping::new(self.files().file(), writes, populate)?, writes))
     }
 
     /// Bytes of the file, trailer included.

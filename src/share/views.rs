@@ -185,7 +185,7 @@ fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Parts<
     }
     // A copy-on-write mapping (of a read-only handle) that this process wrote into shows other
     // bytes than the segment: what is shared must be what this process sees, so that is copied.
-    if !mapped.segment().writable() && private_pages_written(first, end - first) {
+    if mapped.is_private() && private_pages_written(first, end - first) {
         return Ok(None);
     }
     let offset = (data - mapped.base_ptr() as usize) as i64;
@@ -243,6 +243,8 @@ fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Parts<'py>> {
     target.swapped = tensor.swapped; // the bytes are shared as they are stored
     copy::copy_into(py, &target, tensor, None)?;
     drop(target);
+    // Never written again until reused: sealed, so no process maps it writable.
+    mapped.freeze()?;
     let element = Element {
         dtype: tensor.dtype,
         swapped: tensor.swapped,

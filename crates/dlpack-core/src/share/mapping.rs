@@ -198,7 +198,9 @@ impl Drop for Mapping {
 
 #[cfg(test)]
 mod tests {
+    use super::super::memfd::open_peer;
     use super::*;
+    use std::os::fd::AsRawFd;
 
     #[test]
     fn shared_writes_reach_the_file_and_private_ones_do_not() {
@@ -220,6 +222,20 @@ mod tests {
         assert_eq!(unsafe { *last_word }, 8);
         // A shared mapping of a read-only descriptor is refused by the kernel.
         assert!(Mapping::new(&reader, Writes::Shared, false).is_err());
+    }
+
+    #[test]
+    fn a_frozen_file_keeps_its_writers_and_gets_no_new_ones() {
+        let file = SealedFile::create_freezable(c"test", 4096).unwrap();
+        let writer = Mapping::new(&file, Writes::Shared, false).unwrap();
+        assert!(file.freeze().unwrap());
+        writer.write_word(0, 3); // made before: still writes
+        let opened = open_peer(super::super::system::pid(), file.fd().as_raw_fd(), true).unwrap();
+        let again = SealedFile::check(opened, Some(file.id()), 4096, true).unwrap();
+        assert!(Mapping::new(&again, Writes::Shared, false).is_err());
+        let private = Mapping::new(&again, Writes::Private, false).unwrap();
+        assert_eq!(private.read_word(0), 3);
+        assert!(rustix::io::write(again.fd(), b"x").is_err());
     }
 
     #[test]

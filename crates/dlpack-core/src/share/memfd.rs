@@ -31,10 +31,22 @@ impl SealedFile {
     /// A new zero-filled memory file of `size` bytes (readable and writable, closed on exec),
     /// sealed against shrinking, growing and further seals.
     pub fn create(name: &CStr, size: u64) -> Result<SealedFile> {
+        SealedFile::new(name, size, true)
+    }
+
+    /// `create`, but open to one more seal: `freeze`.
+    pub fn create_freezable(name: &CStr, size: u64) -> Result<SealedFile> {
+        SealedFile::new(name, size, false)
+    }
+
+    fn new(name: &CStr, size: u64, last_seal: bool) -> Result<SealedFile> {
         let flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
         let fd = fs::memfd_create(name, flags).map_err(Error::os("memfd_create"))?;
         fs::ftruncate(&fd, size).map_err(Error::os("ftruncate"))?;
-        let seals = SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
+        let mut seals = SealFlags::SHRINK | SealFlags::GROW;
+        if last_seal {
+            seals |= SealFlags::SEAL;
+        }
         fs::fcntl_add_seals(&fd, seals).map_err(Error::os("fcntl(F_ADD_SEALS)"))?;
         let id = identity(&fd)?.0;
         Ok(SealedFile {
@@ -97,6 +109,18 @@ impl SealedFile {
             size: self.size,
             writable: writable && self.writable,
         })
+    }
+
+    /// Seal a `create_freezable` file against writes from now on (`F_SEAL_FUTURE_WRITE`, and
+    /// against further seals): mappings made writable before keep writing, but no process can
+    /// map it writable any more, nor `write` to it, whatever mode it opens it in. False where the
+    /// kernel has no such seal (before 5.1): then nothing changes.
+    pub fn freeze(&self) -> Result<bool> {
+        match fs::fcntl_add_seals(&self.fd, SealFlags::FUTURE_WRITE | SealFlags::SEAL) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::INVAL) => Ok(false),
+            Err(errno) => Err(Error::os("fcntl(F_ADD_SEALS)")(errno)),
+        }
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
