@@ -157,6 +157,12 @@ static LENDER: PerProcess<Option<Arc<Lender>>> = PerProcess::new(|| None);
 pub fn lend(segment: Arc<Segment>, writable: bool) -> Result<(Arc<Lender>, Token, RawFd)> {
     let lender = started()?;
     let fd = segment.fd_for(writable)?.as_raw_fd();
+    // Out of board words: the words released since the lender last looked are free again.
+    // Without this, a fast sender would have its tokens released by message (a wake-up of this
+    // process's lender thread per handle) until the next timed look.
+    if lender.pins().free.is_empty() {
+        lender.sweep();
+    }
     let mut pins = lender.pins();
     let mut token = pins.random_token()?;
     // Never 0 (a free word); its second bit says whether it was lent writable.
