@@ -147,6 +147,10 @@ ML_DTYPES_NAMES = [
 ]
 
 
+class Buf(bytearray):
+    """bytearray that can be weak-referenced."""
+
+
 def package_root():
     """The folder holding the installed ``dlpack``: a subprocess started there imports it."""
     import dlpack
