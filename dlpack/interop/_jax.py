@@ -15,8 +15,11 @@ from ._request import _CPU, _CUDA, _HOST, _device_name
 if TYPE_CHECKING:
     import jax
 
-# The package whose frames _warn_from_caller skips to reach the user's call.
+# The package whose frames _warn_from_caller skips to reach the user's call, and the libraries
+# that call into it on the user's behalf (torch.nn.Module.__call__ runs a JaxModule's forward,
+# JAX runs callbacks and transformations).
 _PACKAGE = __name__.rpartition(".")[0]
+_CALLERS_BETWEEN = ("torch", "jax", "jaxlib")
 # XLA reads imported host buffers in place only at this alignment (it copies or refuses others).
 _JAX_ALIGNMENT = 64
 
@@ -44,7 +47,8 @@ def _x64_enabled() -> bool:
 
 
 def _warn_from_caller(message: str, category: type[Warning]) -> None:
-    """Warn with the location of the first frame outside this package (the user's call)."""
+    """Warn with the location of the first frame outside this package and the libraries calling
+    it (the user's call)."""
     level = 2  # warnings.warn's level for the frame below
     frame = sys._getframe(1)
     while frame is not None and _in_package(frame.f_globals.get("__name__")):
@@ -54,7 +58,10 @@ def _warn_from_caller(message: str, category: type[Warning]) -> None:
 
 
 def _in_package(module: str | None) -> bool:
-    return module is not None and (module == _PACKAGE or module.startswith(_PACKAGE + "."))
+    if module is None:
+        return False
+    top = module.partition(".")[0]
+    return module == _PACKAGE or module.startswith(_PACKAGE + ".") or top in _CALLERS_BETWEEN
 
 
 def _narrowing_message(name: str, narrowed: str) -> str:

@@ -17,7 +17,7 @@ from ._jax import (
     _x64_enabled,
 )
 from ._leaves import _array_to_torch, _leaf_to_jax, _leaf_to_numpy
-from ._pytree import _JAX, _TORCH, _TRACER, _flatten, _unflatten
+from ._pytree import _JAX, _TORCH, _TRACER, _flatten, _leaf_paths, _unflatten
 from ._request import _AS_IS, _HOST, DeviceLike, _parse_device, _Request
 from ._torch import _conj_if_complex, _torch_device, _torch_dtype
 
@@ -187,6 +187,14 @@ class _TorchRun:
         ]
         self.out_skeleton = out_skeleton
         self.out_specs = [_shape_dtype_struct(output.shape, output.dtype) for output in outputs]
+        if self.options.result_shape is not None:
+            # Called eagerly, the outputs must be what tracing would have declared.
+            declared_skeleton, declared = self._declared_specs(warn=False)
+            self._check_outputs(
+                [(tuple(output.shape), _dtype_name(output.dtype)) for output in outputs],
+                declared,
+                declared_skeleton,
+            )
         return outputs
 
     def forward_rule(self, *primals: Any) -> tuple[list[Any], list[Any]]:
@@ -242,19 +250,53 @@ class _TorchRun:
         """Shapes and dtypes of the outputs, for pure_callback: given, or found with torch."""
         if self.options.result_shape is None:
             shapes = self._infer_output_shapes(values)
-        elif callable(self.options.result_shape):
-            shapes = self.options.result_shape(*self.args, **self.kwargs)
+            self.out_skeleton, self.out_specs = self._specs_of(shapes, warn=True)
         else:
-            shapes = self.options.result_shape
-        self.out_skeleton, leaves, _ = _flatten(shapes)
-        self.out_specs = []
+            self.out_skeleton, self.out_specs = self._declared_specs(warn=True)
+
+    def _declared_specs(self, warn: bool) -> tuple[Any, list[Any]]:
+        """The skeleton and the specs ``result_shape`` declares for this call."""
+        shapes = self.options.result_shape
+        if callable(shapes):
+            shapes = shapes(*self.args, **self.kwargs)
+        return self._specs_of(shapes, warn)
+
+    def _specs_of(self, shapes: Any, warn: bool) -> tuple[Any, list[Any]]:
+        """The skeleton of a tree of shapes and dtypes, and its leaves as JAX will hold them
+        (64-bit types narrowed without x64, with a warning when ``warn``)."""
+        skeleton, leaves, _ = _flatten(shapes)
+        specs = []
         for leaf in leaves:
             name = _dtype_name(leaf.dtype)
             narrowed = None if self.x64 else _X32_NARROWING.get(name)
             if narrowed is not None:
-                _warn_from_caller(_narrowing_message(name, narrowed), DtypeNarrowingWarning)
+                if warn:
+                    _warn_from_caller(_narrowing_message(name, narrowed), DtypeNarrowingWarning)
                 name = narrowed
-            self.out_specs.append(_shape_dtype_struct(tuple(leaf.shape), name))
+            specs.append(_shape_dtype_struct(tuple(leaf.shape), name))
+        return skeleton, specs
+
+    def _check_outputs(
+        self, returned: list[tuple[tuple[int, ...], str]], specs: list[Any], skeleton: Any
+    ) -> None:
+        """RuntimeError (as jax.pure_callback raises) unless the outputs returned are the
+        arrays ``specs`` declares: their number, and each one's shape and dtype."""
+        name = getattr(self.fn, "__name__", repr(self.fn))
+        if len(returned) != len(specs):
+            raise RuntimeError(
+                f"the torch function {name} returned {len(returned)} arrays, but result_shape "
+                f"declares {len(specs)}"
+            )
+        for index, ((shape, dtype), spec) in enumerate(zip(returned, specs, strict=True)):
+            declared = _dtype_name(spec.dtype)
+            if shape == tuple(spec.shape) and dtype == declared:
+                continue
+            path = _leaf_paths(skeleton)[index]
+            raise RuntimeError(
+                f"the torch function {name} returned {dtype} of shape {shape} as output "
+                f"{path}, but result_shape declares {declared} of shape {tuple(spec.shape)} "
+                "(nothing is cast or reshaped: fix the function or result_shape)"
+            )
 
     def _infer_output_shapes(self, values: list[Any]) -> Any:
         """Run the function on torch fake tensors: shapes and dtypes, no computation.
@@ -317,21 +359,27 @@ class _TorchRun:
     def _host_forward(self, *values: Any) -> list[Any]:
         """pure_callback's forward: host arrays matching the traced output specs."""
         _, leaves, kinds = self._run_forward(values)
-        if len(leaves) != len(self.out_specs):
-            raise RuntimeError(
-                f"the torch function returned {len(leaves)} arrays, but tracing it found "
-                f"{len(self.out_specs)}"
-            )
-        return [
-            _host_result(leaf, kind, spec)
-            for leaf, kind, spec in zip(leaves, kinds, self.out_specs, strict=True)
+        arrays = [
+            _leaf_to_numpy(leaf, kind, _AS_IS) for leaf, kind in zip(leaves, kinds, strict=True)
         ]
+        # Without x64, 64-bit results narrow to what JAX holds (tracing warned); nothing else
+        # is cast.
+        returned = [(array.shape, self._as_held(_dtype_name(array.dtype))) for array in arrays]
+        self._check_outputs(returned, self.out_specs, self.out_skeleton)
+        return [
+            array if array.dtype == spec.dtype else array.astype(spec.dtype)
+            for array, spec in zip(arrays, self.out_specs, strict=True)
+        ]
+
+    def _as_held(self, name: str) -> str:
+        """The dtype JAX holds for arrays of dtype ``name`` (64-bit types narrowed without x64)."""
+        return name if self.x64 else _X32_NARROWING.get(name, name)
 
     def _host_backward(self, wanted: list[int], live: list[int], *operands: Any) -> list[Any]:
         """pure_callback's backward: host arrays of the wanted inputs' gradients."""
         grads = self._torch_vjp(wanted, live, list(operands))
         return [
-            _host_result(grad, _TORCH, _shape_dtype_struct(operands[i].shape, operands[i].dtype))
+            _host_result(grad, _shape_dtype_struct(operands[i].shape, operands[i].dtype))
             for i, grad in zip(wanted, grads, strict=True)
         ]
 
@@ -381,9 +429,9 @@ def _shape_dtype_struct(shape: tuple[int, ...], dtype: Any) -> Any:
     return jax.ShapeDtypeStruct(tuple(shape), _jax_dtype(_dtype_name(dtype)))
 
 
-def _host_result(leaf: Any, kind: int, spec: Any) -> Any:
-    """A torch result as the host array pure_callback expects (same shape, the spec's dtype)."""
-    array = _leaf_to_numpy(leaf, kind, _AS_IS)
+def _host_result(grad: Any, spec: Any) -> Any:
+    """A gradient as the host array pure_callback expects (its input's shape and dtype)."""
+    array = _leaf_to_numpy(grad, _TORCH, _AS_IS)
     if array.shape != spec.shape:
         raise RuntimeError(
             f"the torch function returned shape {array.shape} where tracing found {spec.shape}"

@@ -150,6 +150,11 @@ def is_array(obj: Any) -> bool:
 LeafConverter: TypeAlias = Callable[[Any, int], Any]
 
 
+def _kind(node: Any) -> int:
+    kind = _KINDS.get(type(node))
+    return _classify(node) if kind is None else kind
+
+
 def _map_leaves(node: Any, convert: LeafConverter) -> Any:
     """Rebuild ``node`` with ``convert(leaf, kind)`` applied to its array leaves.
 
@@ -157,7 +162,27 @@ def _map_leaves(node: Any, convert: LeafConverter) -> Any:
     becomes a shallow copy of itself with converted fields (``__init__`` and ``__post_init__``
     are not run again), a dict keeps its key order and key types, a dict subclass is a shallow
     copy with converted values (a defaultdict keeps its default factory).
+
+    Trees of any depth convert (Python's recursion limit does not apply), and a container that
+    holds itself, directly or further down, is a ValueError naming where: trees nested deeper
+    than ``_RECURSION_DEPTH`` (and so every cycle) are walked again with a stack of their own.
     """
+    try:
+        return _child(node, convert, 0)
+    except (_TooDeep, RecursionError):  # the latter: called from deep down a stack already
+        return _map_leaves_iteratively(node, convert)
+
+
+# How deep the recursive walk goes before the iterative one takes over (it is twice as fast on
+# trees of small dicts, and Python's recursion limit is 1000 frames).
+_RECURSION_DEPTH = 200
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _child(node: Any, convert: LeafConverter, depth: int) -> Any:
     kind = _KINDS.get(type(node))
     if kind is None:
         kind = _classify(node)
@@ -165,60 +190,166 @@ def _map_leaves(node: Any, convert: LeafConverter) -> Any:
         return convert(node, kind)
     if kind == _STATIC:
         return node
+    if depth >= _RECURSION_DEPTH:
+        raise _TooDeep
+    depth += 1
     if kind == _DICT:
-        return {key: _map_leaves(value, convert) for key, value in node.items()}
+        return {key: _child(value, convert, depth) for key, value in node.items()}
     if kind == _LIST:
-        return [_map_leaves(child, convert) for child in node]
+        return [_child(child, convert, depth) for child in node]
     if kind == _TUPLE:
-        return tuple([_map_leaves(child, convert) for child in node])
-    if kind == _NAMEDTUPLE:
-        return type(node)._make([_map_leaves(child, convert) for child in node])
+        return tuple([_child(child, convert, depth) for child in node])
+    frame = _frame(node, kind)
+    frame[4] = [_child(child, convert, depth) for child in frame[2]]
+    return _rebuild(frame)
+
+
+def _map_leaves_iteratively(node: Any, convert: LeafConverter) -> Any:
+    """:func:`_map_leaves` with a stack of its own, and the containers open on it checked."""
+    kind = _kind(node)
+    if kind >= _FIRST_ARRAY_KIND:
+        return convert(node, kind)
+    if kind == _STATIC:
+        return node
+    # Each frame: [container, kind, children, how to rebuild it, converted children so far].
+    root = _frame(node, kind)
+    stack = [root]
+    open_ids = {id(node)}
+    while True:
+        frame = stack[-1]
+        children, done = frame[2], frame[4]
+        at, count = len(done), len(children)
+        # This container's leaves in a row, up to its next container child.
+        while at < count:
+            child = children[at]
+            child_kind = _KINDS.get(type(child))
+            if child_kind is None:
+                child_kind = _classify(child)
+            if child_kind >= _FIRST_ARRAY_KIND:
+                done.append(convert(child, child_kind))
+            elif child_kind == _STATIC:
+                done.append(child)
+            else:
+                break
+            at += 1
+        if at < count:
+            if id(child) in open_ids:
+                raise ValueError(_cycle_message(stack, child))
+            open_ids.add(id(child))
+            stack.append(_frame(child, child_kind))
+            continue
+        stack.pop()
+        open_ids.discard(id(frame[0]))
+        rebuilt = _rebuild(frame)
+        if not stack:
+            return rebuilt
+        stack[-1][4].append(rebuilt)
+
+
+def _frame(node: Any, kind: int) -> list[Any]:
+    """A container's frame for :func:`_map_leaves`: its children in order, and what
+    :func:`_rebuild` needs besides them (keys, a treedef, field names)."""
+    if kind == _DICT:
+        return [node, kind, list(node.values()), list(node), []]
+    if kind in (_LIST, _TUPLE, _NAMEDTUPLE):
+        return [node, kind, node, None, []]
+    if kind in (_DICT_SUBCLASS, _MAPPING):
+        keys = list(node.keys())
+        return [node, kind, [node[key] for key in keys], keys, []]
     if kind == _DATACLASS:
-        return _map_dataclass(node, convert)
+        # An init=False field may never have been set: it is left as it is.
+        names = [f.name for f in dataclasses.fields(node) if hasattr(node, f.name)]
+        return [node, kind, [getattr(node, name) for name in names], names, []]
     if kind == _JAX_NODE:
         import jax
 
         children, treedef = jax.tree_util.tree_flatten(node, is_leaf=lambda c: c is not node)
-        return treedef.unflatten([_map_leaves(child, convert) for child in children])
+        return [node, kind, children, treedef, []]
+    return [node, kind, list(node), None, []]  # list and tuple subclasses
+
+
+def _rebuild(frame: list[Any]) -> Any:
+    """The container of ``frame`` with its converted children, of its own type."""
+    node, kind, children, extra, done = frame
+    if kind == _DICT:
+        return dict(zip(extra, done, strict=True))
+    if kind == _LIST:
+        return done
+    if kind == _TUPLE:
+        return tuple(done)
+    if kind == _NAMEDTUPLE:
+        return type(node)._make(done)
+    if kind == _DATACLASS:
+        rebuilt = _copy.copy(node)
+        for name, value in zip(extra, done, strict=True):
+            object.__setattr__(rebuilt, name, value)
+        return rebuilt
+    if kind == _JAX_NODE:
+        return extra.unflatten(done)
     if kind == _DICT_SUBCLASS:
         rebuilt = _copy.copy(node)
-        for key, value in node.items():
-            rebuilt[key] = _map_leaves(value, convert)
+        for key, value in zip(extra, done, strict=True):
+            rebuilt[key] = value
         return rebuilt
-    return _map_other_container(node, kind, convert)
-
-
-def _map_dataclass(node: Any, convert: LeafConverter) -> Any:
-    """A copy of a dataclass instance with each field converted (frozen and slotted ones too)."""
-    rebuilt = _copy.copy(node)
-    for field in dataclasses.fields(node):
-        value = getattr(node, field.name, _Slot)  # an init=False field may never have been set
-        if value is not _Slot:
-            object.__setattr__(rebuilt, field.name, _map_leaves(value, convert))
-    return rebuilt
-
-
-def _map_other_container(node: Any, kind: int, convert: LeafConverter) -> Any:
-    """List, tuple and Mapping subclasses with no known recipe: rebuilt only if holding arrays."""
-    if kind == _MAPPING:
-        items = {key: _map_leaves(value, convert) for key, value in node.items()}
-        unchanged = all(items[key] is value for key, value in node.items())
-    else:
-        children = [_map_leaves(child, convert) for child in node]
-        unchanged = all(new is old for new, old in zip(children, node, strict=True))
-    if unchanged:
+    # List, tuple and Mapping subclasses with no known recipe: rebuilt only if holding arrays.
+    if all(new is old for new, old in zip(done, children, strict=True)):
         return node
     try:
         if kind == _LIST_SUBCLASS:
             rebuilt = _copy.copy(node)
-            rebuilt[:] = children
+            rebuilt[:] = done
             return rebuilt
-        return type(node)(items if kind == _MAPPING else children)
+        return type(node)(dict(zip(extra, done, strict=True)) if kind == _MAPPING else done)
     except Exception as exc:
         raise TypeError(
             f"can't rebuild a {type(node).__qualname__} holding arrays; register the type with "
             "jax.tree_util (register_pytree_node) so its children can be replaced"
         ) from exc
+
+
+def _leaf_paths(tree: Any) -> list[str]:
+    """Where each array leaf of ``tree`` is (``tree[0]['w']``), in :func:`_flatten`'s order:
+    for error messages."""
+    paths: list[str] = []
+    stack: list[tuple[Any, str]] = [(tree, "tree")]
+    while stack:
+        node, path = stack.pop()
+        kind = _kind(node)
+        if kind >= _FIRST_ARRAY_KIND:
+            paths.append(path)
+        elif kind != _STATIC:
+            frame = _frame(node, kind)
+            keys = frame[3] if kind in (_DICT, _DICT_SUBCLASS, _MAPPING, _DATACLASS) else None
+            for at in reversed(range(len(frame[2]))):
+                if keys is None:
+                    step = f"[{at}]"
+                elif kind == _DATACLASS:
+                    step = f".{keys[at]}"
+                else:
+                    step = f"[{keys[at]!r}]"
+                stack.append((frame[2][at], path + step))
+    return paths
+
+
+def _cycle_message(stack: list[list[Any]], child: Any) -> str:
+    """Where ``child``, a container being walked, turns up inside itself."""
+
+    def key(frame: list[Any]) -> str:
+        node, kind, _, extra, done = frame
+        at = len(done)
+        if kind in (_DICT, _DICT_SUBCLASS, _MAPPING):
+            return f"[{extra[at]!r}]"
+        if kind == _DATACLASS:
+            return f".{extra[at]}"
+        return f"[{at}]"
+
+    inner = "tree" + "".join(key(frame) for frame in stack)
+    depth = next(i for i, frame in enumerate(stack) if frame[0] is child)
+    outer = "tree" + "".join(key(frame) for frame in stack[:depth])
+    return (
+        f"the tree contains itself: {inner} is the {type(child).__name__} at {outer} (a cycle); "
+        "pytrees must be trees"
+    )
 
 
 def _flatten(tree: Any) -> tuple[Any, list[Any], list[int]]:

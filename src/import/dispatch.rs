@@ -99,6 +99,9 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
                 let producer = on_device.then(|| obj.clone().unbind());
                 return Ok(Imported { tensor, producer });
             }
+            // torch refuses nested tensors by their layout, or fails with an "internal error":
+            // say what is wrong instead.
+            Err(_) if protocols.torch && is_nested(obj) => return Err(nested_tensor()),
             Err(err) if err.is_buffer_error(py) => refused = Some(err),
             Err(err) => return Err(err),
         }
@@ -156,6 +159,23 @@ fn refuse_masked_elements(array: &Bound<'_, PyAny>) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Whether `tensor` (a torch tensor) is a nested one: a list of tensors of different shapes.
+fn is_nested(tensor: &Bound<'_, PyAny>) -> bool {
+    let py = tensor.py();
+    tensor
+        .getattr(intern!(py, "is_nested"))
+        .and_then(|flag| flag.is_truthy())
+        .unwrap_or(false)
+}
+
+#[cold]
+fn nested_tensor() -> Error {
+    Error::buffer(
+        "a torch nested tensor has no single strided layout, so DLPack can't describe it: pad it \
+         (nested.to_padded_tensor(0.0)) or unbind() it into a list of tensors",
+    )
 }
 
 /// Whether torch's C exchange API gives this tensor's true values. It exports the raw memory
