@@ -1,4 +1,7 @@
-//! `dlpack._dlpack`: module registration only. The data path is `import` (one importer per
+//! `dlpack._dlpack`, the extension behind the `dlpack` Python package, and the Rust API for PyO3
+//! extensions (`api`, re-exported here; `docs/rust-api.md` is its guide).
+//!
+//! Here, module registration only. The data path is `import` (one importer per
 //! protocol) -> `tensor` (the one description) -> `export` (DLPack capsules, the C exchange
 //! API) and `copy`; `object` is the Python face, `tables` what Python asks of the core. What
 //! needs no Python (DLPack's ABI, element types, layouts, memory we own, the copy engines, the
@@ -20,6 +23,7 @@
 //! error    the core's error or Python's, one mapping to Python exceptions
 //! ```
 
+mod api;
 mod copy;
 mod error;
 mod export;
@@ -33,15 +37,15 @@ mod tensor;
 
 use pyo3::prelude::*;
 
+#[cfg(feature = "ndarray")]
+pub use api::from_ndarray;
+pub use api::{ArrayView, ArrayViewMut, Element, from_boxed_slice, from_vec, view, view_mut};
+pub use dlpack_core::DType;
+pub use dlpack_core::abi::DLDevice;
+
 #[pymodule]
 fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let ty = object::type_object(m.py())?;
-    // For C consumers (tvm-ffi, torch) that skip the Python `__dlpack__` call.
-    ty.setattr(
-        "__dlpack_c_exchange_api__",
-        object::exchange_api_capsule(m.py())?,
-    )?;
-    m.add("DLPackObject", ty)?;
+    m.add("DLPackObject", object::type_object(m.py())?)?;
     m.add("asdlpack", object::asdlpack_function(m)?)?;
     m.add_function(wrap_pyfunction!(object::copyto, m)?)?;
     m.add_function(wrap_pyfunction!(object::_footprint, m)?)?;

@@ -67,21 +67,42 @@ unsafe impl Send for SendJob<'_> {}
 /// A fresh, writable, C-ordered, native-byte-order copy of a host tensor in memory we own.
 pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
     check_host(tensor)?;
-    let itemsize = tensor.dtype.itemsize();
     let nbytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
     let buffer = AlignedBuffer::new(nbytes)?;
+    let layout = Layout::c_order(tensor.layout.shape(), tensor.dtype.itemsize())?;
+    // SAFETY: the buffer we just allocated holds `nbytes` bytes, and nothing else uses it.
+    unsafe { write_c_order(py, tensor, buffer.as_ptr().cast(), nbytes)? };
+    Ok(Tensor::host_allocation(buffer, tensor.dtype, layout))
+}
+
+/// Write a host tensor's elements to `dst` in C order and native byte order.
+///
+/// # Safety
+/// `dst` is writable memory of `nbytes` bytes, the tensor's element count times its item size,
+/// which no one else reads or writes during the call and which shares no bytes with the
+/// tensor's.
+pub unsafe fn write_c_order(
+    py: Python<'_>,
+    tensor: &Tensor,
+    dst: *mut u8,
+    nbytes: usize,
+) -> Result<()> {
+    check_host(tensor)?;
+    let itemsize = tensor.dtype.itemsize();
+    if usize::try_from(tensor.nbytes()).ok() != Some(nbytes) {
+        return Err(Error::runtime(
+            "internal error: a copy's destination has the wrong size",
+        ));
+    }
     let layout = Layout::c_order(tensor.layout.shape(), itemsize)?;
-    let dst = strided(
-        buffer.as_ptr().cast(),
-        layout.shape(),
-        layout.byte_strides(),
-    );
+    let to = strided(dst.cast(), layout.shape(), layout.byte_strides());
     if tensor.indirect {
-        gather_indirect(py, tensor, &buffer, nbytes)?;
+        // SAFETY: per the contract, `dst` holds `nbytes` writable bytes.
+        unsafe { gather_indirect(py, tensor, dst, nbytes)? };
         if tensor.swapped {
             // Swap in place: the engine reads each element before writing it back.
-            // SAFETY: `dst` is the buffer we just allocated and filled.
-            unsafe { run(py, &dst, &dst, itemsize, Some(tensor.dtype.swap_unit())) };
+            // SAFETY: `dst` is ours for the call (the contract), and now filled.
+            unsafe { run(py, &to, &to, itemsize, Some(tensor.dtype.swap_unit())) };
         }
     } else {
         let src = strided(
@@ -90,27 +111,70 @@ pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
             tensor.layout.byte_strides(),
         );
         let swap = tensor.swapped.then(|| tensor.dtype.swap_unit());
-        // SAFETY: `dst` is the buffer we just allocated, as large as `src`'s elements; `src` is
-        // the tensor's host memory (checked above), live while its owner is.
-        unsafe { run(py, &dst, &src, itemsize, swap) };
+        // SAFETY: `dst` is as large as `src`'s elements and ours for the call (the contract);
+        // `src` is the tensor's host memory (checked above), live while its owner is.
+        unsafe { run(py, &to, &src, itemsize, swap) };
     }
-    Ok(Tensor::host_allocation(buffer, tensor.dtype, layout))
+    Ok(())
+}
+
+/// Write C-ordered, native-order elements from `src` into a host tensor's memory, wherever its
+/// layout puts them (in its byte order).
+///
+/// # Safety
+/// `src` holds `nbytes` readable bytes, the tensor's element count times its item size, and
+/// shares no bytes with the tensor's memory; the tensor's memory is writable and nobody else
+/// reads or writes it during the call; no two of its elements share bytes.
+pub unsafe fn read_c_order(
+    py: Python<'_>,
+    tensor: &Tensor,
+    src: *const u8,
+    nbytes: usize,
+) -> Result<()> {
+    check_host(tensor)?;
+    if tensor.indirect || tensor.readonly {
+        return Err(Error::runtime(
+            "internal error: writing into memory that can't take it",
+        ));
+    }
+    let itemsize = tensor.dtype.itemsize();
+    if usize::try_from(tensor.nbytes()).ok() != Some(nbytes) {
+        return Err(Error::runtime(
+            "internal error: a copy's source has the wrong size",
+        ));
+    }
+    let layout = Layout::c_order(tensor.layout.shape(), itemsize)?;
+    let from = strided(src.cast_mut().cast(), layout.shape(), layout.byte_strides());
+    let to = strided(
+        tensor.data,
+        tensor.layout.shape(),
+        tensor.layout.byte_strides(),
+    );
+    let swap = tensor.swapped.then(|| tensor.dtype.swap_unit());
+    // SAFETY: per the contract: `src` readable and as large as the tensor's elements, the
+    // tensor's memory writable host memory (checked above) sharing no bytes with `src`.
+    unsafe { run(py, &to, &from, itemsize, swap) };
+    Ok(())
 }
 
 /// Follow a buffer's suboffsets with CPython's own gatherer (it knows the PIL-style rules).
-fn gather_indirect(
+///
+/// # Safety
+/// `dst` is writable memory of `nbytes` bytes, ours for the call.
+unsafe fn gather_indirect(
     py: Python<'_>,
     tensor: &Tensor,
-    buffer: &AlignedBuffer,
+    dst: *mut u8,
     nbytes: usize,
 ) -> Result<()> {
     let Owner::Buffer { view, .. } = &tensor.owner else {
         return Err(Error::buffer("indirect memory without a buffer view"));
     };
     let len = isize::try_from(nbytes).map_err(|_| Error::value("tensor too large"))?;
-    // SAFETY: `view` is a live Py_buffer (the tensor's owner holds it), `buffer` has `nbytes`
-    // bytes, which is exactly the view's element count times its item size; we hold the GIL.
-    if !unsafe { python::buffer_to_c_order(buffer.as_ptr(), &**view, len) } {
+    // SAFETY: `view` is a live Py_buffer (the tensor's owner holds it), `dst` has `nbytes`
+    // bytes (the contract), which is exactly the view's element count times its item size
+    // (checked by the caller); we hold the GIL.
+    if !unsafe { python::buffer_to_c_order(dst, &**view, len) } {
         return Err(PyErr::fetch(py).into());
     }
     Ok(())

@@ -36,7 +36,18 @@ pub fn is_immutable(obj: &Bound<'_, PyAny>) -> bool {
     protocols::of_type(&obj.get_type()).immutable
 }
 
-pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
+pub fn import(obj: &Bound<'_, PyAny>) -> Result<Imported> {
+    import_with(obj, true)
+}
+
+/// `import` without producers' C exchange APIs, which hand over a copy where the memory is
+/// read-only (see `object::exchange_api`): for callers that write through what they import, or
+/// report its flags, and must see the memory itself.
+pub fn import_in_place(obj: &Bound<'_, PyAny>) -> Result<Imported> {
+    import_with(obj, false)
+}
+
+fn import_with<'py>(obj: &Bound<'py, PyAny>, exchange_api: bool) -> Result<Imported> {
     let py = obj.py();
     // The common case first, without the per-type lookup: an exact numpy array.
     let exact_ndarray = numpy::ExactNdarray::new(obj);
@@ -76,7 +87,8 @@ pub fn import<'py>(obj: &Bound<'py, PyAny>) -> Result<Imported> {
             Ok(None) // neither the type nor (lacking a __dict__ or __getattr__) the instance has it
         }
     };
-    if let Some(table) = protocols.exchange_api
+    if exchange_api
+        && let Some(table) = protocols.exchange_api
         && (!protocols.torch || torch_exports_faithfully(obj)?)
     {
         // SAFETY: `protocols` are those of `obj`'s type, so `table` is its exchange API.

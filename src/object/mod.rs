@@ -18,7 +18,6 @@ mod pytype;
 mod state;
 mod view;
 
-pub use exchange_api::capsule as exchange_api_capsule;
 pub use from_buffer::_from_buffer;
 pub use functions::{_footprint, copyto};
 pub use pickling::set_reconstructor;

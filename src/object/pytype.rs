@@ -16,7 +16,7 @@ use pyo3::types::{PyBool, PyModule, PyString, PyType};
 
 use super::instance::{self, Instance, dealloc, state_unchecked, traverse};
 use super::state::DLPackObject;
-use super::{arguments, functions, pickling};
+use super::{arguments, exchange_api, functions, pickling};
 use crate::error::Result;
 use crate::export::policy::{self, Request};
 use crate::export::{buffer, capsule};
@@ -31,6 +31,10 @@ pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         ty = create_type(py)?;
         // SAFETY: the type just made, whose reference is never released.
         unsafe { instance::set_type(ty) };
+        // SAFETY: as below.
+        let made = unsafe { Bound::from_borrowed_ptr(py, ty.cast()) };
+        // For C consumers (tvm-ffi, torch) that skip the Python `__dlpack__` call.
+        made.setattr("__dlpack_c_exchange_api__", exchange_api::capsule(py)?)?;
     }
     // SAFETY: `ty` is a live type object (one reference is never released).
     let ty = unsafe { Bound::from_borrowed_ptr(py, ty.cast()) };

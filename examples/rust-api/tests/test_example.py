@@ -1,0 +1,206 @@
+"""The example extension, fed every kind of array Python holds, and its arrays fed to every
+library: what an extension built on dlpack-adapter's Rust API sees."""
+
+import array
+import gc
+import threading
+
+import dlpack
+import dlpack_example as ex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+
+def test_total_accepts_every_kind_of_float64_array():
+    values = [1.5, 2.5, 3.0, 4.0]
+    sources = [
+        np.array(values),
+        np.array(values + values)[::2],  # strided
+        np.asfortranarray(np.array([values, values])),  # Fortran order
+        torch.tensor(values, dtype=torch.float64),
+        torch.tensor([values, values], dtype=torch.float64).T,
+        jnp.array(values, dtype=jnp.float32).astype(np.float64)
+        if jax.config.jax_enable_x64
+        else np.array(values),
+        array.array("d", values),
+        memoryview(array.array("d", values)),
+        dlpack.asdlpack(np.array(values)),
+    ]
+    for source in sources:
+        expected = float(np.sum(np.asarray(source)))
+        assert ex.total(source) == pytest.approx(expected), type(source)
+        assert ex.copy_out(source) == list(np.asarray(source).ravel(order="C"))
+
+
+def test_jax_arrays_are_read_in_place_and_stay_read_only():
+    x = jnp.arange(6, dtype=jnp.float32).reshape(2, 3)
+    assert ex.first(x) == 0.0
+    shape, strides, dtype, device, readonly = ex.describe(x)
+    assert (shape, strides, dtype, device) == ([2, 3], [12, 4], "float32", (1, 0))
+    assert readonly
+    with pytest.raises(BufferError, match="read-only"):
+        ex.scale(x, 2.0)
+    np.testing.assert_array_equal(np.asarray(x), np.arange(6).reshape(2, 3))
+
+
+def test_describe_reports_what_numpy_says():
+    a = np.zeros((4, 6), dtype=np.float32)[::2, ::-3]
+    shape, strides, dtype, device, readonly = ex.describe(a)
+    assert shape == list(a.shape) and strides == list(a.strides)
+    assert (dtype, device, readonly) == ("float32", (1, 0), False)
+    ro = np.ones(3)
+    ro.flags.writeable = False
+    assert ex.describe(ro)[4] is True
+
+
+def test_in_place_reads_need_contiguous_memory_of_the_type():
+    assert ex.total_in_place(np.arange(5.0)) == 10.0
+    assert ex.total_in_place(np.arange(5.0).reshape(1, 5)) == 10.0
+    with pytest.raises(BufferError, match="not C-contiguous"):
+        ex.total_in_place(np.arange(10.0)[::2])
+    with pytest.raises(TypeError, match="holds float32, not float64"):
+        ex.total(np.arange(3, dtype=np.float32))
+    with pytest.raises(TypeError, match="holds int64, not float32"):
+        ex.first(torch.arange(3))
+    # Non-native byte order is no slice, but copies in native order.
+    swapped = np.arange(4.0).astype(">f8")
+    with pytest.raises(BufferError, match="byte order"):
+        ex.total_in_place(swapped)
+    assert ex.total(swapped) == 6.0
+    # Unaligned memory is no slice either.
+    raw = np.zeros(8 * 4 + 1, dtype=np.uint8)[1:].view(np.float64)
+    raw[:] = [1, 2, 3, 4]
+    with pytest.raises(BufferError, match="aligned"):
+        ex.total_in_place(raw)
+    assert ex.total(raw) == 10.0
+
+
+def test_bytes_and_buffers():
+    # PyO3 returns a Vec<u8> as bytes.
+    assert ex.byte_values(b"abc") == b"abc"
+    assert ex.byte_values(bytearray(b"\x00\xff")) == b"\x00\xff"
+    assert ex.byte_values(array.array("B", [7, 8])) == b"\x07\x08"
+    with pytest.raises(TypeError, match="needs an object that supports DLPack"):
+        ex.total(object())
+    with pytest.raises(TypeError, match="needs an object that supports DLPack"):
+        ex.total([1.0, 2.0])
+
+
+def test_writes_land_in_the_callers_memory():
+    a = np.ones(4, dtype=np.float32)
+    ex.scale(a, 3.0)
+    np.testing.assert_array_equal(a, [3, 3, 3, 3])
+    t = torch.ones(2, 2)
+    ex.scale(t, 0.5)
+    assert torch.equal(t, torch.full((2, 2), 0.5))
+    m = np.zeros((3, 4))[:, ::-2]  # strided and reversed
+    ex.fill_counting(m)
+    np.testing.assert_array_equal(m, np.arange(6.0).reshape(3, 2))
+    ba = bytearray(8)
+    with pytest.raises(TypeError, match="holds uint8, not float32"):
+        ex.scale(ba, 2.0)
+
+
+def test_read_only_memory_is_never_written():
+    ro = np.ones(3, dtype=np.float32)
+    ro.flags.writeable = False
+    for source in (ro, b"\x00" * 8, dlpack.asdlpack(ro)):
+        with pytest.raises(BufferError, match="read-only"):
+            ex.scale(source, 2.0)
+    np.testing.assert_array_equal(ro, [1, 1, 1])
+    broadcast = np.broadcast_to(np.zeros(1), (4,))
+    with pytest.raises(BufferError):
+        ex.fill_counting(broadcast)
+
+
+def test_device_memory_is_refused_naming_the_device():
+    # A DLPack producer of CUDA memory (never read: the view only describes it).
+    class OnCuda:
+        def __init__(self):
+            self.base = np.zeros(4)
+            self.__cuda_array_interface__ = {
+                "shape": (4,),
+                "typestr": "<f8",
+                "data": (self.base.ctypes.data, False),
+                "version": 3,
+            }
+
+    with pytest.raises(BufferError):
+        ex.total(OnCuda())
+
+
+def test_row_sums_through_ndarray_any_strides():
+    a = np.arange(12.0).reshape(3, 4)
+    for source in (a, a[:, ::-1], a.T, a[::2, 1::2], torch.from_numpy(a).T):
+        expected = np.asarray(source).sum(axis=-1)
+        np.testing.assert_array_equal(ex.row_sums(source), expected)
+    with pytest.raises(ValueError, match="at least one dimension"):
+        ex.row_sums(np.float64(1.0))
+
+
+def test_arrays_made_in_rust_reach_every_library():
+    obj = ex.arange(5)
+    # The extension's own copy of the type (it links the crate), speaking every protocol.
+    assert type(obj).__name__ == "DLPackObject" and obj.shape == (5,)
+    assert hasattr(type(obj), "__dlpack_c_exchange_api__")
+    assert dlpack.asdlpack(obj).dtype == "float32"
+    np.testing.assert_array_equal(np.from_dlpack(obj), np.arange(5, dtype=np.float32))
+    t = torch.from_dlpack(ex.arange(5))
+    assert t.dtype == torch.float32 and t.tolist() == [0, 1, 2, 3, 4]
+    j = jnp.from_dlpack(ex.arange(5))
+    assert j.dtype == jnp.float32 and j.tolist() == [0, 1, 2, 3, 4]
+    m = np.asarray(ex.matrix(2, 3))
+    np.testing.assert_array_equal(m, np.arange(6).reshape(2, 3))
+    assert m.dtype == np.int64 and m.flags.c_contiguous and m.flags.writeable
+    # Zero-copy: numpy writes the Vec's memory, which the next consumer sees.
+    obj = ex.arange(3)
+    np.from_dlpack(obj)[0] = 42
+    assert torch.from_dlpack(obj)[0] == 42
+    with pytest.raises(ValueError, match=r"shape \[2, 2\] holds 4 elements, the data 3"):
+        ex.mismatched()
+
+
+def test_arrays_made_in_rust_pickle_as_the_packages_own():
+    import pickle
+
+    back = pickle.loads(pickle.dumps(ex.arange(4), protocol=5))
+    assert isinstance(back, dlpack.DLPackObject)
+    np.testing.assert_array_equal(np.asarray(back), np.arange(4, dtype=np.float32))
+
+
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_the_vec_is_freed_when_the_last_consumer_lets_go():
+    n = 8 << 20  # 32 MiB of float32 each
+    gc.collect()
+    before = _rss_bytes()
+    for _ in range(40):  # 1.25 GiB in all if nothing were freed
+        t = torch.from_dlpack(ex.arange(n))
+        assert t[-1] == n - 1
+        del t
+    # Freed on another thread too (a consumer letting go where Python isn't attached).
+    holders = [np.from_dlpack(ex.arange(n)) for _ in range(4)]
+    thread = threading.Thread(target=holders.clear)
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert _rss_bytes() - before < 200 << 20
+
+
+def test_a_mutable_view_needs_its_memory_alone():
+    a = np.arange(4.0)
+    ex.axpy(a[:2], 10.0, a[2:])  # disjoint halves of one array
+    np.testing.assert_array_equal(a, [20, 31, 2, 3])
+    for x in (a, a[1:], a[::-1], torch.from_numpy(a), dlpack.asdlpack(a)):
+        with pytest.raises(BufferError, match="borrowed"):
+            ex.axpy(a, 1.0, x)
+    np.testing.assert_array_equal(a, [20, 31, 2, 3])
+    # The views are given back: the same call works again.
+    ex.axpy(a[:2], 1.0, a[2:])
+    np.testing.assert_array_equal(a, [22, 34, 2, 3])
