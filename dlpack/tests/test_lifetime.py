@@ -326,6 +326,30 @@ def test_cycle_through_object_is_collected():
     assert ref() is None, "DLPackObject in a reference cycle was never collected"
 
 
+def test_a_memoryview_in_a_cycle_with_its_object_never_crashes():
+    # Clearing a memoryview drops its memory even while exported: the collector must never
+    # get to clear one under a DLPackObject that still reads it (Dask hands buffers over as
+    # memoryviews). Run in a child, as a failure is a crash.
+    script = textwrap.dedent(
+        """
+        import gc
+        from dlpack import asdlpack
+        m = memoryview(bytearray(b"abcdef")).cast("B")
+        obj = asdlpack(m)
+        h = [m, obj]
+        h.append(h)
+        del m, obj, h
+        gc.collect()
+        keep = [memoryview(bytearray(48))]
+        keep.append(asdlpack(keep[0]))
+        keep.append(keep)  # left for the collector at exit
+        print("ok")
+        """
+    )
+    done = run_python("-c", script)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 def test_collector_tracks_only_objects_that_can_be_in_a_cycle():
     # An owner the collector can't traverse (bytes, an exact numpy array) can't close a cycle
     # the collector could find, so such objects are left untracked, as CPython does for tuples

@@ -90,6 +90,15 @@ pub unsafe fn is_collected(object: *mut PyObject) -> bool {
     unsafe { ffi::PyType_IS_GC(ty) != 0 }
 }
 
+/// Whether `object` is a memoryview (exactly, or of a subclass).
+///
+/// # Safety
+/// `object` is a live object.
+pub unsafe fn is_memoryview(object: *mut PyObject) -> bool {
+    // SAFETY: per the contract.
+    unsafe { ffi::PyMemoryView_Check(object) != 0 }
+}
+
 /// Whether `ty` is a heap type (made at run time: its attributes may change later).
 pub fn is_heap_type(ty: &Bound<'_, PyType>) -> bool {
     // SAFETY: `ty` is a live type object.

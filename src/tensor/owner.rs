@@ -92,6 +92,16 @@ impl Owner {
                 .unwrap_or(0)
         };
         match self {
+            // A memoryview is never shown to the collector: clearing one in a cycle drops its
+            // memory while our view still reads it (CPython's memoryview clears its managed
+            // buffer even with exports outstanding), and our release then crashes. A cycle
+            // through a memoryview is left uncollected instead.
+            // SAFETY: the exporter is live (the owner holds a reference).
+            Owner::Buffer { exporter, .. }
+                if unsafe { python::is_memoryview(exporter.as_ptr()) } =>
+            {
+                0
+            }
             // The view's own reference (normally to the same exporter) counts too.
             Owner::Buffer { view, exporter } if view.obj == exporter.as_ptr() => {
                 each(&[exporter.as_ptr(), exporter.as_ptr()])
