@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint bench build rust-test py-test py-test-checked stubtest venv clean
+.PHONY: demo test lint bench bench-rust-api build rust-test example-test py-test py-test-checked stubtest venv clean
 
 venv: $(PY)
 $(PY):
@@ -28,7 +28,22 @@ demo: venv
 	$(PY) -P -m dlpack
 
 rust-test:
-	cargo test --workspace --quiet
+	cargo test --workspace --all-features --quiet
+
+# The example extension on the Rust API (examples/rust-api), built against this checkout and
+# tested with the libraries the suite uses. The checked profile: no LTO, so it builds quickly.
+example-test: venv
+	rm -rf dist-example
+	$(PY) -m maturin build --profile checked --quiet -m examples/rust-api/Cargo.toml -o dist-example
+	$(PIP) install --force-reinstall --no-deps dist-example/*.whl
+	$(PY) -P -m pytest examples/rust-api/tests -q -ra -p no:cacheprovider
+
+# The Rust API's extraction against rust-numpy's (bench/rust-api).
+bench-rust-api: venv
+	rm -rf dist-bench
+	$(PY) -m maturin build --release --quiet -m bench/rust-api/Cargo.toml -o dist-bench
+	$(PIP) install --force-reinstall --no-deps dist-bench/*.whl
+	$(PY) -P bench/bench_rust_api.py
 
 # -P keeps the source tree off sys.path, so `dlpack` is the installed wheel.
 py-test:
@@ -54,14 +69,15 @@ test: venv
 	$(MAKE) rust-test
 	$(MAKE) stubtest
 	$(MAKE) py-test
+	$(MAKE) example-test
 
 lint: venv
 	$(PIP) install ruff
 	cargo fmt --check
-	cargo clippy --workspace --all-targets --quiet -- -D warnings
+	cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
 	$(PY) tools/module_cycles.py
-	$(PY) -m ruff check dlpack bench tools
-	$(PY) -m ruff format --check dlpack bench tools
+	$(PY) -m ruff check dlpack bench tools examples
+	$(PY) -m ruff format --check dlpack bench tools examples
 
 # Exchange cost against the native paths and pydlpack (installed aside, in bench/.pydlpack).
 bench: venv
@@ -71,4 +87,4 @@ bench: venv
 	$(PY) -P bench/bench_exchange.py $(BENCH_ARGS)
 
 clean:
-	rm -rf dist dist-checked target $(VENV)
+	rm -rf dist dist-checked dist-example dist-bench target $(VENV)

@@ -1,7 +1,9 @@
-//! `dlpack._dlpack`, the extension behind the `dlpack` Python package, and the Rust API for PyO3
-//! extensions (`api`, re-exported here; `docs/rust-api.md` is its guide).
+#![doc = include_str!("../docs/guide/rust.md")]
 //!
-//! Here, module registration only. The data path is `import` (one importer per
+//! # The crate
+//!
+//! `dlpack._dlpack`, the extension behind the `dlpack` Python package, and the Rust API above
+//! (`api`, re-exported at the root). Here, module registration only. The data path is `import` (one importer per
 //! protocol) -> `tensor` (the one description) -> `export` (DLPack capsules, the C exchange
 //! API) and `copy`; `object` is the Python face, `tables` what Python asks of the core. What
 //! needs no Python (DLPack's ABI, element types, layouts, memory we own, the copy engines, the

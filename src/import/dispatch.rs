@@ -40,14 +40,15 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Imported> {
     import_with(obj, true)
 }
 
-/// `import` without producers' C exchange APIs, which hand over a copy where the memory is
-/// read-only (see `object::exchange_api`): for callers that write through what they import, or
-/// report its flags, and must see the memory itself.
+/// `import` of the memory itself, never a copy a producer substitutes: C exchange APIs may hand
+/// over a copy of read-only memory (ours does, see `object::exchange_api`), so only torch's
+/// (which exports the tensor's own memory) is used. For callers that write through what they
+/// import, or report its flags.
 pub fn import_in_place(obj: &Bound<'_, PyAny>) -> Result<Imported> {
     import_with(obj, false)
 }
 
-fn import_with<'py>(obj: &Bound<'py, PyAny>, exchange_api: bool) -> Result<Imported> {
+fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<Imported> {
     let py = obj.py();
     // The common case first, without the per-type lookup: an exact numpy array.
     let exact_ndarray = numpy::ExactNdarray::new(obj);
@@ -87,7 +88,7 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, exchange_api: bool) -> Result<Impor
             Ok(None) // neither the type nor (lacking a __dict__ or __getattr__) the instance has it
         }
     };
-    if exchange_api
+    if (any_exchange_api || protocols.torch)
         && let Some(table) = protocols.exchange_api
         && (!protocols.torch || torch_exports_faithfully(obj)?)
     {

@@ -96,12 +96,7 @@ impl Owner {
             // memory while our view still reads it (CPython's memoryview clears its managed
             // buffer even with exports outstanding), and our release then crashes. A cycle
             // through a memoryview is left uncollected instead.
-            // SAFETY: the exporter is live (the owner holds a reference).
-            Owner::Buffer { exporter, .. }
-                if unsafe { python::is_memoryview(exporter.as_ptr()) } =>
-            {
-                0
-            }
+            Owner::Buffer { exporter, .. } if is_memoryview(exporter) => 0,
             // The view's own reference (normally to the same exporter) counts too.
             Owner::Buffer { view, exporter } if view.obj == exporter.as_ptr() => {
                 each(&[exporter.as_ptr(), exporter.as_ptr()])
@@ -186,6 +181,12 @@ impl Owner {
             | Owner::Versioned(_) => {}
         }
     }
+}
+
+/// Whether a buffer's exporter is a memoryview.
+fn is_memoryview(exporter: &Py<PyAny>) -> bool {
+    // SAFETY: the exporter is live (its owner holds a reference).
+    unsafe { python::is_memoryview(exporter.as_ptr()) }
 }
 
 impl Owner {

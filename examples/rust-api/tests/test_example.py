@@ -5,13 +5,14 @@ import array
 import gc
 import threading
 
-import dlpack
 import dlpack_example as ex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
+import dlpack
 
 
 def test_total_accepts_every_kind_of_float64_array():
