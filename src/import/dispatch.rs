@@ -5,7 +5,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use super::{array_interface, buffer, cuda_array_interface, dlpack, numpy, protocols};
+use super::{array_interface, arrow, buffer, cuda_array_interface, dlpack, numpy, protocols};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -57,6 +57,12 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
     {
         return Ok(Imported {
             tensor,
+            producer: None,
+        });
+    }
+    if arrow::is_stream_capsule(obj) {
+        return Ok(Imported {
+            tensor: arrow::import_stream(obj)?,
             producer: None,
         });
     }
@@ -115,6 +121,21 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
             // torch refuses nested tensors by their layout, or fails with an "internal error":
             // say what is wrong instead.
             Err(_) if protocols.torch && is_nested(obj) => return Err(nested_tensor()),
+            // Arrow arrays' own DLPack export refuses much the Arrow interface serves
+            // (booleans, fixed-size lists, any validity bitmap), with errors of its own types.
+            Err(_) if protocols.arrow_array || protocols.arrow_stream => {
+                let tensor = match attr(intern!(py, "__arrow_c_array__"), protocols.arrow_array)? {
+                    Some(method) => arrow::import_array(&method)?,
+                    None => match attr(intern!(py, "__arrow_c_stream__"), true)? {
+                        Some(method) => arrow::import_stream_method(&method)?,
+                        None => return Err(Error::type_("the Arrow interface went away")),
+                    },
+                };
+                return Ok(Imported {
+                    tensor,
+                    producer: None,
+                });
+            }
             Err(err) if err.is_buffer_error(py) => refused = Some(err),
             Err(err) => return Err(err),
         }
@@ -125,6 +146,12 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
             protocols.cuda_array_interface,
         )? {
             return cuda_array_interface::import(obj, cai).map(Some);
+        }
+        if let Some(method) = attr(intern!(py, "__arrow_c_array__"), protocols.arrow_array)? {
+            return arrow::import_array(&method).map(Some);
+        }
+        if let Some(method) = attr(intern!(py, "__arrow_c_stream__"), protocols.arrow_stream)? {
+            return arrow::import_stream_method(&method).map(Some);
         }
         if let Some(capsule) = attr(intern!(py, "__array_struct__"), protocols.array_struct)? {
             return array_interface::import_struct(obj, capsule).map(Some);
@@ -138,6 +165,9 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
         if buffer::supports(obj) {
             return buffer::import(obj).map(Some);
         }
+        if let Some(method) = attr(intern!(py, "__array__"), protocols.numpy_array)? {
+            return numpy_array(obj, &method).map(Some);
+        }
         Ok(None)
     };
     match (fallback(), refused) {
@@ -150,11 +180,29 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
         (Err(err), None) => Err(err),
         (Ok(None), None) => Err(Error::type_(format!(
             "asdlpack() needs an object that supports DLPack (__dlpack__ or a DLPack capsule), \
-             the CUDA array interface (__cuda_array_interface__), the array interface \
-             (__array_interface__ / __array_struct__) or the buffer protocol; {} supports none",
+             the CUDA array interface (__cuda_array_interface__), the Arrow PyCapsule interface \
+             (__arrow_c_array__ / __arrow_c_stream__), the array interface (__array_interface__ \
+             / __array_struct__), the buffer protocol or numpy's __array__; {} supports none",
             array_interface::type_name(obj)
         ))),
     }
+}
+
+/// numpy's `__array__(copy=False)`, the last resort: the object's own memory as a numpy array,
+/// or its own error (never a silent copy).
+fn numpy_array(obj: &Bound<'_, PyAny>, method: &Bound<'_, PyAny>) -> Result<Tensor> {
+    let py = obj.py();
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item(intern!(py, "copy"), false)?;
+    let array = method.call((), Some(&kwargs))?;
+    if !protocols::of_type(&array.get_type()).ndarray {
+        return Err(Error::type_(format!(
+            "{}.__array__() returned {}, not a numpy array",
+            array_interface::type_name(obj),
+            array_interface::type_name(&array)
+        )));
+    }
+    Ok(import(&array)?.tensor)
 }
 
 /// A numpy masked array exports its data without the mask (numpy's own `__dlpack__` and array

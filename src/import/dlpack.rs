@@ -54,7 +54,14 @@ pub fn import_producer(
     };
     let capsule = match method.call((), Some(&kwargs)) {
         Ok(capsule) => capsule,
-        Err(err) if err.is_instance_of::<pyo3::exceptions::PyTypeError>(py) => {
+        // A producer older than `max_version` raises a plain TypeError at the keyword; a
+        // subclass (pyarrow's ArrowTypeError) is a refusal of the data, which the legacy call
+        // would only repeat (with a deprecation warning).
+        Err(err)
+            if err
+                .get_type(py)
+                .is(py.get_type::<pyo3::exceptions::PyTypeError>()) =>
+        {
             let legacy = PyDict::new(py);
             if let Some(stream) = stream {
                 legacy.set_item(intern!(py, "stream"), stream)?;

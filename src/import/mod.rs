@@ -9,6 +9,7 @@
 
 mod address_map;
 pub mod array_interface;
+pub mod arrow;
 pub mod buffer;
 pub mod cuda_array_interface;
 mod dispatch;

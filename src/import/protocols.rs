@@ -18,6 +18,10 @@ pub struct Protocols {
     pub cuda_array_interface: bool,
     pub array_struct: bool,
     pub array_interface: bool,
+    pub arrow_array: bool,
+    pub arrow_stream: bool,
+    /// numpy's `__array__`, the last resort.
+    pub numpy_array: bool,
     /// The type's DLPack C exchange API table (major version 1).
     pub exchange_api: Option<ExchangeApi>,
     /// A torch tensor type: its C exchange API exports tensors its `__dlpack__` refuses
@@ -96,6 +100,9 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         cuda_array_interface: has(intern!(py, "__cuda_array_interface__")),
         array_struct: has(intern!(py, "__array_struct__")),
         array_interface: has(intern!(py, "__array_interface__")),
+        arrow_array: has(intern!(py, "__arrow_c_array__")),
+        arrow_stream: has(intern!(py, "__arrow_c_stream__")),
+        numpy_array: has(intern!(py, "__array__")),
         exchange_api: exchange_api(ty),
         ndarray: super::numpy::is_ndarray_type(ty),
         numpy_masked: is_numpy_masked_array_type(ty),

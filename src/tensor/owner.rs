@@ -36,6 +36,9 @@ pub enum Owner {
     Allocation(#[allow(dead_code, reason = "held to be freed on drop")] AlignedBuffer),
     /// CUDA memory we allocated for a copy; needs no Python to free.
     DeviceAllocation(#[allow(dead_code, reason = "held to be freed on drop")] DeviceBuffer),
+    /// An imported Arrow array, whose buffers call the producer's release when dropped: dropped
+    /// only while attached, as a producer's release may touch Python objects.
+    Arrow(ManuallyDrop<Box<arrow_data::ArrayData>>),
     /// Memory a Rust value holds (a shared segment's mapping, unmapped when the last holder
     /// goes): freed by the value's own drop, on any thread; needs no Python. Its holders tell
     /// their own values apart by downcasting.
@@ -81,6 +84,11 @@ impl Owner {
         Owner::Object(ManuallyDrop::new(obj))
     }
 
+    pub fn arrow(data: arrow_data::ArrayData) -> Self {
+        // Boxed: the description lives inline in every DLPackObject.
+        Owner::Arrow(ManuallyDrop::new(Box::new(data)))
+    }
+
     /// Call `visit` on each Python object this owner holds a reference to (for the garbage
     /// collector); stops at, and returns, the first non-zero result.
     pub fn for_each_object(&self, mut visit: impl FnMut(*mut PyObject) -> c_int) -> c_int {
@@ -106,6 +114,7 @@ impl Owner {
             Owner::ArrayStruct { capsule, source } => each(&[capsule.as_ptr(), source.as_ptr()]),
             Owner::Legacy(_)
             | Owner::Versioned(_)
+            | Owner::Arrow(_)
             | Owner::Allocation(_)
             | Owner::DeviceAllocation(_) => 0,
             Owner::Held(_) => 0,
@@ -149,6 +158,8 @@ impl Owner {
                     unsafe { deleter(managed.as_ptr()) };
                 }
             }
+            // SAFETY: as said; dropped here only (`ManuallyDrop`).
+            Owner::Arrow(data) => unsafe { ManuallyDrop::drop(data) },
             Owner::Allocation(_) | Owner::DeviceAllocation(_) => {}
             Owner::Held(_) => {}
         }
@@ -178,7 +189,8 @@ impl Owner {
             Owner::Object(_)
             | Owner::ArrayStruct { .. }
             | Owner::Legacy(_)
-            | Owner::Versioned(_) => {}
+            | Owner::Versioned(_)
+            | Owner::Arrow(_) => {}
         }
     }
 }

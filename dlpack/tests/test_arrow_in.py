@@ -1,0 +1,160 @@
+"""The Arrow PyCapsule interface in: pyarrow, polars, pandas, DuckDB and nanoarrow columns and
+tables through asdlpack, against what those libraries say the values are."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+from dlpack import asdlpack
+
+from ._helpers import need
+
+pa = need("pyarrow")
+np = need("numpy")
+
+
+def values(obj):
+    return np.from_dlpack(asdlpack(obj))
+
+
+def test_primitive_columns_are_served_in_place_with_their_offset():
+    for dtype in ("int8", "uint16", "int32", "uint64", "float16", "float32", "float64"):
+        source = np.arange(10).astype(dtype)
+        array = pa.array(source)
+        out = values(array.slice(3, 5))
+        assert out.dtype == source.dtype
+        np.testing.assert_array_equal(out, source[3:8])
+        assert not out.flags.writeable  # Arrow memory is immutable
+    array = pa.array(np.arange(6.0))
+    obj = asdlpack(array.slice(2))
+    assert obj.data_ptr == array.buffers()[1].address + 2 * 8
+
+
+def test_fixed_size_lists_are_nd_and_fixed_shape_tensors_keep_their_permutation():
+    nested = pa.array(
+        [[[1, 2], [3, 4]], [[5, 6], [7, 8]], [[9, 10], [11, 12]]],
+        pa.list_(pa.list_(pa.int32(), 2), 2),
+    )
+    np.testing.assert_array_equal(values(nested), np.arange(1, 13).reshape(3, 2, 2))
+    np.testing.assert_array_equal(values(nested.slice(1)), np.arange(5, 13).reshape(2, 2, 2))
+    tensors = np.arange(24, dtype=np.float32).reshape(4, 2, 3)
+    fst = pa.FixedShapeTensorArray.from_numpy_ndarray(tensors)
+    np.testing.assert_array_equal(values(fst), tensors)
+    typ = pa.fixed_shape_tensor(pa.float32(), [3, 2], permutation=[1, 0])
+    storage = pa.array([list(range(6)), list(range(6, 12))], pa.list_(pa.float32(), 6))
+    permuted = pa.ExtensionArray.from_storage(typ, storage)
+    out = values(permuted)
+    np.testing.assert_array_equal(out, permuted.to_numpy_ndarray())
+    assert out.shape == (2, 2, 3)
+
+
+def test_booleans_are_one_copy_into_bytes():
+    bits = pa.array([True, False, True, True, False, False, True, False, True])
+    np.testing.assert_array_equal(values(bits.slice(1)), bits.to_numpy(zero_copy_only=False)[1:])
+
+
+def test_nulls_are_refused_naming_how_many_and_only_where_addressed():
+    with_nulls = pa.array([1.0, None, 3.0, None])
+    with pytest.raises(BufferError, match="has 2 nulls.*fill_null"):
+        asdlpack(with_nulls)
+    np.testing.assert_array_equal(values(with_nulls.slice(2, 1)), [3.0])
+    # A validity bitmap without nulls is fine.
+    np.testing.assert_array_equal(values(pa.array([1.0, None]).fill_null(0.0)), [1.0, 0.0])
+
+
+def test_other_types_are_a_type_error_naming_the_arrow_type():
+    cases = {
+        "Utf8": pa.array(["a"]),
+        "Dictionary": pa.array(["a"]).dictionary_encode(),
+        "Decimal128": pa.array([1], pa.decimal128(5, 2)),
+        "List": pa.array([[1, 2]]),
+    }
+    for name, array in cases.items():
+        with pytest.raises(TypeError, match=name):
+            asdlpack(array)
+
+
+def test_streams_chunked_arrays_and_tables():
+    chunked = pa.chunked_array([[1.0, 2.0], [3.0]])
+    np.testing.assert_array_equal(values(chunked), [1.0, 2.0, 3.0])
+    one = pa.chunked_array([np.arange(4.0)])
+    obj = asdlpack(one)
+    assert obj.data_ptr == one.chunk(0).buffers()[1].address  # one chunk: in place
+    table = pa.table({"a": [1.0, 2.0, 3.0], "b": [4.0, 5.0, 6.0]})
+    np.testing.assert_array_equal(values(table), [[1, 4], [2, 5], [3, 6]])
+    np.testing.assert_array_equal(values(table.slice(1)), [[2, 5], [3, 6]])
+    with pytest.raises(TypeError, match='column "b" is int64'):
+        asdlpack(pa.table({"a": [1.0], "b": [1]}))
+    with pytest.raises(TypeError, match='column "s".*Utf8'):
+        asdlpack(pa.table({"s": ["x"]}))
+    # A raw stream capsule.
+    np.testing.assert_array_equal(values(chunked.__arrow_c_stream__()), [1.0, 2.0, 3.0])
+
+
+def test_polars_pandas_duckdb_and_nanoarrow():
+    pl = need("polars")
+    pd = need("pandas")
+    duckdb = need("duckdb")
+    na = need("nanoarrow")
+    torch = need("torch")
+    series = pl.Series(np.arange(5.0))
+    t = torch.from_dlpack(asdlpack(series))
+    assert t.tolist() == [0, 1, 2, 3, 4]
+    assert asdlpack(series).data_ptr == series.to_numpy().ctypes.data  # in place
+    np.testing.assert_array_equal(
+        values(pl.DataFrame({"a": [1, 2], "b": [3, 4]})), [[1, 3], [2, 4]]
+    )
+    with pytest.raises(BufferError, match="1 null"):
+        asdlpack(pl.Series([1.0, None]))
+    np.testing.assert_array_equal(values(pd.Series([1.5, 2.5])), [1.5, 2.5])
+    np.testing.assert_array_equal(values(pd.DataFrame({"x": [1, 2]})), [[1], [2]])
+    result = duckdb.sql("select range::DOUBLE as x from range(4)")
+    np.testing.assert_array_equal(values(result), [[0], [1], [2], [3]])
+    np.testing.assert_array_equal(values(na.c_array([1, 2, 3], na.int64())), [1, 2, 3])
+
+
+def test_numpy_array_protocol_is_the_last_resort_without_copies():
+    class Wrapper:
+        def __init__(self, array):
+            self.array = array
+
+        def __array__(self, dtype=None, copy=None):
+            if copy is False and not self.array.flags.c_contiguous:
+                raise ValueError("Wrapper can't give this without a copy")
+            return self.array
+
+    base = np.arange(6.0)
+    obj = asdlpack(Wrapper(base))
+    assert obj.data_ptr == base.ctypes.data
+    with pytest.raises(ValueError, match="without a copy"):
+        asdlpack(Wrapper(np.arange(6.0)[::2]))
+
+
+def test_release_runs_once_consumed_or_not_on_any_thread():
+    def fresh():  # memory from pyarrow's pool, which counts it
+        return pa.array(range(1000), pa.float64())
+
+    base = pa.total_allocated_bytes()
+    array = fresh()
+    for _ in range(200):
+        asdlpack(array)  # never consumed
+        np.from_dlpack(asdlpack(array))  # consumed
+    del array
+    holders = [np.from_dlpack(asdlpack(fresh())) for _ in range(20)]
+    assert pa.total_allocated_bytes() > base
+    thread = threading.Thread(target=holders.clear)  # released on another thread
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert pa.total_allocated_bytes() == base
+    # The memory lives as long as something can reach it, and no longer.
+    obj = asdlpack(fresh())
+    gc.collect()
+    assert pa.total_allocated_bytes() > base
+    assert np.from_dlpack(obj)[999] == 999.0
+    del obj
+    gc.collect()
+    assert pa.total_allocated_bytes() == base

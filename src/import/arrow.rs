@@ -1,0 +1,437 @@
+//! The Arrow PyCapsule interface in: `__arrow_c_array__` (a schema and an array capsule),
+//! `__arrow_c_stream__` (a stream capsule) and raw stream capsules, read through arrow-rs's
+//! import of the C data interface (`ArrayData`: children, offsets, validity).
+//!
+//! Fixed-width numbers are served in place, an array's offset honoured; a `FixedSizeList` of
+//! them (nested to any depth) is an N-d array, and the `arrow.fixed_shape_tensor` extension
+//! type its tensors in their logical order (`permutation`). Booleans (bits), several chunks and
+//! tables whose columns share one numeric type (rows x columns) are one copy. Nulls and other
+//! types are refused, naming what.
+
+use std::ffi::CStr;
+
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema, from_ffi};
+use arrow_array::ffi_stream::{ArrayStreamReader, FFI_ArrowArrayStream};
+use arrow_array::{Array, ArrayRef};
+use arrow_data::ArrayData;
+use arrow_schema::{DataType, Field};
+use dlpack_core::abi::type_code as tc;
+use dlpack_core::dtype::DType;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
+
+use crate::error::{Error, Result};
+use crate::tensor::{AlignedBuffer, Device, Layout, Owner, Tensor};
+
+const SCHEMA: &CStr = c"arrow_schema";
+const ARRAY: &CStr = c"arrow_array";
+const STREAM: &CStr = c"arrow_array_stream";
+
+/// Whether `obj` is an Arrow stream capsule.
+pub fn is_stream_capsule(obj: &Bound<'_, PyAny>) -> bool {
+    obj.cast::<PyCapsule>()
+        .is_ok_and(|capsule| capsule.is_valid_checked(Some(STREAM)))
+}
+
+/// Import through `__arrow_c_array__()`.
+pub fn import_array(method: &Bound<'_, PyAny>) -> Result<Tensor> {
+    let pair = method.call0()?;
+    let pair = pair.cast::<PyTuple>().map_err(|_| {
+        Error::type_("__arrow_c_array__() must return a (schema, array) tuple of PyCapsules")
+    })?;
+    if pair.len() != 2 {
+        return Err(Error::type_(
+            "__arrow_c_array__() must return a (schema, array) tuple of PyCapsules",
+        ));
+    }
+    let schema = take_schema(&pair.get_item(0)?)?;
+    let array = take(&pair.get_item(1)?, ARRAY, "array")?;
+    // SAFETY: a capsule named "arrow_array" holds an `ArrowArray` (the interface's rule),
+    // moved out here so that only we release it.
+    let array = unsafe { FFI_ArrowArray::from_raw(array.cast()) };
+    // SAFETY: the producer's array and its schema, as the interface pairs them.
+    let data = unsafe { from_ffi(array, &schema) }.map_err(arrow_error)?;
+    let field = Field::try_from(&schema).map_err(arrow_error)?;
+    from_chunks(&field, vec![data])
+}
+
+/// Import through `__arrow_c_stream__()`, or a stream capsule itself.
+pub fn import_stream(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
+    let raw = take(capsule, STREAM, "stream")?;
+    // SAFETY: a capsule named "arrow_array_stream" holds an `ArrowArrayStream`, moved out
+    // here so that only we release it.
+    let stream = unsafe { FFI_ArrowArrayStream::from_raw(raw.cast()) };
+    let reader = ArrayStreamReader::try_new(stream).map_err(arrow_error)?;
+    let field = arrow_array::ArrayReader::field(&reader).clone();
+    let chunks = reader
+        .map(|chunk| chunk.map(|array: ArrayRef| array.to_data()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(arrow_error)?;
+    from_chunks(&field, chunks)
+}
+
+/// Call `__arrow_c_stream__()` and import its stream.
+pub fn import_stream_method(method: &Bound<'_, PyAny>) -> Result<Tensor> {
+    let capsule = method.call0()?;
+    if !is_stream_capsule(&capsule) {
+        return Err(Error::type_(
+            "__arrow_c_stream__() must return a PyCapsule named \"arrow_array_stream\"",
+        ));
+    }
+    import_stream(&capsule)
+}
+
+/// The pointer a capsule of `name` holds; a `TypeError` for anything else.
+fn take(obj: &Bound<'_, PyAny>, name: &CStr, what: &str) -> Result<*mut std::ffi::c_void> {
+    let capsule = obj.cast::<PyCapsule>().map_err(|_| {
+        Error::type_(format!(
+            "an Arrow {what} must come in a PyCapsule named {name:?}"
+        ))
+    })?;
+    let pointer = capsule.pointer_checked(Some(name)).map_err(|_| {
+        Error::type_(format!(
+            "an Arrow {what} must come in a PyCapsule named {name:?}"
+        ))
+    })?;
+    Ok(pointer.as_ptr())
+}
+
+fn take_schema(obj: &Bound<'_, PyAny>) -> Result<FFI_ArrowSchema> {
+    let raw = take(obj, SCHEMA, "schema")?;
+    // SAFETY: a capsule named "arrow_schema" holds an `ArrowSchema`, moved out here.
+    Ok(unsafe { FFI_ArrowSchema::from_raw(raw.cast()) })
+}
+
+#[cold]
+fn arrow_error(err: arrow_schema::ArrowError) -> Error {
+    Error::value(format!("the Arrow data can't be read: {err}"))
+}
+
+// -- what the chunks become -------------------------------------------------------------------
+
+/// The element type of an Arrow primitive type DLPack carries, if it is one.
+fn element_type(data_type: &DataType) -> Option<DType> {
+    Some(match data_type {
+        DataType::Int8 => DType::new(tc::INT, 8),
+        DataType::Int16 => DType::new(tc::INT, 16),
+        DataType::Int32 => DType::new(tc::INT, 32),
+        DataType::Int64 => DType::new(tc::INT, 64),
+        DataType::UInt8 => DType::new(tc::UINT, 8),
+        DataType::UInt16 => DType::new(tc::UINT, 16),
+        DataType::UInt32 => DType::new(tc::UINT, 32),
+        DataType::UInt64 => DType::new(tc::UINT, 64),
+        DataType::Float16 => DType::new(tc::FLOAT, 16),
+        DataType::Float32 => DType::new(tc::FLOAT, 32),
+        DataType::Float64 => DType::new(tc::FLOAT, 64),
+        DataType::Boolean => DType::new(tc::BOOL, 8),
+        _ => return None,
+    })
+}
+
+/// The values of a chunk: its leaf (primitive) data, the first leaf element it reaches (a
+/// logical index of the leaf, its own offset not added), and its shape (the chunk's length,
+/// then each `FixedSizeList`'s size).
+struct Values<'a> {
+    leaf: &'a ArrayData,
+    start: usize,
+    shape: Vec<usize>,
+}
+
+/// Walk a chunk down its `FixedSizeList`s to the numbers, refusing nulls on the way.
+fn values<'a>(data: &'a ArrayData, column: &str) -> Result<Values<'a>> {
+    let mut shape = vec![data.len()];
+    let (mut node, mut start, mut count) = (data, 0usize, data.len());
+    loop {
+        refuse_nulls(node, start, count, column)?;
+        match node.data_type() {
+            DataType::FixedSizeList(_, size) => {
+                let size = *size as usize;
+                let child = &node.child_data()[0];
+                // `child_data` is the whole child: the list's own offset picks its part.
+                start = (node.offset() + start) * size;
+                count *= size;
+                shape.push(size);
+                node = child;
+            }
+            data_type if element_type(data_type).is_some() => {
+                return Ok(Values {
+                    leaf: node,
+                    start,
+                    shape,
+                });
+            }
+            other => return Err(unsupported(other, column)),
+        }
+    }
+}
+
+fn refuse_nulls(data: &ArrayData, start: usize, count: usize, column: &str) -> Result<()> {
+    let Some(nulls) = data.nulls() else {
+        return Ok(());
+    };
+    let nulls = nulls.slice(start, count).null_count();
+    if nulls > 0 {
+        return Err(Error::buffer(format!(
+            "{column}has {nulls} null{} and DLPack has no nulls: fill them first (fill_null() in \
+             polars and pyarrow.compute, fillna() in pandas)",
+            if nulls == 1 { "" } else { "s" }
+        )));
+    }
+    Ok(())
+}
+
+#[cold]
+fn unsupported(data_type: &DataType, column: &str) -> Error {
+    Error::type_(format!(
+        "{column}is of Arrow type {data_type}, which DLPack can't carry (fixed-width numbers, \
+         booleans and fixed-size lists of them can)"
+    ))
+}
+
+/// A tensor of the chunks of one field: in place for one chunk of numbers, a copy otherwise.
+fn from_chunks(field: &Field, chunks: Vec<ArrayData>) -> Result<Tensor> {
+    if let DataType::Struct(columns) = field.data_type() {
+        return table(columns, &chunks);
+    }
+    let column = "this Arrow array ";
+    let tensor_shape = fixed_shape_tensor(field)?;
+    if let [chunk] = chunks.as_slice()
+        && chunk.data_type() != &DataType::Boolean
+        && !matches!(leaf_type(chunk.data_type()), Some(DataType::Boolean))
+    {
+        let values = values(chunk, column)?;
+        return in_place(chunk.clone(), &values, tensor_shape.as_ref());
+    }
+    // Several chunks, or bits: one C-ordered copy.
+    let mut parts = Vec::with_capacity(chunks.len());
+    for chunk in &chunks {
+        parts.push(values(chunk, column)?);
+    }
+    let leaf_type = match parts.first() {
+        Some(part) => part.leaf.data_type().clone(),
+        None => leaf_type(field.data_type())
+            .cloned()
+            .ok_or_else(|| unsupported(field.data_type(), column))?,
+    };
+    let dtype = element_type(&leaf_type).ok_or_else(|| unsupported(&leaf_type, column))?;
+    let inner: Vec<usize> = fixed_sizes(field.data_type());
+    let rows: usize = parts.iter().map(|p| p.shape[0]).sum();
+    let mut shape = vec![rows];
+    shape.extend(&inner);
+    let copy = gather(dtype, &shape, parts.iter().map(|p| (p, p.leaf)))?;
+    apply_tensor_shape(copy, tensor_shape.as_ref())
+}
+
+/// The leaf type under any `FixedSizeList`s.
+fn leaf_type(data_type: &DataType) -> Option<&DataType> {
+    match data_type {
+        DataType::FixedSizeList(child, _) => leaf_type(child.data_type()),
+        other => element_type(other).map(|_| other),
+    }
+}
+
+fn fixed_sizes(data_type: &DataType) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    let mut node = data_type;
+    while let DataType::FixedSizeList(child, size) = node {
+        sizes.push(*size as usize);
+        node = child.data_type();
+    }
+    sizes
+}
+
+/// A chunk of numbers, served where it is: the leaf's values buffer from its first element.
+fn in_place(chunk: ArrayData, values: &Values<'_>, tensor: Option<&TensorShape>) -> Result<Tensor> {
+    let leaf = values.leaf;
+    let dtype = element_type(leaf.data_type()).ok_or_else(|| unsupported(leaf.data_type(), ""))?;
+    let itemsize = dtype.itemsize();
+    let buffer = &leaf.buffers()[0];
+    let first = (leaf.offset() + values.start) * itemsize;
+    let numel: usize = values.shape.iter().product();
+    if numel > 0 && first + numel * itemsize > buffer.len() {
+        return Err(Error::value(
+            "the Arrow array's buffer is smaller than its length and offset say",
+        ));
+    }
+    let data = buffer.as_ptr().wrapping_add(first).cast_mut().cast();
+    let extents: Vec<i64> = values.shape.iter().map(|&n| n as i64).collect();
+    let layout = Layout::c_order(&extents, itemsize)?;
+    let tensor_of = Tensor {
+        data,
+        device: Device::CPU,
+        dtype,
+        layout,
+        // Arrow memory is immutable: consumers may share it, never write it.
+        readonly: true,
+        swapped: false,
+        indirect: false,
+        stream: None,
+        owner: Owner::arrow(chunk),
+    };
+    apply_tensor_shape(tensor_of, tensor)
+}
+
+/// Copy parts (each with its leaf data) into one C-ordered tensor of `shape`, booleans' bits
+/// into bytes.
+fn gather<'a>(
+    dtype: DType,
+    shape: &[usize],
+    parts: impl Iterator<Item = (&'a Values<'a>, &'a ArrayData)>,
+) -> Result<Tensor> {
+    let itemsize = dtype.itemsize();
+    let numel: usize = shape.iter().product();
+    let buffer = AlignedBuffer::new(numel * itemsize)?;
+    let mut at = 0usize;
+    for (part, leaf) in parts {
+        let count: usize = part.shape.iter().product();
+        let first = leaf.offset() + part.start;
+        let dst = buffer.as_ptr().wrapping_add(at * itemsize);
+        if leaf.data_type() == &DataType::Boolean {
+            let bits = arrow_buffer::BooleanBuffer::new(leaf.buffers()[0].clone(), first, count);
+            for (k, bit) in bits.iter().enumerate() {
+                // SAFETY: `dst` has room for `count` one-byte elements from here (the buffer
+                // holds every part's elements).
+                unsafe { dst.wrapping_add(k).write(u8::from(bit)) };
+            }
+        } else {
+            let src = &leaf.buffers()[0].as_slice()[first * itemsize..(first + count) * itemsize];
+            // SAFETY: `dst` has room for `count` elements of `itemsize` bytes (as above), and
+            // `src` is another allocation's bytes.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        }
+        at += count;
+    }
+    let extents: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
+    Ok(Tensor::host_allocation(
+        buffer,
+        dtype,
+        Layout::c_order(&extents, itemsize)?,
+    ))
+}
+
+/// A table (a struct array: record batches, data frames) whose columns share one numeric type:
+/// one rows x columns copy.
+fn table(columns: &arrow_schema::Fields, chunks: &[ArrayData]) -> Result<Tensor> {
+    let mut dtype = None;
+    for field in columns.iter() {
+        let column = format!("column {:?} ", field.name());
+        let this = element_type(field.data_type())
+            .ok_or_else(|| unsupported(field.data_type(), &column))?;
+        match dtype {
+            None => dtype = Some((this, field.name().clone())),
+            Some((first, ref name)) if first != this => {
+                return Err(Error::type_(format!(
+                    "column {:?} is {}, column {name:?} {}: a table becomes one array only when \
+                     its columns share one numeric type (cast them first)",
+                    field.name(),
+                    this.name(),
+                    first.name()
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    let Some((dtype, _)) = dtype else {
+        return Err(Error::type_("a table without columns can't be an array"));
+    };
+    let rows: usize = chunks.iter().map(|c| c.len()).sum();
+    let ncols = columns.len();
+    let itemsize = dtype.itemsize();
+    // Column by column into a column-major copy, then transposed into C order by the copy
+    // engine would be two copies: instead each column is written with the row stride.
+    let buffer = AlignedBuffer::new(rows * ncols * itemsize)?;
+    let mut row0 = 0usize;
+    for chunk in chunks {
+        refuse_nulls(chunk, 0, chunk.len(), "the table ")?;
+        for (j, (field, column)) in columns.iter().zip(chunk.child_data()).enumerate() {
+            let name = format!("column {:?} ", field.name());
+            // A struct's children are whole: the struct's offset picks their rows.
+            let part = values(column, &name)?;
+            let first = column.offset() + part.start + chunk.offset();
+            let leaf = part.leaf;
+            for i in 0..chunk.len() {
+                let dst = buffer
+                    .as_ptr()
+                    .wrapping_add(((row0 + i) * ncols + j) * itemsize);
+                if leaf.data_type() == &DataType::Boolean {
+                    let bit =
+                        arrow_buffer::bit_util::get_bit(leaf.buffers()[0].as_slice(), first + i);
+                    // SAFETY: inside the buffer: row < rows, column < ncols.
+                    unsafe { dst.write(u8::from(bit)) };
+                } else {
+                    let src = &leaf.buffers()[0].as_slice()[(first + i) * itemsize..][..itemsize];
+                    // SAFETY: as above; `src` is another allocation's bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, itemsize) };
+                }
+            }
+        }
+        row0 += chunk.len();
+    }
+    let layout = Layout::c_order(&[rows as i64, ncols as i64], itemsize)?;
+    Ok(Tensor::host_allocation(buffer, dtype, layout))
+}
+
+/// The `arrow.fixed_shape_tensor` extension type's tensors: physical shape and permutation.
+struct TensorShape {
+    shape: Vec<usize>,
+    permutation: Option<Vec<usize>>,
+}
+
+fn fixed_shape_tensor(field: &Field) -> Result<Option<TensorShape>> {
+    let metadata = field.metadata();
+    if metadata.get("ARROW:extension:name").map(String::as_str) != Some("arrow.fixed_shape_tensor")
+    {
+        return Ok(None);
+    }
+    let bad = || Error::value("an arrow.fixed_shape_tensor type with unreadable metadata");
+    let json = metadata.get("ARROW:extension:metadata").ok_or_else(bad)?;
+    let parsed: serde_json::Value = serde_json::from_str(json).map_err(|_| bad())?;
+    let list = |key: &str| -> Result<Option<Vec<usize>>> {
+        match parsed.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_u64().map(|n| n as usize).ok_or_else(bad))
+                .collect::<Result<Vec<_>>>()
+                .map(Some),
+            Some(_) => Err(bad()),
+        }
+    };
+    let shape = list("shape")?.ok_or_else(bad)?;
+    let permutation = list("permutation")?;
+    if let Some(p) = &permutation {
+        let mut sorted = p.clone();
+        sorted.sort_unstable();
+        if sorted != (0..shape.len()).collect::<Vec<_>>() {
+            return Err(bad());
+        }
+    }
+    Ok(Some(TensorShape { shape, permutation }))
+}
+
+/// Reshape a tensor of rows x (flat tensor elements) to rows x the tensors' logical shape.
+fn apply_tensor_shape(tensor: Tensor, shape: Option<&TensorShape>) -> Result<Tensor> {
+    let Some(TensorShape { shape, permutation }) = shape else {
+        return Ok(tensor);
+    };
+    let rows = tensor.layout.shape()[0];
+    let per_row: usize = shape.iter().product();
+    if tensor.layout.shape()[1..].iter().product::<i64>() as usize != per_row {
+        return Err(Error::value(
+            "an arrow.fixed_shape_tensor whose shape doesn't match its list size",
+        ));
+    }
+    let itemsize = tensor.dtype.itemsize() as i64;
+    let mut physical: Vec<i64> = vec![rows];
+    physical.extend(shape.iter().map(|&n| n as i64));
+    let c = Layout::c_order(&physical, itemsize as usize)?;
+    let (mut extents, mut strides) = (vec![rows], vec![c.byte_strides()[0]]);
+    for k in 0..shape.len() {
+        // Logical dimension k is physical dimension permutation[k].
+        let p = permutation.as_ref().map_or(k, |perm| perm[k]);
+        extents.push(physical[p + 1]);
+        strides.push(c.byte_strides()[p + 1]);
+    }
+    let layout = Layout::from_byte_strides(&extents, Some(&strides), itemsize as usize)?;
+    Ok(Tensor { layout, ..tensor })
+}
