@@ -183,6 +183,10 @@ class DLPackObject:
         copy: bool | None = None,
     ) -> CapsuleType: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __arrow_c_array__(self, requested_schema: object = None, /) -> tuple[object, object]:
+        """The Arrow PyCapsule interface: (schema, array) capsules of host memory. 1-D numbers
+        as they are; N-d C-ordered memory as an arrow.fixed_shape_tensor, or nested fixed-size
+        lists when requested; other layouts one C-ordered copy."""
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]:
         """Pickle support: host memory goes out of band with protocol 5 (no copy), in the
         pickle before, and unpickles through ``_from_buffer``; device memory raises

@@ -3,6 +3,7 @@
 //! tensors and capsules; `buffer` lends memory through the buffer protocol; `interface` describes
 //! it as numpy's array interface and the CUDA array interface.
 
+pub mod arrow;
 pub mod buffer;
 pub mod capsule;
 pub mod interface;

@@ -295,3 +295,50 @@ pub unsafe fn versioned_minor(py: Python<'_>, max_version: *mut PyObject) -> Opt
     }
     Some(minor)
 }
+
+/// The one optional argument of a method taking `(self, NAME=None)`, positional or by name
+/// (`__arrow_c_array__(requested_schema=None)`); `None` when absent or None.
+///
+/// # Safety
+/// As CPython passes fast-call arguments, holding the GIL; the value borrows the caller's.
+pub unsafe fn optional_argument<'a, 'py>(
+    py: Python<'py>,
+    args: *const *mut PyObject,
+    nargs: Py_ssize_t,
+    kwnames: *mut PyObject,
+    function: &str,
+    name: &str,
+) -> PyResult<Option<Borrowed<'a, 'py, PyAny>>> {
+    let keywords = if kwnames.is_null() {
+        0
+    } else {
+        // SAFETY: `kwnames` is a tuple.
+        unsafe { python::tuple_size(kwnames) }
+    };
+    if nargs + keywords > 1 {
+        return Err(PyTypeError::new_err(format!(
+            "{function}() takes at most one argument ({} given)",
+            nargs + keywords
+        )));
+    }
+    if keywords == 1 {
+        // SAFETY: with one keyword, `kwnames` holds one name.
+        let given = unsafe { python::tuple_item(kwnames, 0) };
+        // SAFETY: a live str, borrowed from the tuple.
+        let given = unsafe { Bound::from_borrowed_ptr(py, given) };
+        if !given.cast::<PyString>().is_ok_and(|n| n == name) {
+            return Err(PyTypeError::new_err(format!(
+                "{function}() got an unexpected keyword argument '{}'",
+                given.str()?
+            )));
+        }
+    }
+    if nargs + keywords == 0 {
+        return Ok(None);
+    }
+    // SAFETY: the one argument, positional or keyword, is the first value.
+    let value = unsafe { *args };
+    // SAFETY: a live object the caller holds for the call.
+    let value = unsafe { Borrowed::from_ptr(py, value) };
+    Ok((!value.is_none()).then_some(value))
+}

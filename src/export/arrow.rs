@@ -1,0 +1,232 @@
+//! The Arrow PyCapsule interface out: `__arrow_c_array__` of host memory, so that
+//! `pyarrow.array(obj)`, `polars.Series(obj)` and other Arrow consumers take a `DLPackObject`.
+//! A 1-D array of numbers is its memory as it is; N-d C-ordered memory an
+//! `arrow.fixed_shape_tensor` (or nested fixed-size lists, when the consumer asks for them);
+//! other layouts one C-ordered copy, booleans one copy into bits. The Arrow array keeps the
+//! source alive (a reference to the object, released by Python's own rules when the consumer
+//! lets go on a thread without the interpreter).
+
+use std::panic::AssertUnwindSafe;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use arrow_array::ffi::{FFI_ArrowSchema, to_ffi};
+use arrow_buffer::{BooleanBuffer, Buffer};
+use arrow_data::ArrayData;
+use arrow_schema::{DataType, Field};
+use dlpack_core::abi::type_code as tc;
+use dlpack_core::dtype::DType;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
+
+use crate::copy::to_c_order;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// The Arrow type of a DLPack element type, if Arrow has one.
+fn arrow_type(dtype: DType) -> Option<DataType> {
+    let DType(dt) = dtype;
+    Some(match (dt.code, dt.bits) {
+        (tc::INT, 8) => DataType::Int8,
+        (tc::INT, 16) => DataType::Int16,
+        (tc::INT, 32) => DataType::Int32,
+        (tc::INT, 64) => DataType::Int64,
+        (tc::UINT, 8) => DataType::UInt8,
+        (tc::UINT, 16) => DataType::UInt16,
+        (tc::UINT, 32) => DataType::UInt32,
+        (tc::UINT, 64) => DataType::UInt64,
+        (tc::FLOAT, 16) => DataType::Float16,
+        (tc::FLOAT, 32) => DataType::Float32,
+        (tc::FLOAT, 64) => DataType::Float64,
+        (tc::BOOL, 8) => DataType::Boolean,
+        _ => return None,
+    })
+}
+
+/// What keeps exported memory alive: the `DLPackObject`, or a copy of our own.
+struct Keep(#[allow(dead_code, reason = "held until Arrow lets go")] AssertUnwindSafe<Held>);
+
+enum Held {
+    Object(std::mem::ManuallyDrop<Py<PyAny>>),
+    Copy(#[allow(dead_code, reason = "held")] Box<Tensor>),
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Arrow consumers release on any thread, with or without the interpreter: the reference
+        // goes at once where this thread can attach (PyO3 would otherwise queue it until its
+        // next call), and is left to the process' exit where it can't (shutdown).
+        if let Held::Object(object) = self {
+            // SAFETY: taken once, here; the field is not used again.
+            let object = unsafe { std::mem::ManuallyDrop::take(object) };
+            let mut slot = Some(object);
+            Python::try_attach(|_| drop(slot.take()));
+            if let Some(object) = slot {
+                std::mem::forget(object);
+            }
+        }
+    }
+}
+
+/// `__arrow_c_array__(requested_schema)` of `object`, whose tensor is `tensor`.
+pub fn arrow_c_array<'py>(
+    object: &Bound<'py, PyAny>,
+    tensor: &Tensor,
+    requested_schema: Option<&Bound<'py, PyAny>>,
+) -> Result<Bound<'py, PyTuple>> {
+    let py = object.py();
+    let device = tensor.device.get()?;
+    if !device.is_host() {
+        return Err(Error::buffer(format!(
+            "memory on {} can't be an Arrow array on the CPU (__arrow_c_array__); copy it to \
+             the host first",
+            device.name()
+        )));
+    }
+    let leaf_type = arrow_type(tensor.dtype)
+        .ok_or_else(|| Error::type_(format!("{} has no Arrow type", tensor.dtype.name())))?;
+    let shape: Vec<usize> = tensor.layout.shape().iter().map(|&n| n as usize).collect();
+    let Some((&rows, inner)) = shape.split_first() else {
+        return Err(Error::value(
+            "a 0-d array is no Arrow array (Arrow arrays have a length): reshape it to (1,)",
+        ));
+    };
+    let nested = match requested_schema {
+        None => false,
+        Some(requested) => requested_nested(requested, &leaf_type, inner)?,
+    };
+    // The memory, C-ordered in native byte order: the tensor's own, or a copy (whose buffer
+    // stays where it is when the copy moves into `Held`).
+    let in_place = tensor.layout.is_c_contiguous() && tensor.exportable().is_ok();
+    let (data, held) = if in_place {
+        (
+            tensor.data,
+            Held::Object(std::mem::ManuallyDrop::new(object.clone().unbind())),
+        )
+    } else {
+        let copy = to_c_order(py, tensor)?;
+        (copy.data, Held::Copy(Box::new(copy)))
+    };
+    let numel: usize = shape.iter().product();
+    let itemsize = tensor.dtype.itemsize();
+    let keep: Arc<dyn arrow_buffer::alloc::Allocation> = Arc::new(Keep(AssertUnwindSafe(held)));
+    let values = if leaf_type == DataType::Boolean {
+        // SAFETY: `numel` one-byte elements at `data`, C-ordered (above), alive while `keep` is
+        // (here).
+        let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), numel) };
+        BooleanBuffer::collect_bool(numel, |k| bytes[k] != 0).into_inner()
+    } else {
+        let start = NonNull::new(data.cast::<u8>()).unwrap_or(NonNull::dangling());
+        // SAFETY: `numel * itemsize` bytes at `start` are the C-ordered elements, which `keep`
+        // keeps alive as long as the buffer lives; Arrow only reads them.
+        unsafe { Buffer::from_custom_allocation(start, numel * itemsize, keep) }
+    };
+    let leaf = ArrayData::builder(leaf_type.clone())
+        .len(numel)
+        .add_buffer(values)
+        .build()
+        .map_err(|e| Error::buffer(format!("this memory can't be an Arrow array: {e}")))?;
+    let (data, field) = if inner.is_empty() {
+        (leaf, Field::new("", leaf_type, false))
+    } else if nested {
+        let mut data = leaf;
+        let mut item = Field::new("item", leaf_type, true);
+        for (level, &size) in inner.iter().enumerate().rev() {
+            let len = shape[..=level].iter().product::<usize>();
+            let list = DataType::FixedSizeList(Arc::new(item), size as i32);
+            data = fixed_size_list(list.clone(), len, data)?;
+            item = Field::new("item", list, true);
+        }
+        let data_type = item.data_type().clone();
+        (data, Field::new("", data_type, false))
+    } else {
+        let size: usize = inner.iter().product();
+        let list =
+            DataType::FixedSizeList(Arc::new(Field::new("item", leaf_type, true)), size as i32);
+        let data = fixed_size_list(list.clone(), rows, leaf)?;
+        let metadata = [
+            (
+                "ARROW:extension:name".to_owned(),
+                "arrow.fixed_shape_tensor".to_owned(),
+            ),
+            (
+                "ARROW:extension:metadata".to_owned(),
+                format!("{{\"shape\":{inner:?}}}"),
+            ),
+        ];
+        (
+            data,
+            Field::new("", list, false).with_metadata(std::collections::HashMap::from(metadata)),
+        )
+    };
+    let (array, _) = to_ffi(&data).map_err(arrow_error)?;
+    let schema = FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
+    let schema = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
+    let array = PyCapsule::new_with_value(py, array, c"arrow_array")?;
+    Ok(PyTuple::new(py, [schema.into_any(), array.into_any()])?)
+}
+
+fn fixed_size_list(data_type: DataType, len: usize, child: ArrayData) -> Result<ArrayData> {
+    ArrayData::builder(data_type)
+        .len(len)
+        .add_child_data(child)
+        .build()
+        .map_err(arrow_error)
+}
+
+/// Whether the consumer's requested schema asks for nested fixed-size lists rather than the
+/// tensor extension type; a `ValueError` for any other request that isn't what we give.
+fn requested_nested(
+    requested: &Bound<'_, PyAny>,
+    leaf: &DataType,
+    inner: &[usize],
+) -> Result<bool> {
+    let capsule = requested
+        .cast::<PyCapsule>()
+        .map_err(|_| Error::type_("requested_schema must be a PyCapsule named \"arrow_schema\""))?;
+    let pointer = capsule
+        .pointer_checked(Some(c"arrow_schema"))
+        .map_err(|_| Error::type_("requested_schema must be a PyCapsule named \"arrow_schema\""))?;
+    // SAFETY: a capsule of this name holds an `ArrowSchema`, which we only read (the consumer
+    // keeps and releases it).
+    let schema = unsafe { &*pointer.as_ptr().cast::<FFI_ArrowSchema>() };
+    let field = Field::try_from(schema).map_err(arrow_error)?;
+    let mut nested = leaf.clone();
+    for &size in inner.iter().rev() {
+        nested = DataType::FixedSizeList(Arc::new(Field::new("item", nested, true)), size as i32);
+    }
+    let is_extension = field.metadata().contains_key("ARROW:extension:name");
+    if !is_extension && same_type(field.data_type(), &nested) {
+        return Ok(!inner.is_empty());
+    }
+    let tensor = !inner.is_empty()
+        && field
+            .metadata()
+            .get("ARROW:extension:name")
+            .map(String::as_str)
+            == Some("arrow.fixed_shape_tensor");
+    if tensor || (inner.is_empty() && same_type(field.data_type(), leaf)) {
+        return Ok(false);
+    }
+    Err(Error::value(format!(
+        "this array is {} of shape {inner:?} per row; it can't be given as the requested Arrow \
+         type {}",
+        leaf,
+        field.data_type()
+    )))
+}
+
+/// Types equal up to the names and nullability of list items.
+fn same_type(a: &DataType, b: &DataType) -> bool {
+    match (a, b) {
+        (DataType::FixedSizeList(x, n), DataType::FixedSizeList(y, m)) => {
+            n == m && same_type(x.data_type(), y.data_type())
+        }
+        _ => a == b,
+    }
+}
+
+#[cold]
+fn arrow_error(err: arrow_schema::ArrowError) -> Error {
+    Error::value(format!("Arrow export failed: {err}"))
+}
