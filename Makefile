@@ -72,3 +72,11 @@ bench: venv
 
 clean:
 	rm -rf dist dist-checked target $(VENV)
+
+# The documentation site, built with warnings as errors, and every Python example in README.md and
+# docs/ run (tools/check_doc_examples.py). Needs `pip install "dlpack-adapter[docs]"`, dlpack built
+# and installed (make build) and the libraries the examples use (requirements/test.txt).
+.PHONY: docs
+docs:
+	$(PY) -m mkdocs build --strict
+	$(PY) tools/check_doc_examples.py
