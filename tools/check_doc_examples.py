@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`]*?)[ \t]*$")
 NO_TEST = re.compile(r"^\s*<!--\s*no-test\b.*-->\s*$")
 # How long one file's examples may run (a Dask cluster starts in a few seconds).
-TIMEOUT_S = 600
+TIMEOUT_S = 300
 
 
 @dataclass
