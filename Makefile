@@ -78,5 +78,5 @@ clean:
 # and installed (make build) and the libraries the examples use (requirements/test.txt).
 .PHONY: docs
 docs:
-	$(PY) -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	$(PY) tools/check_doc_examples.py
