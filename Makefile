@@ -88,3 +88,11 @@ bench: venv
 
 clean:
 	rm -rf dist dist-checked dist-example dist-bench target $(VENV)
+
+# The documentation site, built with warnings as errors, and every Python example in README.md and
+# docs/ run (tools/check_doc_examples.py). Needs `pip install "dlpack-adapter[docs]"`, dlpack built
+# and installed (make build) and the libraries the examples use (requirements/test.txt).
+.PHONY: docs
+docs:
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+	$(PY) tools/check_doc_examples.py

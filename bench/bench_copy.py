@@ -18,8 +18,7 @@ The transpose also gets a second table: ``dlpack.copyto`` of ``src.T`` against t
 contiguous copy of the same bytes (the faster of ``np.copyto``, one memcpy, and
 ``dlpack.copyto``, memcpy on every core), timed in the same interleaved repeats.
 
-A row whose library is missing, or whose call raises (``dlpack.copyto`` before the build that has
-it), is skipped with a printed reason.
+A row whose library is missing, or whose call raises, is skipped with a printed reason.
 """
 
 import argparse

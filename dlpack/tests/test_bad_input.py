@@ -28,8 +28,8 @@ def test_bad_input(name, fac, excs):
 
 @pytest.mark.parametrize("name, fac", ACCEPTED, ids=[c[0] for c in ACCEPTED])
 def test_accepted_odd_layout(name, fac):
-    """Formerly refused (non-native byte order, strides that are not whole elements): accepted,
-    with a copy_reason, and exported as a copy holding the right values."""
+    """Layouts DLPack can't express (non-native byte order, strides that are not whole
+    elements) are accepted, with a copy_reason, and exported as a copy holding the right values."""
     if fac[1] is not None:
         need(fac[1])
     status, detail, obj = run_accepted(name, fac)
