@@ -47,7 +47,7 @@ bench-rust-api: venv
 
 # -P keeps the source tree off sys.path, so `dlpack` is the installed wheel.
 py-test:
-	DLPACK_TESTS_REQUIRE=numpy,ml_dtypes,torch,jax,array_api_strict,tvm_ffi,pyarrow,PIL,torch_jax_interop,hypothesis,distributed $(PY) -P -m pytest --pyargs dlpack.tests -q -ra -p no:cacheprovider $(PYTEST_ARGS)
+	DLPACK_TESTS_REQUIRE=numpy,ml_dtypes,torch,jax,array_api_strict,tvm_ffi,pyarrow,PIL,torch_jax_interop,hypothesis,distributed,polars,pandas,duckdb,nanoarrow $(PY) -P -m pytest --pyargs dlpack.tests -q -ra -p no:cacheprovider $(PYTEST_ARGS)
 
 # The type stubs must match the built extension.
 stubtest:
