@@ -147,12 +147,6 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
         )? {
             return cuda_array_interface::import(obj, cai).map(Some);
         }
-        if let Some(method) = attr(intern!(py, "__arrow_c_array__"), protocols.arrow_array)? {
-            return arrow::import_array(&method).map(Some);
-        }
-        if let Some(method) = attr(intern!(py, "__arrow_c_stream__"), protocols.arrow_stream)? {
-            return arrow::import_stream_method(&method).map(Some);
-        }
         if let Some(capsule) = attr(intern!(py, "__array_struct__"), protocols.array_struct)? {
             return array_interface::import_struct(obj, capsule).map(Some);
         }
@@ -161,6 +155,14 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
             protocols.array_interface,
         )? {
             return array_interface::import(obj, interface).map(Some);
+        }
+        // After the array interface: an object with both (a Pillow image) describes its shape
+        // there, while its Arrow export is a flat column of pixels.
+        if let Some(method) = attr(intern!(py, "__arrow_c_array__"), protocols.arrow_array)? {
+            return arrow::import_array(&method).map(Some);
+        }
+        if let Some(method) = attr(intern!(py, "__arrow_c_stream__"), protocols.arrow_stream)? {
+            return arrow::import_stream_method(&method).map(Some);
         }
         if buffer::supports(obj) {
             return buffer::import(obj).map(Some);
