@@ -88,7 +88,12 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
         });
     }
     let attr = |name: &Bound<'py, PyString>, on_type: bool| -> Result<Option<Bound<'py, PyAny>>> {
-        if on_type || protocols.dynamic {
+        // A type that declares the Arrow interface is served through what it declares: its
+        // instances are not asked for protocols it lacks (a failed lookup on a polars Series
+        // runs its `__getattr__`, several microseconds each).
+        let instance_lookups =
+            protocols.dynamic && !protocols.arrow_array && !protocols.arrow_stream;
+        if on_type || instance_lookups {
             Ok(obj.getattr_opt(name)?)
         } else {
             Ok(None) // neither the type nor (lacking a __dict__ or __getattr__) the instance has it

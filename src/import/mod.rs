@@ -3,9 +3,11 @@
 //! `import` tries the protocols in the order that keeps the most information: DLPack (it
 //! carries devices and streams; a type's C exchange API first, then `__dlpack__`), the CUDA
 //! array interface, the array interface (struct first, it is cheaper), the Arrow PyCapsule
-//! interface (`arrow`), the buffer protocol, and numpy's `__array__` last. When a DLPack producer refuses (BufferError) an object that also speaks another
-//! protocol, that one gets its turn: numpy arrays of ml_dtypes types are served this way. Exact
-//! numpy arrays are read from their C struct (`numpy`), which says what their DLPack export would.
+//! interface (`arrow`), the buffer protocol, and numpy's `__array__` last. When a DLPack
+//! producer refuses (BufferError) an object that also speaks another protocol, that one gets its
+//! turn: numpy arrays of ml_dtypes types are served this way, and Arrow arrays whose own DLPack
+//! export refuses them (booleans, fixed-size lists, nulls). Exact numpy arrays are read from
+//! their C struct (`numpy`), which says what their DLPack export would.
 
 mod address_map;
 pub mod array_interface;
