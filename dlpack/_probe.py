@@ -96,15 +96,16 @@ class _Death:
 def _import_in_child(names: Sequence[str], timeout: float) -> _Death | None:
     """How a child importing ``names`` in order died; None when it didn't."""
     argv = [sys.executable, "-c", _CHILD, json.dumps(sys.path), *names]
+    returncode: int | None
     try:
         proc = subprocess.run(
             argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=timeout
         )
         output, returncode = proc.stdout, proc.returncode
     except subprocess.TimeoutExpired as exc:
-        output, returncode = exc.stdout or "", None
-        if isinstance(output, bytes):
-            output = output.decode(errors="replace")
+        partial = exc.stdout or ""
+        output = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+        returncode = None
     # counted in the whole output: a library may print too, even half a line
     started = output.count("dlpack-probe: importing ")
     at_exit = "dlpack-probe: imported all" in output

@@ -15,6 +15,8 @@ from __future__ import annotations
 import platform
 import sys
 import time
+from collections.abc import Callable
+from typing import TextIO
 
 from .. import _probe
 from ._consumers import CONSUMERS, DEVICES, Consumer, pairs
@@ -110,7 +112,7 @@ def _hello(lines: list[str]) -> bool:
     return True
 
 
-def report(out=None) -> int:
+def report(out: TextIO | None = None) -> int:
     """Print the report; return the exit status (0 unless dlpack itself is broken)."""
     out = out or sys.stdout
     started = time.perf_counter()
@@ -175,7 +177,7 @@ def report(out=None) -> int:
     return 0 if ours_ok else 1
 
 
-def _exchange_table(device: str, say, notes: dict[str, int]) -> None:
+def _exchange_table(device: str, say: Callable[[str], None], notes: dict[str, int]) -> None:
     providers = [p for p in PROVIDERS if device in p.devices and _present(p.module)]
     consumers = [c for c in CONSUMERS if device in c.devices and _present(c.module)]
     say(
@@ -188,7 +190,7 @@ def _exchange_table(device: str, say, notes: dict[str, int]) -> None:
             say(f"  (left out: {library(module).error})")
     if not consumers:
         say("  (no consumer library is installed: numpy, torch, jax, cupy, ...)")
-        say()
+        say("")
         return
     rows = [["provider \\ consumer"] + [c.name for c in consumers]]
     for p in providers:
@@ -206,7 +208,7 @@ def _exchange_table(device: str, say, notes: dict[str, int]) -> None:
         rows.append(row)
     for line in _table(rows):
         say(line)
-    say()
+    say("")
 
 
 def _present(module: str | None) -> bool:
