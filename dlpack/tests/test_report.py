@@ -1,8 +1,18 @@
 """The environment report, ``python -m dlpack``."""
 
-import dlpack
+import json
+import os
+import platform
+import pty
+import subprocess
+import sys
 
-from ._helpers import optional, run_python
+import pytest
+
+import dlpack
+from dlpack import _probe
+
+from ._helpers import child_env, need, optional, package_root, run_python
 
 
 def test_report_runs_and_shows_the_table():
@@ -59,3 +69,95 @@ def test_unknown_option_is_a_usage_error():
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "unrecognized arguments: --no-such-option" in proc.stderr
     assert proc.stdout == ""
+
+
+# A library that logs from "native code" when imported: straight to descriptor 2, in the formats
+# of glog/absl (before and after absl's logging is set up) and TensorFlow's, then one line of its
+# own that is no log and must reach the user.
+NATIVE_LOGS = (
+    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    b"I0000 00:00:1795619464.957895   12514 port.cc:153] oneDNN custom operations are on.\n"
+    b"W1125 14:03:07.123456  4242 fake_native.cc:42] fake native warning\n"
+    b"2026-01-01 12:00:00.000000: I tensorflow/core/util/port.cc:113] fake tensorflow line\n"
+    b"fake_native_logs: this line is not a log\n"
+)
+
+
+@pytest.fixture(scope="module")
+def json_report(tmp_path_factory):
+    """``python -m dlpack --json`` with a terminal on stderr and a library that logs to it:
+    (exit status, stdout, what the terminal got)."""
+    folder = tmp_path_factory.mktemp("native_logs")
+    (folder / "fake_native_logs.py").write_text(f"import os\nos.write(2, {NATIVE_LOGS!r})\n")
+    env = child_env([folder], {_probe.EXTRA_ENV: "fake_native_logs"})
+    leader, follower = pty.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-m", "dlpack", "--json"],
+        cwd=package_root(),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+    ) as proc:
+        os.close(follower)
+        terminal = bytearray()
+        while True:  # until the child closes the terminal (EIO)
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            terminal += chunk
+        stdout = proc.stdout.read() if proc.stdout else b""
+        returncode = proc.wait(timeout=300)
+    os.close(leader)
+    return returncode, stdout.decode(), terminal.decode(errors="replace")
+
+
+def test_json_report_describes_libraries_and_exchanges(json_report):
+    returncode, stdout, terminal = json_report
+    assert returncode == 0, stdout + terminal
+    doc = json.loads(stdout)  # the document and nothing else
+    assert doc["schema"] == 1
+    ours = doc["dlpack_adapter"]
+    assert ours["version"] == dlpack.__version__ and ours["works"] is True
+    assert ours["dlpack_version"] == "{}.{}".format(*dlpack.DLPACK_VERSION)
+    assert doc["python"]["version"] == platform.python_version()
+    libraries = {lib["name"]: lib for lib in doc["libraries"]}
+    for lib in libraries.values():
+        assert set(lib) == {"name", "module", "status", "version", "error"}
+        assert lib["status"] in ("ok", "missing", "broken", "crashes")
+        assert (lib["error"] is None) == (lib["status"] in ("ok", "missing"))
+    assert libraries["fake_native_logs"]["status"] == "ok"
+    assert doc["devices"]["cpu"] == {"available": True}
+    assert isinstance(doc["devices"]["cuda"]["available"], bool)
+    exchanges = {(e["device"], e["provider"], e["consumer"]): e for e in doc["exchanges"]}
+    for e in exchanges.values():
+        assert e["status"] in ("zero-copy", "copy", "fails", "skip")
+        assert (e["reason"] is None) == (e["status"] in ("zero-copy", "copy"))
+    np = need("numpy")
+    torch = need("torch")
+    for name, module in (("numpy", np), ("torch", torch)):
+        assert libraries[name]["status"] == "ok"
+        assert libraries[name]["version"] == module.__version__
+    for provider in ("bytearray", "numpy", "torch"):
+        for consumer in ("numpy", "torch"):
+            assert exchanges["cpu", provider, consumer]["status"] == "zero-copy"
+
+
+def test_native_log_lines_stay_off_stderr(json_report):
+    _, stdout, terminal = json_report
+    assert "fake_native_logs: this line is not a log" in terminal
+    for line in NATIVE_LOGS.decode().splitlines()[:-1]:
+        assert line not in terminal and line not in stdout
+
+
+def test_progress_shows_on_a_terminal_only(json_report):
+    _, _, terminal = json_report
+    assert "\r\x1b[Kimporting numpy..." in terminal
+    assert "\r\x1b[Kimporting fake_native_logs..." in terminal
+    # the line is cleared when done, before what libraries wrote that was no log
+    assert terminal.endswith("\r\x1b[Kfake_native_logs: this line is not a log\r\n")
+    # where stderr is no terminal (a file, a pipe), the report writes nothing there
+    proc = run_python("-m", "dlpack", "--json")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
