@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from dlpack import DLPackObject, _report
+from dlpack import DLPackObject, _probe, _report
 
 # ---------------------------------------------------------------------------
 # array libraries: every test imports them through need() or optional()
@@ -160,8 +160,10 @@ def package_root():
 
 def child_env(path=(), env=None) -> dict[str, str]:
     """This environment with the folders in ``path`` first on ``PYTHONPATH`` and ``env`` added;
-    pytest's own variables are dropped, so a pytest run in a child is its own."""
+    pytest's own variables are dropped, so a pytest run in a child is its own. This process's
+    crash probe is handed down: a child that would probe the same libraries takes its result."""
     child_env = dict(os.environ)
+    child_env.update(_probe.handed_down())
     child_env.pop("PYTEST_ADDOPTS", None)
     child_env.pop("PYTEST_CURRENT_TEST", None)
     if path:

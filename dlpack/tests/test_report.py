@@ -11,6 +11,7 @@ import pytest
 
 import dlpack
 from dlpack import _probe
+from dlpack._report import _terminal
 
 from ._helpers import child_env, need, optional, package_root, run_python
 
@@ -32,6 +33,7 @@ def test_report_runs_and_shows_the_table():
     else:
         assert "no consumer library is installed" in out
     assert "Traceback" not in proc.stderr
+    assert "\x1b[K" not in proc.stderr  # no progress line where stderr is no terminal
 
 
 def test_exchange_never_raises():
@@ -71,9 +73,8 @@ def test_unknown_option_is_a_usage_error():
     assert proc.stdout == ""
 
 
-# A library that logs from "native code" when imported: straight to descriptor 2, in the formats
-# of glog/absl (before and after absl's logging is set up) and TensorFlow's, then one line of its
-# own that is no log and must reach the user.
+# What native libraries write to descriptor 2: glog/absl lines (before and after absl's logging is
+# set up) and TensorFlow's, then one line that is no log and must reach the user.
 NATIVE_LOGS = (
     b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
     b"I0000 00:00:1795619464.957895   12514 port.cc:153] oneDNN custom operations are on.\n"
@@ -84,17 +85,14 @@ NATIVE_LOGS = (
 
 
 @pytest.fixture(scope="module")
-def json_report(tmp_path_factory):
-    """``python -m dlpack --json`` with a terminal on stderr and a library that logs to it:
-    (exit status, stdout, what the terminal got)."""
-    folder = tmp_path_factory.mktemp("native_logs")
-    (folder / "fake_native_logs.py").write_text(f"import os\nos.write(2, {NATIVE_LOGS!r})\n")
-    env = child_env([folder], {_probe.EXTRA_ENV: "fake_native_logs"})
+def json_report():
+    """``python -m dlpack --json`` with a terminal on stderr: (exit status, stdout, what the
+    terminal got)."""
     leader, follower = pty.openpty()
     with subprocess.Popen(
         [sys.executable, "-m", "dlpack", "--json"],
         cwd=package_root(),
-        env=env,
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=follower,
     ) as proc:
@@ -128,7 +126,7 @@ def test_json_report_describes_libraries_and_exchanges(json_report):
         assert set(lib) == {"name", "module", "status", "version", "error"}
         assert lib["status"] in ("ok", "missing", "broken", "crashes")
         assert (lib["error"] is None) == (lib["status"] in ("ok", "missing"))
-    assert libraries["fake_native_logs"]["status"] == "ok"
+    assert {"numpy", "torch", "jax", "tensorflow", "paddle", "pytest"} <= set(libraries)
     assert doc["devices"]["cpu"] == {"available": True}
     assert isinstance(doc["devices"]["cuda"]["available"], bool)
     exchanges = {(e["device"], e["provider"], e["consumer"]): e for e in doc["exchanges"]}
@@ -145,19 +143,58 @@ def test_json_report_describes_libraries_and_exchanges(json_report):
             assert exchanges["cpu", provider, consumer]["status"] == "zero-copy"
 
 
-def test_native_log_lines_stay_off_stderr(json_report):
-    _, stdout, terminal = json_report
-    assert "fake_native_logs: this line is not a log" in terminal
-    for line in NATIVE_LOGS.decode().splitlines()[:-1]:
-        assert line not in terminal and line not in stdout
-
-
-def test_progress_shows_on_a_terminal_only(json_report):
+def test_progress_shows_on_a_terminal(json_report):
     _, _, terminal = json_report
     assert "\r\x1b[Kimporting numpy..." in terminal
-    assert "\r\x1b[Kimporting fake_native_logs..." in terminal
-    # the line is cleared when done, before what libraries wrote that was no log
-    assert terminal.endswith("\r\x1b[Kfake_native_logs: this line is not a log\r\n")
-    # where stderr is no terminal (a file, a pipe), the report writes nothing there
-    proc = run_python("-m", "dlpack", "--json")
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "\r\x1b[Kcpu: bytearray -> memoryview..." in terminal
+    # cleared when done
+    assert terminal.rpartition("...")[2].startswith("\r\x1b[K"), terminal[-300:]
+    # and no library's native log lines there (TensorFlow's, where it is installed)
+    assert not [line for line in terminal.splitlines() if _terminal.is_native_log(line)]
+
+
+def test_native_log_lines_stay_off_stderr():
+    """What goes to descriptor 2 while the report works: native logs dropped, the rest kept."""
+    code = (
+        "import os, sys\n"
+        "from dlpack._report._terminal import native_stderr_kept_aside\n"
+        "with native_stderr_kept_aside() as real:\n"
+        f"    os.write(2, {NATIVE_LOGS!r})\n"
+        "    print('python stderr line', file=sys.stderr)\n"
+        "    real.write('said on the real stderr\\n')\n"
+        "print('stdout line')\n"
+    )
+    proc = run_python("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "stdout line\n"
+    assert proc.stderr.splitlines() == [
+        "said on the real stderr",
+        "fake_native_logs: this line is not a log",
+        "python stderr line",
+    ]
+
+
+# A child that would probe: it says whether it did, and what it found.
+PROBING_CHILD = """
+import json
+from dlpack import _probe
+from dlpack._report import _terminal
+from dlpack._report._libraries import PROBED
+probed = []
+_probe.probe = lambda names, timeout: probed.append(list(names)) or {}
+found = _probe.crashes(PROBED)
+print(json.dumps({"probed": bool(probed), "crashes": sorted(found)}))
+"""
+
+
+def test_a_child_takes_the_probe_handed_down(tmp_path):
+    from dlpack._report._libraries import PROBED
+
+    found = _probe.crashes(PROBED)
+    child = json.loads(run_python("-c", PROBING_CHILD).stdout)
+    assert child == {"probed": False, "crashes": sorted(found)}
+    # another candidate (first, as extras are): the child probes again
+    (tmp_path / "fake_fine.py").write_text("")
+    env = {_probe.EXTRA_ENV: "fake_fine"}
+    child = json.loads(run_python("-c", PROBING_CHILD, path=[tmp_path], env=env).stdout)
+    assert child == {"probed": True, "crashes": []}
