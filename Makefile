@@ -3,7 +3,8 @@
 #   make test  - install test dependencies, build the wheel, run every Rust and Python test
 # and for maintainers:
 #   make lint  - formatting, clippy, ruff, mypy --strict
-#   make wheel - the manylinux abi3 wheel and the sdist in dist/ (and a check that the sdist builds)
+#   make wheel - the manylinux abi3 release wheel in dist/ (`make sdist`: the sdist, and a check
+#                that it builds)
 #   make mixed - the report and the suite, from the wheel, among many more array libraries
 #   make lock  - recompile requirements/lock*.txt from pyproject.toml's extras (newest versions)
 # VENV may point elsewhere (CI keeps one in its cache directory), and MIXED_VENV too.
@@ -31,7 +32,7 @@ MIXED_REQUIRE := $(TESTS_REQUIRE),tensorflow,mlx.core,numba
 MIXED_VENV ?= .venv-mixed
 MIXED_PY := $(MIXED_VENV)/bin/python
 
-.PHONY: demo test lint bench build wheel mixed mixed-venv lock deps rust-test py-test \
+.PHONY: demo test lint bench build wheel sdist mixed mixed-venv lock deps rust-test py-test \
 	py-test-checked stubtest mypy venv clean
 
 venv: $(PY)
@@ -48,14 +49,18 @@ lock: deps
 	$(UV) pip compile -q --upgrade pyproject.toml $(LOCK_FOR) --custom-compile-command "make lock" \
 		--extra test --extra mixed -o $(LOCK_MIXED)
 
-# The release wheel (manylinux_2_34, abi3: one wheel for every CPython from 3.11) and the sdist,
-# in dist/; the sdist is built once more into a wheel elsewhere, to show it holds everything (with
-# the quicker `checked` profile, in this tree's target folder, so it reuses what was built there).
+# The release wheel (manylinux_2_34, abi3: one wheel for every CPython from 3.11), in dist/.
+# This glibc's toolchain links GLIBC_2.34 symbols: an older tag needs a manylinux container or zig.
 wheel: venv
-	rm -rf dist target/sdist-check
+	rm -rf dist/*.whl
 	$(PY) -m maturin build --release --quiet --compatibility manylinux_2_34 -o dist
-	$(PY) -m maturin sdist -o dist
 	$(PY) -m auditwheel show dist/*.whl
+
+# The sdist, in dist/, built once more into a wheel elsewhere to show it holds everything (with
+# the quicker `checked` profile, in this tree's target folder, so it reuses what was built there).
+sdist: venv
+	rm -rf dist/*.tar.gz target/sdist-check
+	$(PY) -m maturin sdist -o dist
 	CARGO_TARGET_DIR=$(abspath target) MATURIN_PEP517_ARGS="--profile checked" \
 		$(PIP) wheel --no-deps --no-build-isolation -w target/sdist-check dist/*.tar.gz
 	ls target/sdist-check/*.whl
