@@ -23,8 +23,8 @@ business: it fails to import in this process as well, and is reported as such.
 
 A process that starts others can hand its result down (:func:`handed_down`, in
 ``DLPACK_PROBE_KNOWN``): a child with the same interpreter that would probe the same candidates,
-in the same order, found in the same files, takes it instead of probing again (with many large
-libraries a probe takes minutes).
+found in the same files, takes it instead of probing again (with many large libraries a probe
+takes minutes).
 """
 
 from __future__ import annotations
@@ -230,8 +230,8 @@ def handed_down() -> dict[str, str]:
 
 
 def _from_parent(candidates: Sequence[str]) -> dict[str, Crash] | None:
-    """The crashes ``KNOWN_ENV`` hands down, where they were found for these candidates, in this
-    order, at the same places, by this interpreter; else None."""
+    """The crashes ``KNOWN_ENV`` hands down, where they were found for these candidates at the
+    same places, by this interpreter; else None."""
     text = os.environ.get(KNOWN_ENV)
     if not text:
         return None
@@ -239,7 +239,10 @@ def _from_parent(candidates: Sequence[str]) -> dict[str, Crash] | None:
         doc = json.loads(text)
         if doc["executable"] != sys.executable or doc["places"] is None:
             return None
-        if doc["places"] != _places(candidates):
+        # the same libraries at the same places; the order may differ (what a process imported
+        # before it probes comes first), as the order a process then imports them in does
+        places = _places(candidates)
+        if places is None or sorted(doc["places"]) != sorted(places):
             return None
         return {
             name: Crash(str(culprit), str(how), tuple(map(str, together)))

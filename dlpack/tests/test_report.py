@@ -6,6 +6,7 @@ import platform
 import pty
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -89,13 +90,15 @@ def json_report():
     """``python -m dlpack --json`` with a terminal on stderr: (exit status, stdout, what the
     terminal got)."""
     leader, follower = pty.openpty()
-    with subprocess.Popen(
-        [sys.executable, "-m", "dlpack", "--json"],
-        cwd=package_root(),
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=follower,
-    ) as proc:
+    # stdout to a file: a pipe could fill up while the terminal is read
+    with tempfile.TemporaryFile() as stdout:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dlpack", "--json"],
+            cwd=package_root(),
+            env=child_env(),
+            stdout=stdout,
+            stderr=follower,
+        )
         os.close(follower)
         terminal = bytearray()
         while True:  # until the child closes the terminal (EIO)
@@ -106,10 +109,10 @@ def json_report():
             if not chunk:
                 break
             terminal += chunk
-        stdout = proc.stdout.read() if proc.stdout else b""
         returncode = proc.wait(timeout=300)
-    os.close(leader)
-    return returncode, stdout.decode(), terminal.decode(errors="replace")
+        os.close(leader)
+        stdout.seek(0)
+        return returncode, stdout.read().decode(), terminal.decode(errors="replace")
 
 
 def test_json_report_describes_libraries_and_exchanges(json_report):
