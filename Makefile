@@ -1,29 +1,76 @@
 # Two entry points, both working on a fresh machine with only Rust and Python:
 #   make demo  - install, build, and show exchanges with the libraries installed here
 #   make test  - install test dependencies, build the wheel, run every Rust and Python test
-# VENV may point elsewhere (CI keeps one in its cache directory).
+# and for maintainers:
+#   make lint  - formatting, clippy, ruff, mypy --strict
+#   make wheel - the manylinux abi3 release wheel in dist/ (`make sdist`: the sdist, and a check
+#                that it builds)
+#   make mixed - the report and the suite, from the wheel, among many more array libraries
+#   make lock  - recompile requirements/lock*.txt from pyproject.toml's extras (newest versions)
+# VENV may point elsewhere (CI keeps one in its cache directory), and MIXED_VENV too.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
+UV := $(PY) -m uv
 
-.PHONY: demo test lint bench bench-rust-api build rust-test example-test py-test py-test-checked stubtest venv clean
+# pyproject.toml's extras are the one list of dependencies; these pin them (`make lock`):
+# test + bench + docs + dev for VENV, test + mixed for MIXED_VENV
+LOCK := requirements/lock.txt
+LOCK_MIXED := requirements/lock-mixed.txt
+# CPython 3.11 on x86_64 Linux; glibc 2.35 is the oldest mlx's wheels run on
+LOCK_FOR := --python-version 3.11 --python-platform x86_64-manylinux_2_35
+
+# Import names of the libraries the suite must find usable (DLPACK_TESTS_REQUIRE): their tests
+# fail instead of skipping when one is missing, broken or crashing. The test extra installs them.
+TESTS_REQUIRE := numpy,ml_dtypes,torch,jax,array_api_strict,tvm_ffi,pyarrow,PIL,torch_jax_interop,hypothesis,distributed,ray,polars,pandas,duckdb,nanoarrow
+# ... and in MIXED_VENV, those of the mixed extra too; not paddle, which is installed there but
+# crashes the interpreter when imported after TensorFlow (the probe finds it: its tests skip)
+MIXED_REQUIRE := $(TESTS_REQUIRE),tensorflow,mlx.core,numba
+
+MIXED_VENV ?= .venv-mixed
+MIXED_PY := $(MIXED_VENV)/bin/python
+
+.PHONY: demo test lint bench build wheel sdist mixed mixed-venv lock deps rust-test py-test \
+	py-test-checked stubtest mypy venv clean example-test bench-rust-api docs
 
 venv: $(PY)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -U pip
 
-# Build a release wheel and install it (tests run against the installed wheel, never the
+deps: venv
+	$(PIP) install -r $(LOCK)
+
+lock: deps
+	$(UV) pip compile -q --upgrade pyproject.toml $(LOCK_FOR) --custom-compile-command "make lock" \
+		--extra test --extra bench --extra docs --extra dev -o $(LOCK)
+	$(UV) pip compile -q --upgrade pyproject.toml $(LOCK_FOR) --custom-compile-command "make lock" \
+		--extra test --extra mixed -o $(LOCK_MIXED)
+
+# The release wheel (manylinux_2_34, abi3: one wheel for every CPython from 3.11), in dist/.
+# This glibc's toolchain links GLIBC_2.34 symbols: an older tag needs a manylinux container or zig.
+wheel: venv
+	rm -rf dist/*.whl
+	$(PY) -m maturin build --release --quiet --compatibility manylinux_2_34 -o dist
+	$(PY) -m auditwheel show dist/*.whl
+
+# The sdist, in dist/, built once more into a wheel elsewhere to show it holds everything (with
+# the quicker `checked` profile, in this tree's target folder, so it reuses what was built there).
+sdist: venv
+	rm -rf dist/*.tar.gz target/sdist-check
+	$(PY) -m maturin sdist -o dist
+	CARGO_TARGET_DIR=$(abspath target) MATURIN_PEP517_ARGS="--profile checked" \
+		$(PIP) wheel --no-deps --no-build-isolation -w target/sdist-check dist/*.tar.gz
+	ls target/sdist-check/*.whl
+
+# Build the release wheel and install it (tests run against the installed wheel, never the
 # source tree).
-build: venv
-	rm -rf dist
-	$(PY) -m maturin build --release --quiet -o dist
+build: wheel
 	$(PIP) install --force-reinstall --no-deps dist/*.whl
 
-demo: venv
-	$(PIP) install -r requirements/demo.txt
+demo: deps
 	$(MAKE) build
 	$(PY) -P -m dlpack
 
@@ -49,7 +96,7 @@ bench-rust-api: venv
 
 # -P keeps the source tree off sys.path, so `dlpack` is the installed wheel.
 py-test:
-	DLPACK_TESTS_REQUIRE=numpy,ml_dtypes,torch,jax,array_api_strict,tvm_ffi,pyarrow,PIL,torch_jax_interop,hypothesis,distributed,polars,pandas,duckdb,nanoarrow $(PY) -P -m pytest --pyargs dlpack.tests -q -ra -p no:cacheprovider $(PYTEST_ARGS)
+	DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) $(PY) -P -m pytest --pyargs dlpack.tests -q -ra -p no:cacheprovider $(PYTEST_ARGS)
 
 # The type stubs must match the built extension.
 stubtest:
@@ -64,8 +111,7 @@ py-test-checked: venv
 	$(PIP) install --force-reinstall --no-deps dist-checked/*.whl
 	$(MAKE) py-test
 
-test: venv
-	$(PIP) install -r requirements/test.txt
+test: deps
 	$(MAKE) py-test-checked
 	$(MAKE) build
 	$(MAKE) rust-test
@@ -73,28 +119,47 @@ test: venv
 	$(MAKE) py-test
 	$(MAKE) example-test
 
-lint: venv
-	$(PIP) install ruff
+# The mixed extra's environment, made again from scratch whenever its lock changes (the lock's
+# hash is kept inside it).
+mixed-venv: venv
+	@hash=$$(sha256sum $(LOCK_MIXED) | cut -d' ' -f1); \
+	if [ "$$(cat $(MIXED_VENV)/.lock-hash 2>/dev/null)" != "$$hash" ]; then \
+		set -e; rm -rf $(MIXED_VENV); \
+		$(UV) venv -q --python $(PY) $(MIXED_VENV); \
+		$(UV) pip install -q --python $(MIXED_PY) -r $(LOCK_MIXED); \
+		echo "$$hash" > $(MIXED_VENV)/.lock-hash; \
+	fi
+
+# The wheel in dist/ (`make wheel`), installed in MIXED_VENV, where TensorFlow, Paddle, MLX, numba
+# and the test extra's libraries all live together: the report and the whole suite.
+mixed: mixed-venv
+	$(UV) pip install -q --python $(MIXED_PY) --reinstall --no-deps dist/*.whl
+	$(MIXED_PY) -P -m dlpack
+	DLPACK_TESTS_REQUIRE=$(MIXED_REQUIRE) $(MIXED_PY) -P -m dlpack.tests -q -ra $(PYTEST_ARGS)
+
+mypy:
+	$(PY) -m mypy
+
+lint: deps
 	cargo fmt --check
 	cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
 	$(PY) tools/module_cycles.py
 	$(PY) -m ruff check dlpack bench tools examples
 	$(PY) -m ruff format --check dlpack bench tools examples
+	$(MAKE) mypy
 
 # Exchange cost against the native paths and pydlpack (installed aside, in bench/.pydlpack).
-bench: venv
-	$(PIP) install -r requirements/test.txt
+bench: deps
 	$(MAKE) build
 	PYTHON=$(PY) bash bench/install_pydlpack.sh
 	$(PY) -P bench/bench_exchange.py $(BENCH_ARGS)
 
 clean:
-	rm -rf dist dist-checked dist-example dist-bench target $(VENV)
+	rm -rf dist dist-checked dist-example dist-bench target $(VENV) $(MIXED_VENV)
 
 # The documentation site, built with warnings as errors, and every Python example in README.md and
 # docs/ run (tools/check_doc_examples.py). Needs `pip install "dlpack-adapter[docs]"`, dlpack built
-# and installed (make build) and the libraries the examples use (requirements/test.txt).
-.PHONY: docs
+# and installed (make build) and the libraries the examples use (the test extra).
 docs:
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	$(PY) tools/check_doc_examples.py

@@ -10,6 +10,8 @@ protocol, and returns a :class:`DLPackObject` that every ``from_dlpack`` accepts
     t = torch.from_dlpack(asdlpack(b"Hello!"))
 """
 
+from typing import Any
+
 from ._dlpack import DLPACK_VERSION, DLDeviceType, DLPackObject, __version__, asdlpack, copyto
 
 # dlpack.sharing (sockets, threads, ctypes) is imported on first use: most users never share, and
@@ -32,7 +34,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _SHARING:
         from . import sharing
 

@@ -20,6 +20,11 @@ limit counts as a crash. A library that merely raises (ImportError, ...) is not 
 business: it fails to import in this process as well, and is reported as such.
 
 ``DLPACK_PROBE_EXTRA`` (comma-separated import names) adds candidates, imported first.
+
+A process that starts others can hand its result down (:func:`handed_down`, in
+``DLPACK_PROBE_KNOWN``): a child with the same interpreter that would probe the same candidates,
+found in the same files, takes it instead of probing again (with many large libraries a probe
+takes minutes).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 EXTRA_ENV = "DLPACK_PROBE_EXTRA"
+KNOWN_ENV = "DLPACK_PROBE_KNOWN"
 TIMEOUT_S = 120.0
 
 # The child imports its arguments in order, saying which it starts; an exception is the caller's
@@ -96,15 +102,16 @@ class _Death:
 def _import_in_child(names: Sequence[str], timeout: float) -> _Death | None:
     """How a child importing ``names`` in order died; None when it didn't."""
     argv = [sys.executable, "-c", _CHILD, json.dumps(sys.path), *names]
+    returncode: int | None
     try:
         proc = subprocess.run(
             argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=timeout
         )
         output, returncode = proc.stdout, proc.returncode
     except subprocess.TimeoutExpired as exc:
-        output, returncode = exc.stdout or "", None
-        if isinstance(output, bytes):
-            output = output.decode(errors="replace")
+        partial = exc.stdout or ""
+        output = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+        returncode = None
     # counted in the whole output: a library may print too, even half a line
     started = output.count("dlpack-probe: importing ")
     at_exit = "dlpack-probe: imported all" in output
@@ -174,20 +181,75 @@ def probe(names: Sequence[str], timeout: float = TIMEOUT_S) -> dict[str, Crash]:
 
 _lock = threading.Lock()
 _crashes: dict[str, Crash] | None = None
+_probed: list[str] = []  # the candidates, in the order probed
 
 
 def crashes(known: Sequence[str], timeout: float = TIMEOUT_S) -> dict[str, Crash]:
     """The crashes among ``known`` and ``DLPACK_PROBE_EXTRA``'s installed libraries; probed the
-    first time this is called in a process, remembered after."""
-    global _crashes
+    first time this is called in a process (or handed down, see :func:`handed_down`),
+    remembered after."""
+    global _crashes, _probed
     with _lock:
         if _crashes is None:
             # extra names (test fakes) first: a crash among them is then found without the others
             candidates = [n for n in [*extra_names(), *known] if installed(n)]
             # what this process already imported comes first, as it did here
             candidates.sort(key=lambda n: n not in sys.modules)
-            _crashes = probe(candidates, timeout)
+            _probed = candidates
+            _crashes = _from_parent(candidates)
+            if _crashes is None:
+                _crashes = probe(candidates, timeout)
         return _crashes
+
+
+def _places(names: Sequence[str]) -> list[list[str]] | None:
+    """Each name with where its top-level package is found (nothing is imported); None when one
+    can't be told."""
+    places = []
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name.partition(".")[0])
+        except Exception:  # noqa: BLE001 - a finder that fails: nothing to compare
+            return None
+        if spec is None:
+            return None
+        where = spec.origin or os.pathsep.join(spec.submodule_search_locations or [])
+        places.append([name, where])
+    return places
+
+
+def handed_down() -> dict[str, str]:
+    """The environment variable that hands this process's probe result down to the processes it
+    starts; empty before it has probed."""
+    with _lock:
+        if _crashes is None:
+            return {}
+        crashed = {n: [c.name, c.how, list(c.together_with)] for n, c in _crashes.items()}
+        doc = {"executable": sys.executable, "places": _places(_probed), "crashes": crashed}
+        return {KNOWN_ENV: json.dumps(doc)}
+
+
+def _from_parent(candidates: Sequence[str]) -> dict[str, Crash] | None:
+    """The crashes ``KNOWN_ENV`` hands down, where they were found for these candidates at the
+    same places, by this interpreter; else None."""
+    text = os.environ.get(KNOWN_ENV)
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+        if doc["executable"] != sys.executable or doc["places"] is None:
+            return None
+        # the same libraries at the same places; the order may differ (what a process imported
+        # before it probes comes first), as the order a process then imports them in does
+        places = _places(candidates)
+        if places is None or sorted(doc["places"]) != sorted(places):
+            return None
+        return {
+            name: Crash(str(culprit), str(how), tuple(map(str, together)))
+            for name, (culprit, how, together) in doc["crashes"].items()
+        }
+    except (ValueError, KeyError, TypeError):  # not ours to read: probe
+        return None
 
 
 def crash_of(name: str, known: Sequence[str]) -> Crash | None:

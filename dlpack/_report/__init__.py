@@ -12,14 +12,18 @@ before any of them is imported here) is never imported, and none of them stops t
 
 from __future__ import annotations
 
+import json
 import platform
 import sys
 import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
 
 from .. import _probe
 from ._consumers import CONSUMERS, DEVICES, Consumer, pairs
 from ._exchange import Outcome, exchange
 from ._libraries import (
+    PROBED,
     REPORTED,
     TEST_TOOLS,
     Library,
@@ -36,6 +40,7 @@ from ._libraries import (
     version,
 )
 from ._providers import PROVIDERS, Provider, PyBufferView, Sample, buffer_address
+from ._terminal import Progress, native_stderr_kept_aside
 
 __all__ = [
     "CONSUMERS",
@@ -110,103 +115,217 @@ def _hello(lines: list[str]) -> bool:
     return True
 
 
-def report(out=None) -> int:
-    """Print the report; return the exit status (0 unless dlpack itself is broken)."""
+@dataclass
+class _Row:
+    provider: Provider
+    outcomes: list[tuple[Consumer, Outcome]]
+
+
+@dataclass
+class _Device:
+    name: str
+    left_out: list[str]  # why crashing libraries were left out
+    consumers: list[Consumer]
+    rows: list[_Row]
+
+
+@dataclass
+class _Findings:
+    version: str
+    dlpack_version: tuple[int, int]
+    path: str
+    hello: list[str]
+    ours_ok: bool
+    libraries: list[tuple[str, Library]]  # (shown name, how it imported)
+    cuda: bool
+    cuda_how: str
+    devices: list[_Device] = field(default_factory=list)
+
+
+def report(out: TextIO | None = None, *, as_json: bool = False) -> int:
+    """Print the report (a JSON document with ``as_json``); return the exit status (0 unless
+    dlpack itself is broken). Native libraries' log lines stay off stderr while it runs, and a
+    terminal on stderr shows what it is doing."""
     out = out or sys.stdout
     started = time.perf_counter()
-
-    def say(line: str = "") -> None:
-        print(line, file=out)
-        out.flush()
-
     try:
         import dlpack
         from dlpack import DLPACK_VERSION, __version__
     except Exception as exc:  # noqa: BLE001
-        say(f"dlpack is broken here: {short_error(exc, 300)}")
+        if as_json:
+            json.dump({"schema": JSON_SCHEMA, "broken": short_error(exc, 300)}, out, indent=2)
+            out.write("\n")
+        else:
+            print(f"dlpack is broken here: {short_error(exc, 300)}", file=out)
         return 1
-    say(
-        f"dlpack-adapter {__version__} (DLPack {DLPACK_VERSION[0]}.{DLPACK_VERSION[1]}) "
-        f"at {dlpack.__path__[0]}"
-    )
-    say(
-        f"Python {platform.python_version()} ({platform.python_implementation()}) "
-        f"on {platform.system()} {platform.machine()}"
-    )
-    say()
+    with native_stderr_kept_aside() as real_stderr:
+        progress = Progress(real_stderr)
+        try:
+            found = _gather(__version__, DLPACK_VERSION, dlpack.__path__[0], progress)
+        finally:
+            progress.clear()
+    seconds = time.perf_counter() - started
+    if as_json:
+        json.dump(_as_json(found, seconds), out, indent=2)
+        out.write("\n")
+    else:
+        for line in _as_text(found, seconds):
+            print(line, file=out)
+    out.flush()
+    return 0 if found.ours_ok else 1
+
+
+def _gather(
+    version: str, dlpack_version: tuple[int, int], path: str, progress: Progress
+) -> _Findings:
+    """Everything the report shows: libraries imported, exchanges run."""
+    known = [module for module, _ in REPORTED + TEST_TOOLS]
+    progress.show("checking in child processes which libraries import without crashing...")
+    _probe.crashes(PROBED)
     hello: list[str] = []
     ours_ok = _hello(hello)
-    for line in hello:
-        say(line)
-    say()
-
-    say("Array libraries:")
-    rows = []
-    extra = [(name, name) for name in _probe.extra_names()]
+    libraries = []
+    extra = [(name, name) for name in _probe.extra_names() if name not in known]
     for module, shown in REPORTED + TEST_TOOLS + extra:
-        lib = library(module)
-        rows.append([shown, lib.describe()])
-    for line in _table(rows):
-        say(line)
-    if not library("pytest").ok:
-        say('  (`python -m dlpack.tests` needs pytest: pip install "dlpack-adapter[test]")')
-    say()
-
+        progress.show(f"importing {shown}...")
+        libraries.append((shown, library(module)))
+    progress.show("looking for CUDA devices...")
     cuda, how = cuda_devices()
-    say("Devices:")
-    say("  cpu")
-    say(f"  cuda  {how}")
-    say()
-
-    notes: dict[str, int] = {}
+    found = _Findings(version, dlpack_version, path, hello, ours_ok, libraries, cuda, how)
     for device in DEVICES:
         if device == "cuda" and not cuda:
             continue
-        _exchange_table(device, say, notes)
-    if notes:
-        say("Notes:")
-        for reason, n in notes.items():
-            say(f"  [{n}] {reason}")
-        say()
-    say("zero-copy: the consumer's array uses the source's memory; copy: same values, other")
-    say("memory; fails [n]: see note n; - [n]: not tried, see note n.")
-    say("`python -m dlpack.tests` runs the test suite against these libraries.")
-    say(f"(report made in {time.perf_counter() - started:.1f}s)")
-    return 0 if ours_ok else 1
+        found.devices.append(_exchanges(device, progress))
+    return found
 
 
-def _exchange_table(device: str, say, notes: dict[str, int]) -> None:
+def _exchanges(device: str, progress: Progress) -> _Device:
     providers = [p for p in PROVIDERS if device in p.devices and _present(p.module)]
     consumers = [c for c in CONSUMERS if device in c.devices and _present(c.module)]
-    say(
-        f"{device.upper()} exchanges, from_dlpack(asdlpack(x)): "
-        "rows make x, columns consume it (2x3 float32, or 6 bytes)"
-    )
     used_here = [x.module for x in PROVIDERS + CONSUMERS if device in x.devices and x.module]
-    for module in dict.fromkeys(used_here):
-        if library(module).status == "crashes":
-            say(f"  (left out: {library(module).error})")
-    if not consumers:
-        say("  (no consumer library is installed: numpy, torch, jax, cupy, ...)")
-        say()
-        return
-    rows = [["provider \\ consumer"] + [c.name for c in consumers]]
-    for p in providers:
-        row = [p.name]
-        for c in consumers:
-            o = exchange(p, c, device)
-            if o.status == "fails":
-                n = notes.setdefault(o.reason, len(notes) + 1)
-                row.append(f"fails [{n}]")
-            elif o.status == "skip":
-                n = notes.setdefault(f"not tried: {o.reason}", len(notes) + 1)
-                row.append(f"- [{n}]")
-            else:
-                row.append(o.status)
-        rows.append(row)
-    for line in _table(rows):
-        say(line)
-    say()
+    left_out = [
+        library(module).error
+        for module in dict.fromkeys(used_here)
+        if library(module).status == "crashes"
+    ]
+    rows = []
+    if consumers:
+        for p in providers:
+            outcomes = []
+            for c in consumers:
+                progress.show(f"{device}: {p.name} -> {c.name}...")
+                outcomes.append((c, exchange(p, c, device)))
+            rows.append(_Row(p, outcomes))
+    return _Device(device, left_out, consumers, rows)
+
+
+def _as_text(found: _Findings, seconds: float) -> list[str]:
+    major, minor = found.dlpack_version
+    lines = [
+        f"dlpack-adapter {found.version} (DLPack {major}.{minor}) at {found.path}",
+        f"Python {platform.python_version()} ({platform.python_implementation()}) "
+        f"on {platform.system()} {platform.machine()}",
+        "",
+        *found.hello,
+        "",
+        "Array libraries:",
+        *_table([[shown, lib.describe()] for shown, lib in found.libraries]),
+    ]
+    if not library("pytest").ok:
+        hint = 'pip install "dlpack-adapter[test]"'
+        lines.append(f"  (`python -m dlpack.tests` needs pytest: {hint})")
+    lines += ["", "Devices:", "  cpu", f"  cuda  {found.cuda_how}", ""]
+    notes: dict[str, int] = {}
+    for device in found.devices:
+        lines.append(
+            f"{device.name.upper()} exchanges, from_dlpack(asdlpack(x)): "
+            "rows make x, columns consume it (2x3 float32, or 6 bytes)"
+        )
+        lines += [f"  (left out: {why})" for why in device.left_out]
+        if not device.consumers:
+            lines += ["  (no consumer library is installed: numpy, torch, jax, cupy, ...)", ""]
+            continue
+        table = [["provider \\ consumer"] + [c.name for c in device.consumers]]
+        for row in device.rows:
+            cells = [row.provider.name]
+            for _, o in row.outcomes:
+                if o.status == "fails":
+                    n = notes.setdefault(o.reason, len(notes) + 1)
+                    cells.append(f"fails [{n}]")
+                elif o.status == "skip":
+                    n = notes.setdefault(f"not tried: {o.reason}", len(notes) + 1)
+                    cells.append(f"- [{n}]")
+                else:
+                    cells.append(o.status)
+            table.append(cells)
+        lines += [*_table(table), ""]
+    if notes:
+        lines.append("Notes:")
+        lines += [f"  [{n}] {reason}" for reason, n in notes.items()]
+        lines.append("")
+    lines += [
+        "zero-copy: the consumer's array uses the source's memory; copy: same values, other",
+        "memory; fails [n]: see note n; - [n]: not tried, see note n.",
+        "`python -m dlpack.tests` runs the test suite against these libraries.",
+        f"(report made in {seconds:.1f}s)",
+    ]
+    return lines
+
+
+# The JSON document's version: raised when a field changes meaning or goes away (new fields may
+# come without it).
+JSON_SCHEMA = 1
+
+
+def _as_json(found: _Findings, seconds: float) -> dict[str, Any]:
+    major, minor = found.dlpack_version
+    return {
+        "schema": JSON_SCHEMA,
+        "dlpack_adapter": {
+            "version": found.version,
+            "dlpack_version": f"{major}.{minor}",
+            "path": found.path,
+            "works": found.ours_ok,
+            "hello": found.hello,
+        },
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+            "system": platform.system(),
+            "machine": platform.machine(),
+        },
+        "libraries": [
+            {
+                "name": shown,
+                "module": lib.name,
+                # "ok", "missing", "broken" (fails to import) or "crashes" (the interpreter)
+                "status": lib.status,
+                "version": lib.version,
+                "error": lib.error or None,
+            }
+            for shown, lib in found.libraries
+        ],
+        "devices": {
+            "cpu": {"available": True},
+            "cuda": {"available": found.cuda, "detail": found.cuda_how},
+        },
+        # one entry per provider and consumer present here, on each device tried
+        "exchanges": [
+            {
+                "device": device.name,
+                "provider": row.provider.name,
+                "consumer": consumer.name,
+                # "zero-copy", "copy", "fails" or "skip"
+                "status": outcome.status,
+                "reason": outcome.reason or None,
+            }
+            for device in found.devices
+            for row in device.rows
+            for consumer, outcome in row.outcomes
+        ],
+        "seconds": round(seconds, 3),
+    }
 
 
 def _present(module: str | None) -> bool:

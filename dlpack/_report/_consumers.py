@@ -22,12 +22,15 @@ from ._providers import PROVIDERS, Provider, buffer_address, pointer_via_dlpack
 # consumers: each library's from_dlpack
 # ---------------------------------------------------------------------------
 
+# what a consumer made, the values it sees (nested lists), and its data pointer (None: unknown)
+Consumed = tuple[Any, list[Any], int | None]
 
-def _np_values(np, x):
+
+def _np_values(np: Any, x: Any) -> Any:
     return np.asarray(x).tolist()
 
 
-def _c_numpy(obj, device):
+def _c_numpy(obj: Any, device: str) -> Consumed:
     np = need("numpy")
     if not hasattr(np, "from_dlpack"):
         raise Unavailable(f"{version('numpy')} has no from_dlpack (numpy >= 1.22)")
@@ -35,7 +38,7 @@ def _c_numpy(obj, device):
     return out, out.tolist(), out.__array_interface__["data"][0]
 
 
-def _c_torch(obj, device):
+def _c_torch(obj: Any, device: str) -> Consumed:
     torch = need("torch")
     from_dlpack = getattr(torch, "from_dlpack", None)
     if from_dlpack is None:
@@ -46,7 +49,7 @@ def _c_torch(obj, device):
     return t, t.cpu().tolist(), t.data_ptr()
 
 
-def _c_jax(obj, device):
+def _c_jax(obj: Any, device: str) -> Consumed:
     need("jax")
     import jax.numpy as jnp
 
@@ -60,7 +63,7 @@ def _c_jax(obj, device):
     return x, values, x.unsafe_buffer_pointer()
 
 
-def _c_cupy(obj, device):
+def _c_cupy(obj: Any, device: str) -> Consumed:
     cupy = need("cupy")
     require_cuda("cupy", cupy_cuda)
     if not hasattr(cupy, "from_dlpack"):
@@ -69,7 +72,7 @@ def _c_cupy(obj, device):
     return x, x.tolist(), int(x.data.ptr)
 
 
-def _c_tensorflow(obj, device):
+def _c_tensorflow(obj: Any, device: str) -> Consumed:
     tf = need("tensorflow")
     dlpack = getattr(getattr(tf, "experimental", None), "dlpack", None)
     if dlpack is None:
@@ -78,7 +81,7 @@ def _c_tensorflow(obj, device):
     return t, t.numpy().tolist(), pointer_via_dlpack(dlpack.to_dlpack(t))
 
 
-def _c_paddle(obj, device):
+def _c_paddle(obj: Any, device: str) -> Consumed:
     paddle = need("paddle")
     from_dlpack = getattr(paddle, "from_dlpack", None) or paddle.utils.dlpack.from_dlpack
     try:
@@ -88,7 +91,7 @@ def _c_paddle(obj, device):
     return x, x.numpy().tolist(), pointer_via_dlpack(x)
 
 
-def _c_array_api_strict(obj, device):
+def _c_array_api_strict(obj: Any, device: str) -> Consumed:
     xp = need("array_api_strict")
     np = need("numpy", "numpy (array-api-strict needs it)")
     if not hasattr(xp, "from_dlpack"):
@@ -98,7 +101,7 @@ def _c_array_api_strict(obj, device):
     return x, inner.tolist(), inner.__array_interface__["data"][0]
 
 
-def _c_tvm_ffi(obj, device):
+def _c_tvm_ffi(obj: Any, device: str) -> Consumed:
     tvm_ffi = need("tvm_ffi", "tvm-ffi")
     t = tvm_ffi.from_dlpack(obj)
     if device == "cuda":
@@ -108,7 +111,7 @@ def _c_tvm_ffi(obj, device):
     return t, values, int(t.data_ptr())
 
 
-def _c_memoryview(obj, device):
+def _c_memoryview(obj: Any, device: str) -> Consumed:
     # the buffer protocol: Python's own consumer (file.write, hashlib, struct use it too)
     view = memoryview(obj)
     return view, view.tolist(), buffer_address(view)
@@ -118,18 +121,18 @@ class _ArrayInterfaceOnly:
     """Exposes only ``__array_interface__`` of ``owner``, so numpy reads that and nothing else
     (it would take the buffer protocol first)."""
 
-    def __init__(self, owner) -> None:
+    def __init__(self, owner: Any) -> None:
         self._owner = owner
         self.__array_interface__ = owner.__array_interface__
 
 
-def _c_numpy_array_interface(obj, device):
+def _c_numpy_array_interface(obj: Any, device: str) -> Consumed:
     np = need("numpy")
     out = np.asarray(_ArrayInterfaceOnly(obj))
     return out, out.tolist(), out.__array_interface__["data"][0]
 
 
-def _c_pillow(obj, device):
+def _c_pillow(obj: Any, device: str) -> Consumed:
     image_mod = need("PIL.Image", "pillow")
     np = need("numpy", "numpy (to read pillow's pixels back)")
     img = image_mod.fromarray(obj)
@@ -137,7 +140,7 @@ def _c_pillow(obj, device):
     return img, values, None
 
 
-def _c_numba(obj, device):
+def _c_numba(obj: Any, device: str) -> Consumed:
     need("numba")
     require_cuda("numba", numba_cuda)
     from numba import cuda
@@ -151,7 +154,7 @@ class Consumer:
     name: str
     module: str | None  # the library it needs (None: stdlib)
     devices: tuple[str, ...]
-    consume: Callable[[Any, str], tuple[Any, list, int | None]] = field(compare=False, repr=False)
+    consume: Callable[[Any, str], Consumed] = field(compare=False, repr=False)
     zero_copy: bool = True  # the library promises not to copy memory it can use in place
     call: str = ""  # how it is called, for the report
     # it ignores DLPack's READ_ONLY flag, so asdlpack hands it copies of read-only memory

@@ -80,7 +80,7 @@ def exchange(provider: Provider, consumer: Consumer, device: str = "cpu") -> Out
     return out
 
 
-def _same_values(got, expected) -> bool:
+def _same_values(got: Any, expected: Any) -> bool:
     if isinstance(expected, list):
         return (
             isinstance(got, list)
@@ -93,6 +93,6 @@ def _same_values(got, expected) -> bool:
         return False
 
 
-def _clip(value, limit: int = 40) -> str:
+def _clip(value: Any, limit: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

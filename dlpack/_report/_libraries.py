@@ -8,7 +8,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import _probe
 
@@ -86,7 +86,7 @@ def short_error(exc: BaseException, limit: int = 160) -> str:
     return text[: cut if cut > limit // 2 else limit - 3] + "..."
 
 
-def _version_of(name: str, module) -> str | None:
+def _version_of(name: str, module: Any) -> str | None:
     version = getattr(module, "__version__", None)
     if isinstance(version, str):
         return version
@@ -149,7 +149,7 @@ _LABELS = {
 }
 
 
-def need(name: str, what: str | None = None):
+def need(name: str, what: str | None = None) -> Any:
     what = what or label(name)
     lib = library(name)
     if lib.status == "missing":
@@ -172,7 +172,10 @@ def version(name: str) -> str:
 # ---------------------------------------------------------------------------
 
 
-def _quiet(fn, default=None):
+_T = TypeVar("_T")
+
+
+def _quiet(fn: Callable[[], _T], default: _T | None = None) -> _T | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -202,10 +205,10 @@ def numba_cuda() -> bool:
     if not lib.ok:
         return False
 
-    def check():
+    def check() -> bool:
         from numba import cuda
 
-        return cuda.is_available()
+        return bool(cuda.is_available())
 
     return bool(_quiet(check, False))
 
@@ -251,6 +254,6 @@ def _find_cuda() -> tuple[bool, str]:
     return False, "no CUDA device found" + (f" ({', '.join(why)})" if why else "")
 
 
-def require_cuda(name: str, available: Callable[[], bool]):
+def require_cuda(name: str, available: Callable[[], bool]) -> None:
     if not available():
         raise Unavailable(f"{version(name)} sees no CUDA device")

@@ -48,7 +48,7 @@ class PyBufferView(ctypes.Structure):
     ]
 
 
-def buffer_address(obj) -> int:
+def buffer_address(obj: Any) -> int:
     """Address of the memory behind any buffer-protocol object (bytes too)."""
     get = ctypes.pythonapi.PyObject_GetBuffer
     get.argtypes = [ctypes.py_object, ctypes.POINTER(PyBufferView), ctypes.c_int]
@@ -65,7 +65,7 @@ def buffer_address(obj) -> int:
         release(ctypes.byref(view))
 
 
-def pointer_via_dlpack(obj) -> int:
+def pointer_via_dlpack(obj: Any) -> int:
     """The data pointer a DLPack producer reports (used where a library has no other way)."""
     from dlpack import asdlpack
 
@@ -75,7 +75,7 @@ def pointer_via_dlpack(obj) -> int:
 @dataclass
 class Sample:
     obj: Any  # what asdlpack gets
-    values: list  # the values a consumer must see, as nested lists
+    values: list[Any]  # the values a consumer must see, as nested lists
     dtype: str  # the DLPack dtype name
     ptr: int | None  # address of the source's first element; None: the producer copies
     readonly: bool = False
@@ -85,32 +85,32 @@ class Sample:
 class _CudaArrayInterfaceOnly:
     """Exposes only ``__cuda_array_interface__`` of ``owner`` (so that path is the one used)."""
 
-    def __init__(self, owner) -> None:
+    def __init__(self, owner: Any) -> None:
         self._owner = owner
         self.__cuda_array_interface__ = owner.__cuda_array_interface__
 
 
-def _bytes(device):
+def _bytes(device: str) -> Sample:
     b = bytes(VALUES_6)
     return Sample(b, VALUES_6, "uint8", buffer_address(b), readonly=True)
 
 
-def _bytearray(device):
+def _bytearray(device: str) -> Sample:
     b = bytearray(VALUES_6)
     return Sample(b, VALUES_6, "uint8", buffer_address(b))
 
 
-def _memoryview(device):
+def _memoryview(device: str) -> Sample:
     raw = bytearray(struct.pack("6f", *range(6)))
     return Sample(memoryview(raw).cast("f", [2, 3]), VALUES_2x3, "float32", buffer_address(raw))
 
 
-def _array_array(device):
+def _array_array(device: str) -> Sample:
     a = array.array("f", range(6))
     return Sample(a, [float(v) for v in VALUES_6], "float32", a.buffer_info()[0])
 
 
-def _ctypes(device):
+def _ctypes(device: str) -> Sample:
     a = ((ctypes.c_float * 3) * 2)()
     for i in range(2):
         for j in range(3):
@@ -118,13 +118,13 @@ def _ctypes(device):
     return Sample(a, VALUES_2x3, "float32", ctypes.addressof(a))
 
 
-def _numpy(device):
+def _numpy(device: str) -> Sample:
     np = need("numpy")
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     return Sample(a, VALUES_2x3, "float32", a.__array_interface__["data"][0])
 
 
-def _torch(device):
+def _torch(device: str) -> Sample:
     torch = need("torch")
     if device == "cuda":
         require_cuda("torch", torch_cuda)
@@ -132,7 +132,7 @@ def _torch(device):
     return Sample(t, VALUES_2x3, "float32", t.data_ptr())
 
 
-def _jax(device):
+def _jax(device: str) -> Sample:
     jax = need("jax")
     import jax.numpy as jnp
 
@@ -146,20 +146,20 @@ def _jax(device):
     return Sample(x, VALUES_2x3, "float32", x.unsafe_buffer_pointer(), readonly=True)
 
 
-def _cupy(device):
+def _cupy(device: str) -> Sample:
     cupy = need("cupy")
     require_cuda("cupy", cupy_cuda)
     x = cupy.arange(6, dtype=cupy.float32).reshape(2, 3)
     return Sample(x, VALUES_2x3, "float32", int(x.data.ptr))
 
 
-def _cupy_cai(device):
+def _cupy_cai(device: str) -> Sample:
     sample = _cupy(device)
     sample.keep, sample.obj = sample.obj, _CudaArrayInterfaceOnly(sample.obj)
     return sample
 
 
-def _numba_cai(device):
+def _numba_cai(device: str) -> Sample:
     np = need("numpy", "numpy (numba needs it)")
     need("numba")
     require_cuda("numba", numba_cuda)
@@ -169,7 +169,7 @@ def _numba_cai(device):
     return Sample(d, VALUES_2x3, "float32", int(d.__cuda_array_interface__["data"][0]))
 
 
-def _tensorflow(device):
+def _tensorflow(device: str) -> Sample:
     tf = need("tensorflow")
     dlpack = getattr(getattr(tf, "experimental", None), "dlpack", None)
     if dlpack is None:
@@ -183,7 +183,7 @@ def _tensorflow(device):
     return Sample(dlpack.to_dlpack(t), VALUES_2x3, "float32", ptr, keep=t)
 
 
-def _pyarrow(device):
+def _pyarrow(device: str) -> Sample:
     pa = need("pyarrow")
     arr = pa.array(VALUES_6, type=pa.float32())
     if not hasattr(arr, "__dlpack__"):
@@ -192,7 +192,7 @@ def _pyarrow(device):
     return Sample(arr, [float(v) for v in VALUES_6], "float32", ptr, readonly=True)
 
 
-def _pillow(device):
+def _pillow(device: str) -> Sample:
     image_mod = need("PIL.Image", "pillow")
     img = image_mod.new("L", (3, 2))
     img.putdata(VALUES_6)
@@ -200,7 +200,7 @@ def _pillow(device):
     return Sample(img, [[0, 1, 2], [3, 4, 5]], "uint8", None)
 
 
-def _mlx(device):
+def _mlx(device: str) -> Sample:
     mx = need("mlx.core", "mlx")
     x = mx.reshape(mx.arange(6, dtype=mx.float32), (2, 3))
     if not hasattr(x, "__dlpack__"):
@@ -208,7 +208,7 @@ def _mlx(device):
     return Sample(x, VALUES_2x3, "float32", pointer_via_dlpack(x))
 
 
-def _paddle(device):
+def _paddle(device: str) -> Sample:
     paddle = need("paddle")
     if device == "cuda" and not _quiet(lambda: paddle.device.is_compiled_with_cuda(), False):
         raise Unavailable(f"{version('paddle')} is built without CUDA")

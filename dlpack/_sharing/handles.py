@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterable
+from typing import Any, SupportsIndex
 
 from .._dlpack import ELEMENT_TYPES, HOST_DEVICE_TYPES, DLDeviceType, DLPackObject, asdlpack
 from .process import require_linux
+
+__all__ = ["SharedHandle", "empty_shared", "share"]
 
 if sys.platform == "linux":
     from .._dlpack import SharedHandle, _share_empty, _share_host
@@ -21,7 +25,7 @@ else:  # no shared memory here: the name exists, nothing makes one
     class SharedHandle:
         """A handle to memory shared with other processes (Linux only)."""
 
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
             raise TypeError("SharedHandle objects are made by dlpack.share()")
 
     def _share_host(source: DLPackObject, writable: bool) -> None:
@@ -33,7 +37,7 @@ else:  # no shared memory here: the name exists, nothing makes one
 # -- making handles -----------------------------------------------------------------------------
 
 
-def share(obj, *, writable: bool = False) -> SharedHandle:
+def share(obj: Any, *, writable: bool = False) -> SharedHandle:
     """A small picklable handle to the memory of ``obj`` (anything ``asdlpack`` reads) for other
     processes on this machine; where it arrives, ``asdlpack(handle)`` (or any ``from_dlpack``)
     uses the memory without a copy.
@@ -80,7 +84,7 @@ def share(obj, *, writable: bool = False) -> SharedHandle:
     )
 
 
-def empty_shared(shape, dtype) -> DLPackObject:
+def empty_shared(shape: SupportsIndex | Iterable[SupportsIndex], dtype: Any) -> DLPackObject:
     """A new writable, zero-filled, C-ordered host array in shared memory, as a
     ``DLPackObject`` (so any library takes it: ``np.asarray``, ``torch.from_dlpack``): sharing
     it, or any array that views its memory, later sends only a handle.
@@ -102,7 +106,7 @@ def empty_shared(shape, dtype) -> DLPackObject:
     return _share_empty(shape, name)
 
 
-def _shape(shape) -> tuple[int, ...]:
+def _shape(shape: Any) -> tuple[int, ...]:
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     try:
@@ -118,7 +122,7 @@ def _shape(shape) -> tuple[int, ...]:
     return dims
 
 
-def _dtype_name(dtype) -> str:
+def _dtype_name(dtype: Any) -> str:
     """A dtype's name as DLPackObject spells it, from a name, a numpy or ml_dtypes dtype (or
     scalar type), or a torch dtype."""
     if isinstance(dtype, str):
@@ -129,7 +133,7 @@ def _dtype_name(dtype) -> str:
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(dtype, type):
         try:
-            return numpy.dtype(dtype).name
+            return str(numpy.dtype(dtype).name)
         except TypeError:
             pass
     if type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype":

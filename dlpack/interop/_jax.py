@@ -7,6 +7,7 @@ import functools
 import sys
 import warnings
 from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .._dlpack import DLPackObject, asdlpack
@@ -43,14 +44,14 @@ _X32_NARROWING = {
 def _x64_enabled() -> bool:
     import jax
 
-    return bool(jax.config.jax_enable_x64)
+    return bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]  # not in jax's stubs
 
 
 def _warn_from_caller(message: str, category: type[Warning]) -> None:
     """Warn with the location of the first frame outside this package and the libraries calling
     it (the user's call)."""
     level = 2  # warnings.warn's level for the frame below
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and _in_package(frame.f_globals.get("__name__")):
         frame = frame.f_back
         level += 1
@@ -92,7 +93,7 @@ class _Jaxlib:
             return
         cls.checked = True
         try:
-            from jax._src.lib import _jax, jaxlib_extension_version
+            from jax._src.lib import _jax, jaxlib_extension_version  # type: ignore[attr-defined]
 
             to_buffer = _jax.dlpack_managed_tensor_to_buffer
             to_capsule = _jax.buffer_to_dlpack_managed_tensor
@@ -115,7 +116,9 @@ class _Jaxlib:
             pass
 
     @staticmethod
-    def _self_check(import_capsule: Callable, export_capsule: Callable) -> bool:
+    def _self_check(
+        import_capsule: Callable[[Any, Any], Any], export_capsule: Callable[[Any], Any]
+    ) -> bool:
         import jax
         import numpy as np
 

@@ -346,7 +346,7 @@ class _TorchRun:
                     "copy_inputs=True for functions that write into their arguments"
                 )
 
-    def _run_forward(self, values: list[Any] | tuple[Any, ...]) -> tuple[Any, list, list]:
+    def _run_forward(self, values: list[Any] | tuple[Any, ...]) -> tuple[Any, list[Any], list[Any]]:
         import torch
 
         tensors = self._torch_inputs(values)
@@ -404,7 +404,7 @@ class _TorchRun:
                 for out, dtype in zip(outputs, expected, strict=True)
             )
 
-        _, vjp_fn = torch.func.vjp(live_outputs, *[tensors[i] for i in wanted])
+        vjp_fn = torch.func.vjp(live_outputs, *[tensors[i] for i in wanted])[1]
         grads = vjp_fn(tuple(cotangents))
         self._check_untouched(tensors, versions)
         return [

@@ -99,12 +99,14 @@ def _leaf_to_torch(leaf: Any, kind: int, request: _Request) -> torch.Tensor:
 
 def _torch_to_torch(tensor: torch.Tensor, request: _Request) -> torch.Tensor:
     """A torch tensor stays itself unless a device or a copy is asked for (then torch's .to)."""
-    moves = request.device is not None and request.device != _torch_device_tuple(tensor.device)
-    if not moves and not request.copy:
+    move_to = request.device
+    if move_to is not None and move_to == _torch_device_tuple(tensor.device):
+        move_to = None
+    if move_to is None and not request.copy:
         return tensor
-    if moves and request.copy is False:
-        raise _refuse_copy("this tensor", [f"a move to {_device_name(request.device)}"])
-    target = _torch_device(request.device) if moves else tensor.device
+    if move_to is not None and request.copy is False:
+        raise _refuse_copy("this tensor", [f"a move to {_device_name(move_to)}"])
+    target = _torch_device(move_to) if move_to is not None else tensor.device
     return tensor.to(device=target, copy=bool(request.copy))
 
 

@@ -51,7 +51,7 @@ def module_to_jax(
         raise TypeError(f"module_to_jax needs a torch.nn.Module, not {type(module).__name__}")
     _check_copy_argument(copy)
     _check_pure_module(module)
-    tensors = dict(module.named_parameters())
+    tensors: dict[str, torch.Tensor] = dict(module.named_parameters())
     tensors.update(module.named_buffers())
     state = to_jax(tensors, copy=copy)
     if device is None:
@@ -143,18 +143,19 @@ def _jax_module_class() -> type:
                 raise TypeError("copy_params must be True or False")
             skeleton, leaves, kinds = _flatten(params)
             request = _Request(None, True if copy_params else None, not copy_params)
-            parameters = []
+            parameters: list[torch.nn.Parameter] = []
             self._skeleton = skeleton
-            self._leaf_places: list[tuple[bool, int | str]] = []  # (is parameter, index/name)
+            # a parameter's index in self.params, or a buffer's name
+            self._leaf_places: list[int | str] = []
             for index, (leaf, kind) in enumerate(zip(leaves, kinds, strict=True)):
                 tensor = _leaf_to_torch(leaf, kind, request)
                 if tensor.is_floating_point() or tensor.is_complex():
-                    self._leaf_places.append((True, len(parameters)))
+                    self._leaf_places.append(len(parameters))
                     parameters.append(torch.nn.Parameter(tensor))
                 else:
                     name = f"leaf_{index}"
                     self.register_buffer(name, tensor)
-                    self._leaf_places.append((False, name))
+                    self._leaf_places.append(name)
             self.params = torch.nn.ParameterList(parameters)
             self.fn = fn
             self.has_aux = has_aux
@@ -163,8 +164,8 @@ def _jax_module_class() -> type:
         def params_tree(self) -> Any:
             """The current parameters and buffers, in the structure ``params`` had."""
             values = [
-                self.params[place] if is_param else getattr(self, place)
-                for is_param, place in self._leaf_places
+                self.params[place] if isinstance(place, int) else getattr(self, place)
+                for place in self._leaf_places
             ]
             return _unflatten(self._skeleton, values)
 

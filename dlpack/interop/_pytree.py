@@ -222,9 +222,8 @@ def _map_leaves_iteratively(node: Any, convert: LeafConverter) -> Any:
         # This container's leaves in a row, up to its next container child.
         while at < count:
             child = children[at]
-            child_kind = _KINDS.get(type(child))
-            if child_kind is None:
-                child_kind = _classify(child)
+            known = _KINDS.get(type(child))
+            child_kind = _classify(child) if known is None else known
             if child_kind >= _FIRST_ARRAY_KIND:
                 done.append(convert(child, child_kind))
             elif child_kind == _STATIC:

@@ -17,7 +17,7 @@ def _torch_dtypes() -> dict[str, torch.dtype]:
     """torch dtypes by the names DLPackObject.dtype uses ("float32", "bfloat16", ...)."""
     import torch
 
-    names = {}
+    names: dict[str, torch.dtype] = {}
     for value in vars(torch).values():
         if isinstance(value, torch.dtype):
             names.setdefault(str(value).removeprefix("torch."), value)

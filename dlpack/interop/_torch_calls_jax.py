@@ -137,7 +137,7 @@ def _call_jax_from_torch(
 
 
 @functools.cache
-def _jax_function_class() -> type:
+def _jax_function_class() -> type[torch.autograd.Function]:
     """The torch.autograd.Function running a JAX function (defined once torch is imported)."""
     import jax
     import jax.numpy as jnp
@@ -191,7 +191,7 @@ def _jax_function_class() -> type:
         def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
             call: _JaxCall = ctx.call
             ctx.saved_tensors  # noqa: B018 - raises if a saved tensor was modified in place
-            cotangents = []
+            cotangents: list[Any] = []
             for grad, (shape, dtype) in zip(grads, call.out_meta, strict=True):
                 if not jnp.issubdtype(dtype, jnp.inexact):
                     cotangents.append(np.zeros(shape, dtype=jax.dtypes.float0))

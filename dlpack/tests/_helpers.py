@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from dlpack import DLPackObject, _report
+from dlpack import DLPackObject, _probe, _report
 
 # ---------------------------------------------------------------------------
 # array libraries: every test imports them through need() or optional()
@@ -158,11 +158,12 @@ def package_root():
     return os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
 
 
-def run_python(*args, path=(), env=None, timeout=300) -> subprocess.CompletedProcess:
-    """``python ARGS`` in a child process started in :func:`package_root` (so it imports the same
-    ``dlpack``), with the folders in ``path`` first on ``PYTHONPATH`` and ``env`` added to the
-    environment. pytest's own variables are dropped, so a pytest run in the child is its own."""
+def child_env(path=(), env=None) -> dict[str, str]:
+    """This environment with the folders in ``path`` first on ``PYTHONPATH`` and ``env`` added;
+    pytest's own variables are dropped, so a pytest run in a child is its own. This process's
+    crash probe is handed down: a child that would probe the same libraries takes its result."""
     child_env = dict(os.environ)
+    child_env.update(_probe.handed_down())
     child_env.pop("PYTEST_ADDOPTS", None)
     child_env.pop("PYTEST_CURRENT_TEST", None)
     if path:
@@ -171,13 +172,19 @@ def run_python(*args, path=(), env=None, timeout=300) -> subprocess.CompletedPro
             folders.append(child_env["PYTHONPATH"])
         child_env["PYTHONPATH"] = os.pathsep.join(folders)
     child_env.update(env or {})
+    return child_env
+
+
+def run_python(*args, path=(), env=None, timeout=300) -> subprocess.CompletedProcess:
+    """``python ARGS`` in a child process started in :func:`package_root` (so it imports the same
+    ``dlpack``), its environment made by :func:`child_env`."""
     return subprocess.run(
         [sys.executable, *map(os.fspath, args)],
         cwd=package_root(),
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=child_env,
+        env=child_env(path, env),
     )
 
 

@@ -263,3 +263,21 @@ def open_all(pickles: list[bytes], connection) -> None:
     for data in pickles:
         total += float(np.asarray(dlpack.asdlpack(pickle.loads(data)))[0])
     connection.send(total)
+
+
+def mapped_file(address: int) -> tuple[str, str, bool] | None:
+    """The file this process maps at ``address``: (device, inode, whether the mapping is
+    shared), from /proc/self/maps; None for anonymous memory or an address nothing maps."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            span, perms, _, device, inode = line.split()[:5]
+            low, high = (int(end, 16) for end in span.split("-"))
+            if low <= address < high:
+                return None if inode == "0" else (device, inode, perms.endswith("s"))
+    return None
+
+
+def where_and_doubled(obj) -> tuple[str, tuple[str, str, bool] | None, dlpack.DLPackObject]:
+    """What arrived (its type name), the file its memory is mapped from here, and its values
+    doubled (a new array, as a DLPackObject)."""
+    return type(obj).__name__, mapped_file(obj.data_ptr), doubled_with_numpy(obj)

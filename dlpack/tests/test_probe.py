@@ -106,22 +106,25 @@ def _library_rows(report: str) -> dict[str, str]:
 
 
 def test_report_survives_broken_and_crashing_libraries(tmp_path):
-    # A library that raises when imported (paddle), one whose submodule needs a missing
-    # dependency (mlx.core), and the crashing fakes, all in one report.
-    broken = tmp_path / "paddle"
+    # A library that raises when imported, one whose submodule needs a missing dependency (as
+    # mlx.core may), and the crashing fakes, all in one report; named so that no real library
+    # can stand in for them, and listed by DLPACK_PROBE_EXTRA.
+    broken = tmp_path / "fake_raising"
     broken.mkdir()
     (broken / "__init__.py").write_text("raise RuntimeError('broken on purpose')\n")
-    half = tmp_path / "mlx"
+    half = tmp_path / "fake_half"
     half.mkdir()
     (half / "__init__.py").write_text("")
-    (half / "core.py").write_text("import no_such_dependency_of_mlx\n")
+    (half / "core.py").write_text("import no_such_dependency_of_fake_half\n")
     for name in CRASHING.split(","):
         (tmp_path / f"{name}.py").write_text(FAKES[name])
-    proc = run_python("-m", "dlpack", path=[tmp_path], env={_probe.EXTRA_ENV: CRASHING})
+    extra = f"fake_raising,fake_half.core,{CRASHING}"
+    proc = run_python("-m", "dlpack", path=[tmp_path], env={_probe.EXTRA_ENV: extra})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _library_rows(proc.stdout)
-    assert rows["paddle"] == "import failed: RuntimeError: broken on purpose"
-    assert "import failed" in rows["mlx"] and "no_such_dependency_of_mlx" in rows["mlx"]
+    assert rows["fake_raising"] == "import failed: RuntimeError: broken on purpose"
+    assert "import failed" in rows["fake_half.core"]
+    assert "no_such_dependency_of_fake_half" in rows["fake_half.core"]
     assert rows["fake_crash_alone"] == ALONE_MESSAGE.removeprefix("fake_crash_alone ")
     assert rows["fake_crash_b"] == PAIR_MESSAGE.removeprefix("fake_crash_b ")
     assert rows["fake_crash_a"] == "(version unknown)"  # imported: it is fine alone

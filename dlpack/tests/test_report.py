@@ -1,8 +1,20 @@
 """The environment report, ``python -m dlpack``."""
 
-import dlpack
+import json
+import os
+import platform
+import pty
+import subprocess
+import sys
+import tempfile
 
-from ._helpers import optional, run_python
+import pytest
+
+import dlpack
+from dlpack import _probe
+from dlpack._report import _terminal
+
+from ._helpers import child_env, need, optional, package_root, run_python
 
 
 def test_report_runs_and_shows_the_table():
@@ -22,6 +34,7 @@ def test_report_runs_and_shows_the_table():
     else:
         assert "no consumer library is installed" in out
     assert "Traceback" not in proc.stderr
+    assert "\x1b[K" not in proc.stderr  # no progress line where stderr is no terminal
 
 
 def test_exchange_never_raises():
@@ -59,3 +72,132 @@ def test_unknown_option_is_a_usage_error():
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "unrecognized arguments: --no-such-option" in proc.stderr
     assert proc.stdout == ""
+
+
+# What native libraries write to descriptor 2: glog/absl lines (before and after absl's logging is
+# set up) and TensorFlow's, then one line that is no log and must reach the user.
+NATIVE_LOGS = (
+    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    b"I0000 00:00:1795619464.957895   12514 port.cc:153] oneDNN custom operations are on.\n"
+    b"W1125 14:03:07.123456  4242 fake_native.cc:42] fake native warning\n"
+    b"2026-01-01 12:00:00.000000: I tensorflow/core/util/port.cc:113] fake tensorflow line\n"
+    b"fake_native_logs: this line is not a log\n"
+)
+
+
+@pytest.fixture(scope="module")
+def json_report():
+    """``python -m dlpack --json`` with a terminal on stderr: (exit status, stdout, what the
+    terminal got)."""
+    leader, follower = pty.openpty()
+    # stdout to a file: a pipe could fill up while the terminal is read
+    with tempfile.TemporaryFile() as stdout:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dlpack", "--json"],
+            cwd=package_root(),
+            env=child_env(),
+            stdout=stdout,
+            stderr=follower,
+        )
+        os.close(follower)
+        terminal = bytearray()
+        while True:  # until the child closes the terminal (EIO)
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            terminal += chunk
+        returncode = proc.wait(timeout=300)
+        os.close(leader)
+        stdout.seek(0)
+        return returncode, stdout.read().decode(), terminal.decode(errors="replace")
+
+
+def test_json_report_describes_libraries_and_exchanges(json_report):
+    returncode, stdout, terminal = json_report
+    assert returncode == 0, stdout + terminal
+    doc = json.loads(stdout)  # the document and nothing else
+    assert doc["schema"] == 1
+    ours = doc["dlpack_adapter"]
+    assert ours["version"] == dlpack.__version__ and ours["works"] is True
+    assert ours["dlpack_version"] == "{}.{}".format(*dlpack.DLPACK_VERSION)
+    assert doc["python"]["version"] == platform.python_version()
+    libraries = {lib["name"]: lib for lib in doc["libraries"]}
+    for lib in libraries.values():
+        assert set(lib) == {"name", "module", "status", "version", "error"}
+        assert lib["status"] in ("ok", "missing", "broken", "crashes")
+        assert (lib["error"] is None) == (lib["status"] in ("ok", "missing"))
+    assert {"numpy", "torch", "jax", "tensorflow", "paddle", "pytest"} <= set(libraries)
+    assert doc["devices"]["cpu"] == {"available": True}
+    assert isinstance(doc["devices"]["cuda"]["available"], bool)
+    exchanges = {(e["device"], e["provider"], e["consumer"]): e for e in doc["exchanges"]}
+    for e in exchanges.values():
+        assert e["status"] in ("zero-copy", "copy", "fails", "skip")
+        assert (e["reason"] is None) == (e["status"] in ("zero-copy", "copy"))
+    np = need("numpy")
+    torch = need("torch")
+    for name, module in (("numpy", np), ("torch", torch)):
+        assert libraries[name]["status"] == "ok"
+        assert libraries[name]["version"] == module.__version__
+    for provider in ("bytearray", "numpy", "torch"):
+        for consumer in ("numpy", "torch"):
+            assert exchanges["cpu", provider, consumer]["status"] == "zero-copy"
+
+
+def test_progress_shows_on_a_terminal(json_report):
+    _, _, terminal = json_report
+    assert "\r\x1b[Kimporting numpy..." in terminal
+    assert "\r\x1b[Kcpu: bytearray -> memoryview..." in terminal
+    # cleared when done
+    assert terminal.rpartition("...")[2].startswith("\r\x1b[K"), terminal[-300:]
+    # and no library's native log lines there (TensorFlow's, where it is installed)
+    assert not [line for line in terminal.splitlines() if _terminal.is_native_log(line)]
+
+
+def test_native_log_lines_stay_off_stderr():
+    """What goes to descriptor 2 while the report works: native logs dropped, the rest kept."""
+    code = (
+        "import os, sys\n"
+        "from dlpack._report._terminal import native_stderr_kept_aside\n"
+        "with native_stderr_kept_aside() as real:\n"
+        f"    os.write(2, {NATIVE_LOGS!r})\n"
+        "    print('python stderr line', file=sys.stderr)\n"
+        "    real.write('said on the real stderr\\n')\n"
+        "print('stdout line')\n"
+    )
+    proc = run_python("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "stdout line\n"
+    assert proc.stderr.splitlines() == [
+        "said on the real stderr",
+        "fake_native_logs: this line is not a log",
+        "python stderr line",
+    ]
+
+
+# A child that would probe: it says whether it did, and what it found.
+PROBING_CHILD = """
+import json
+from dlpack import _probe
+from dlpack._report import _terminal
+from dlpack._report._libraries import PROBED
+probed = []
+_probe.probe = lambda names, timeout: probed.append(list(names)) or {}
+found = _probe.crashes(PROBED)
+print(json.dumps({"probed": bool(probed), "crashes": sorted(found)}))
+"""
+
+
+def test_a_child_takes_the_probe_handed_down(tmp_path):
+    from dlpack._report._libraries import PROBED
+
+    found = _probe.crashes(PROBED)
+    child = json.loads(run_python("-c", PROBING_CHILD).stdout)
+    assert child == {"probed": False, "crashes": sorted(found)}
+    # another candidate (first, as extras are): the child probes again
+    (tmp_path / "fake_fine.py").write_text("")
+    env = {_probe.EXTRA_ENV: "fake_fine"}
+    child = json.loads(run_python("-c", PROBING_CHILD, path=[tmp_path], env=env).stdout)
+    assert child == {"probed": True, "crashes": []}

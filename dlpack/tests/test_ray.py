@@ -1,0 +1,88 @@
+"""Arrays of any library through Ray's object store as DLPackObjects: Ray pickles them with
+protocol 5 and keeps their memory as out-of-band buffers in its shared-memory store, which
+``ray.get`` and a task's arguments read in place."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import dlpack
+
+from . import _sharing_workers as workers
+from ._helpers import need, optional
+
+np = need("numpy")
+ray = need("ray")
+
+# Ray starts its processes through subprocess (fork, then exec at once), which JAX warns about
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+
+
+@pytest.fixture(scope="module")
+def store():
+    """A local Ray instance with one worker CPU; yields the file (device, inode) Ray's object
+    store maps, found where Ray's own zero-copy numpy path puts an array."""
+    ray.init(
+        num_cpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        reference = ray.get(ray.put(np.arange(1 << 12, dtype=np.float64)))
+        mapped = workers.mapped_file(reference.ctypes.data)
+        assert mapped is not None and mapped[2], "Ray's numpy arrays are not in shared memory"
+        yield mapped[:2]
+    finally:
+        ray.shutdown()
+
+
+def sources():
+    """(library name, array, from_dlpack) for numpy and every other library installed here; each
+    array over 100 KiB, which Ray would otherwise pass by value inside a task's description."""
+    base = np.arange(1 << 18, dtype=np.float32).reshape(512, 512)
+    made = [("numpy", base, np.from_dlpack), ("numpy strided", base[::-1, ::2], np.from_dlpack)]
+    torch = optional("torch")
+    if torch is not None:
+        made.append(("torch", torch.from_numpy(base.copy()).T, torch.from_dlpack))
+    jax = optional("jax")
+    if jax is not None:
+        made.append(("jax", jax.numpy.asarray(base), jax.numpy.from_dlpack))
+    return made
+
+
+def test_put_and_get_read_the_store_in_place(store):
+    for name, array, from_dlpack in sources():
+        source = dlpack.asdlpack(array)
+        ref = ray.put(source)
+        got, again = ray.get(ref), ray.get(ref)
+        assert type(got) is dlpack.DLPackObject, name
+        assert workers.mapped_file(got.data_ptr) == (*store, True), name
+        assert again.data_ptr == got.data_ptr, name  # both read the one copy in the store
+        assert got.readonly, name  # the store's objects are immutable
+        back = from_dlpack(got)  # the caller's own library again
+        expected = np.from_dlpack(dlpack.asdlpack(array))
+        assert np.array_equal(np.from_dlpack(dlpack.asdlpack(back)), expected), name
+
+
+def test_a_task_reads_its_argument_in_place_and_returns_through_the_store(store):
+    task = ray.remote(workers.where_and_doubled)
+    for name, array, _ in sources():
+        source = dlpack.asdlpack(array)
+        arrived, mapped, doubled = ray.get(task.remote(source), timeout=120)
+        assert arrived == "DLPackObject", name
+        # the worker maps the same store file, and its argument lies in it
+        assert mapped == (*store, True), name
+        assert type(doubled) is dlpack.DLPackObject, name
+        assert workers.mapped_file(doubled.data_ptr) == (*store, True), name
+        expected = np.from_dlpack(dlpack.asdlpack(array)) * 2
+        assert np.array_equal(np.from_dlpack(doubled), expected), name
+
+
+def test_the_task_runs_in_another_process(store):
+    array = np.arange(1000.0)
+    task = ray.remote(workers.pid_and_sum)
+    pid, total = ray.get(task.remote(dlpack.asdlpack(array)), timeout=120)
+    assert pid != os.getpid() and total == array.sum()
