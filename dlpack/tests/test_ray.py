@@ -11,7 +11,7 @@ import pytest
 import dlpack
 
 from . import _sharing_workers as workers
-from ._helpers import need, optional
+from ._helpers import need, optional, package_root
 
 np = need("numpy")
 ray = need("ray")
@@ -24,12 +24,20 @@ pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 def store():
     """A local Ray instance with one worker CPU; yields the file (device, inode) Ray's object
     store maps, found where Ray's own zero-copy numpy path puts an array."""
-    ray.init(
-        num_cpus=1,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
+    # Ray puts the driver's working directory first on its workers' paths: started from a
+    # source checkout, they would import its `dlpack` (without the built extension) instead of
+    # the one under test. From the folder holding that one, they import it.
+    here = os.getcwd()
+    os.chdir(package_root())
+    try:
+        ray.init(
+            num_cpus=1,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    finally:
+        os.chdir(here)
     try:
         reference = ray.get(ray.put(np.arange(1 << 12, dtype=np.float64)))
         mapped = workers.mapped_file(reference.ctypes.data)
