@@ -190,12 +190,25 @@ print(json.dumps({"probed": bool(probed), "crashes": sorted(found)}))
 """
 
 
-def test_a_child_takes_the_probe_handed_down(tmp_path):
-    from dlpack._report._libraries import PROBED
+# A parent that probes (a stand-in probe: the first candidate "crashes") and starts the probing
+# child with what it hands down; it says what it found and what the child said.
+PROBING_PARENT = """
+import json, os, subprocess, sys
+from dlpack import _probe
+from dlpack._report._libraries import PROBED
+_probe.probe = lambda names, timeout: {n: _probe.Crash(n, "a stand-in crash") for n in names[:1]}
+found = _probe.crashes(PROBED)
+env = dict(os.environ, **_probe.handed_down())
+child = subprocess.run([sys.executable, "-c", sys.argv[1]], env=env, capture_output=True,
+                       text=True, check=True)
+print(json.dumps({"parent": sorted(found), "child": json.loads(child.stdout)}))
+"""
 
-    found = _probe.crashes(PROBED)
-    child = json.loads(run_python("-c", PROBING_CHILD).stdout)
-    assert child == {"probed": False, "crashes": sorted(found)}
+
+def test_a_child_takes_the_probe_handed_down(tmp_path):
+    # In a parent of its own (the test process's probe depends on what ran before it).
+    done = json.loads(run_python("-c", PROBING_PARENT, PROBING_CHILD).stdout)
+    assert done["child"] == {"probed": False, "crashes": done["parent"]}
     # another candidate (first, as extras are): the child probes again
     (tmp_path / "fake_fine.py").write_text("")
     env = {_probe.EXTRA_ENV: "fake_fine"}
