@@ -14,34 +14,13 @@ use arrow_array::ffi::{FFI_ArrowSchema, to_ffi};
 use arrow_buffer::{BooleanBuffer, Buffer};
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field};
-use dlpack_core::abi::type_code as tc;
-use dlpack_core::dtype::DType;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
 
 use crate::copy::to_c_order;
 use crate::error::{Error, Result};
+use crate::import::arrow::arrow_type;
 use crate::tensor::Tensor;
-
-/// The Arrow type of a DLPack element type, if Arrow has one.
-fn arrow_type(dtype: DType) -> Option<DataType> {
-    let DType(dt) = dtype;
-    Some(match (dt.code, dt.bits) {
-        (tc::INT, 8) => DataType::Int8,
-        (tc::INT, 16) => DataType::Int16,
-        (tc::INT, 32) => DataType::Int32,
-        (tc::INT, 64) => DataType::Int64,
-        (tc::UINT, 8) => DataType::UInt8,
-        (tc::UINT, 16) => DataType::UInt16,
-        (tc::UINT, 32) => DataType::UInt32,
-        (tc::UINT, 64) => DataType::UInt64,
-        (tc::FLOAT, 16) => DataType::Float16,
-        (tc::FLOAT, 32) => DataType::Float32,
-        (tc::FLOAT, 64) => DataType::Float64,
-        (tc::BOOL, 8) => DataType::Boolean,
-        _ => return None,
-    })
-}
 
 /// What keeps exported memory alive: the `DLPackObject`, or a copy of our own.
 struct Keep(#[allow(dead_code, reason = "held until Arrow lets go")] AssertUnwindSafe<Held>);

@@ -109,23 +109,37 @@ fn arrow_error(err: arrow_schema::ArrowError) -> Error {
 
 // -- what the chunks become -------------------------------------------------------------------
 
+/// The Arrow types DLPack carries and their element types: the one table both directions
+/// (import here, `export::arrow`) read.
+static ELEMENT_TYPES: [(DataType, DType); 12] = [
+    (DataType::Int8, DType::new(tc::INT, 8)),
+    (DataType::Int16, DType::new(tc::INT, 16)),
+    (DataType::Int32, DType::new(tc::INT, 32)),
+    (DataType::Int64, DType::new(tc::INT, 64)),
+    (DataType::UInt8, DType::new(tc::UINT, 8)),
+    (DataType::UInt16, DType::new(tc::UINT, 16)),
+    (DataType::UInt32, DType::new(tc::UINT, 32)),
+    (DataType::UInt64, DType::new(tc::UINT, 64)),
+    (DataType::Float16, DType::new(tc::FLOAT, 16)),
+    (DataType::Float32, DType::new(tc::FLOAT, 32)),
+    (DataType::Float64, DType::new(tc::FLOAT, 64)),
+    (DataType::Boolean, DType::new(tc::BOOL, 8)),
+];
+
 /// The element type of an Arrow primitive type DLPack carries, if it is one.
-fn element_type(data_type: &DataType) -> Option<DType> {
-    Some(match data_type {
-        DataType::Int8 => DType::new(tc::INT, 8),
-        DataType::Int16 => DType::new(tc::INT, 16),
-        DataType::Int32 => DType::new(tc::INT, 32),
-        DataType::Int64 => DType::new(tc::INT, 64),
-        DataType::UInt8 => DType::new(tc::UINT, 8),
-        DataType::UInt16 => DType::new(tc::UINT, 16),
-        DataType::UInt32 => DType::new(tc::UINT, 32),
-        DataType::UInt64 => DType::new(tc::UINT, 64),
-        DataType::Float16 => DType::new(tc::FLOAT, 16),
-        DataType::Float32 => DType::new(tc::FLOAT, 32),
-        DataType::Float64 => DType::new(tc::FLOAT, 64),
-        DataType::Boolean => DType::new(tc::BOOL, 8),
-        _ => return None,
-    })
+pub fn element_type(data_type: &DataType) -> Option<DType> {
+    ELEMENT_TYPES
+        .iter()
+        .find(|(arrow, _)| arrow == data_type)
+        .map(|&(_, dtype)| dtype)
+}
+
+/// The Arrow type of a DLPack element type, if Arrow has one.
+pub fn arrow_type(dtype: DType) -> Option<DataType> {
+    ELEMENT_TYPES
+        .iter()
+        .find(|&&(_, d)| d == dtype)
+        .map(|(arrow, _)| arrow.clone())
 }
 
 /// The values of a chunk: its leaf (primitive) data, the first leaf element it reaches (a
