@@ -99,6 +99,16 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
             Ok(None) // neither the type nor (lacking a __dict__ or __getattr__) the instance has it
         }
     };
+    // The Arrow PyCapsule interface, array first: `None` for an object without it.
+    let arrow_import = || -> Result<Option<Tensor>> {
+        if let Some(method) = attr(intern!(py, "__arrow_c_array__"), protocols.arrow_array)? {
+            return arrow::import_array(&method).map(Some);
+        }
+        if let Some(method) = attr(intern!(py, "__arrow_c_stream__"), protocols.arrow_stream)? {
+            return arrow::import_stream_method(&method).map(Some);
+        }
+        Ok(None)
+    };
     if (any_exchange_api || protocols.torch)
         && let Some(table) = protocols.exchange_api
         && (!protocols.torch || torch_exports_faithfully(obj)?)
@@ -129,13 +139,8 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
             // Arrow arrays' own DLPack export refuses much the Arrow interface serves
             // (booleans, fixed-size lists, any validity bitmap), with errors of its own types.
             Err(_) if protocols.arrow_array || protocols.arrow_stream => {
-                let tensor = match attr(intern!(py, "__arrow_c_array__"), protocols.arrow_array)? {
-                    Some(method) => arrow::import_array(&method)?,
-                    None => match attr(intern!(py, "__arrow_c_stream__"), true)? {
-                        Some(method) => arrow::import_stream_method(&method)?,
-                        None => return Err(Error::type_("the Arrow interface went away")),
-                    },
-                };
+                let tensor =
+                    arrow_import()?.ok_or_else(|| Error::type_("the Arrow interface went away"))?;
                 return Ok(Imported {
                     tensor,
                     producer: None,
@@ -163,11 +168,8 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
         }
         // After the array interface: an object with both (a Pillow image) describes its shape
         // there, while its Arrow export is a flat column of pixels.
-        if let Some(method) = attr(intern!(py, "__arrow_c_array__"), protocols.arrow_array)? {
-            return arrow::import_array(&method).map(Some);
-        }
-        if let Some(method) = attr(intern!(py, "__arrow_c_stream__"), protocols.arrow_stream)? {
-            return arrow::import_stream_method(&method).map(Some);
+        if let Some(tensor) = arrow_import()? {
+            return Ok(Some(tensor));
         }
         if buffer::supports(obj) {
             return buffer::import(obj).map(Some);
