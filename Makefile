@@ -5,7 +5,7 @@
 #   make lint  - formatting, clippy, ruff, mypy --strict
 #   make wheel - the manylinux abi3 release wheel in dist/ (`make sdist`: the sdist, and a check
 #                that it builds)
-#   make mixed - the report and the suite, from the wheel, among many more array libraries
+#   make mixed - the suite (the report included), from the wheel, among many more array libraries
 #   make lock  - recompile requirements/lock*.txt from pyproject.toml's extras (newest versions)
 # VENV may point elsewhere (CI keeps one in its cache directory), and MIXED_VENV too.
 
@@ -78,9 +78,11 @@ demo: deps
 	$(PY) -P -m dlpack
 
 # The example and the benchmark extensions have no Rust tests (clippy checks them; make
-# example-test builds and tests the example from Python).
+# example-test builds and tests the example from Python). The `checked` profile, as the Python
+# suite's build: the dependencies built for it serve here too, and overflow checks stay on.
 rust-test:
-	cargo test --workspace --all-features --quiet --exclude dlpack-example --exclude dlpack-bench-rust-api
+	cargo test --profile checked --workspace --all-features --quiet --exclude dlpack-example \
+		--exclude dlpack-bench-rust-api
 
 # The example extension on the Rust API (examples/rust-api), built against this checkout and
 # tested with the libraries the suite uses. The checked profile: no LTO, so it builds quickly.
@@ -137,10 +139,11 @@ mixed-venv: venv
 	fi
 
 # The wheel in dist/ (`make wheel`), installed in MIXED_VENV, where TensorFlow, Paddle, MLX, numba
-# and the test extra's libraries all live together: the report and the whole suite.
+# and the test extra's libraries all live together: the whole suite, whose test_report runs the
+# report (`python -m dlpack`, and with --json) there and checks it (a run of its own would probe
+# every library for crashes once more: a minute among these).
 mixed: mixed-venv
 	$(UV) pip install -q --python $(MIXED_PY) --reinstall --no-deps dist/*.whl
-	$(MIXED_PY) -P -m dlpack
 	DLPACK_TESTS_REQUIRE=$(MIXED_REQUIRE) $(MIXED_PY) -P -m dlpack.tests -q -ra $(MIXED_PYTEST_ARGS)
 
 mypy:

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from dlpack import DLPackObject, _probe, _report
+from dlpack._report._libraries import PROBED
 
 # ---------------------------------------------------------------------------
 # array libraries: every test imports them through need() or optional()
@@ -161,8 +162,11 @@ def package_root():
 def child_env(path=(), env=None) -> dict[str, str]:
     """This environment with the folders in ``path`` first on ``PYTHONPATH`` and ``env`` added;
     pytest's own variables are dropped, so a pytest run in a child is its own. This process's
-    crash probe is handed down: a child that would probe the same libraries takes its result."""
+    crash probe is handed down: a child that would probe the same libraries takes its result
+    (this process probes first if it has not yet: among many large libraries a probe takes a
+    minute, and every child that imports a library would otherwise make its own)."""
     child_env = dict(os.environ)
+    _probe.crashes(PROBED)
     child_env.update(_probe.handed_down())
     child_env.pop("PYTEST_ADDOPTS", None)
     child_env.pop("PYTEST_CURRENT_TEST", None)

@@ -196,6 +196,7 @@ PROBING_PARENT = """
 import json, os, subprocess, sys
 from dlpack import _probe
 from dlpack._report._libraries import PROBED
+os.environ.pop(_probe.KNOWN_ENV, None)  # the stand-in below probes, not the test process
 _probe.probe = lambda names, timeout: {n: _probe.Crash(n, "a stand-in crash") for n in names[:1]}
 found = _probe.crashes(PROBED)
 env = dict(os.environ, **_probe.handed_down())
