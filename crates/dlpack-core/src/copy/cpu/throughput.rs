@@ -3,41 +3,26 @@
 //! `COPY_BENCH=<part of a case's name>` to pick cases. Every copy moves 64 MiB; the
 //! configurations of a case take turns, and each shows its best of 15.
 
-use std::alloc::{self, Layout};
 use std::time::Instant;
 
 use super::engine::*;
 use super::tiles::Isa;
+use crate::memory::AlignedBuffer;
 
-/// Page-aligned memory filled with a pattern, asking for transparent huge pages as numpy does.
-struct Big(*mut u8, Layout);
+/// Huge-page aligned memory (transparent huge pages asked for, as numpy does) filled with a
+/// pattern.
+struct Big(AlignedBuffer);
 
 impl Big {
     fn new(bytes: usize) -> Big {
-        unsafe extern "C" {
-            fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
-        }
-        let layout = Layout::from_size_align(bytes, 2 << 20).unwrap();
-        // SAFETY: the layout's size is not zero.
-        let p = unsafe { alloc::alloc(layout) };
-        assert!(!p.is_null());
-        if cfg!(target_os = "linux") {
-            // SAFETY: madvise only advises (14 = MADV_HUGEPAGE on Linux), on memory we own.
-            unsafe { madvise(p.cast(), bytes, 14) };
-        }
-        // SAFETY: `p` is `bytes` bytes, allocated above, aligned for u32.
-        let words = unsafe { std::slice::from_raw_parts_mut(p.cast::<u32>(), bytes / 4) };
+        let buffer = AlignedBuffer::new(bytes).expect("memory for the benchmark");
+        // SAFETY: the buffer is `bytes` bytes, aligned for u32, and ours alone.
+        let words =
+            unsafe { std::slice::from_raw_parts_mut(buffer.as_ptr().cast::<u32>(), bytes / 4) };
         for (i, w) in words.iter_mut().enumerate() {
             *w = i as u32;
         }
-        Big(p, layout)
-    }
-}
-
-impl Drop for Big {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { alloc::dealloc(self.0, self.1) }
+        Big(buffer)
     }
 }
 
@@ -84,7 +69,7 @@ fn transpose(
 fn throughput() {
     let n = 16 << 20; // 64 MiB of f32
     let (src, dst) = (Big::new(8 * n), Big::new(4 * n + 4096));
-    let (sp, dp) = (src.0, dst.0);
+    let (sp, dp) = (src.0.as_ptr(), dst.0.as_ptr());
     let report = |name: &str, secs: f64| {
         let rate = 2.0 * (n * 4) as f64 / secs / 1e9;
         println!("{name:<44} {:8.2} ms {rate:6.1} GB/s", secs * 1e3);
