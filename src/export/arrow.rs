@@ -10,7 +10,7 @@ use std::panic::AssertUnwindSafe;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use arrow_array::ffi::{FFI_ArrowSchema, to_ffi};
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_buffer::{BooleanBuffer, Buffer};
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field};
@@ -54,11 +54,27 @@ pub fn arrow_c_array<'py>(
     requested_schema: Option<&Bound<'py, PyAny>>,
 ) -> Result<Bound<'py, PyTuple>> {
     let py = object.py();
+    let (array, field) = export(object, tensor, requested_schema, "__arrow_c_array__")?;
+    let schema = FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
+    let schema = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
+    let array = PyCapsule::new_with_value(py, array, c"arrow_array")?;
+    Ok(PyTuple::new(py, [schema.into_any(), array.into_any()])?)
+}
+
+/// The Arrow array of `object`'s memory and its field (type and extension metadata), for
+/// `method` (named in the error for device memory).
+fn export(
+    object: &Bound<'_, PyAny>,
+    tensor: &Tensor,
+    requested_schema: Option<&Bound<'_, PyAny>>,
+    method: &str,
+) -> Result<(FFI_ArrowArray, Field)> {
+    let py = object.py();
     let device = tensor.device.get()?;
     if !device.is_host() {
         return Err(Error::buffer(format!(
-            "memory on {} can't be an Arrow array on the CPU (__arrow_c_array__); copy it to \
-             the host first",
+            "memory on {} can't be an Arrow array on the CPU ({method}); copy it to the host \
+             first",
             device.name()
         )));
     }
@@ -138,11 +154,7 @@ pub fn arrow_c_array<'py>(
             Field::new("", list, false).with_metadata(std::collections::HashMap::from(metadata)),
         )
     };
-    let (array, _) = to_ffi(&data).map_err(arrow_error)?;
-    let schema = FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
-    let schema = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
-    let array = PyCapsule::new_with_value(py, array, c"arrow_array")?;
-    Ok(PyTuple::new(py, [schema.into_any(), array.into_any()])?)
+    Ok((FFI_ArrowArray::new(&data), field))
 }
 
 fn fixed_size_list(data_type: DataType, len: usize, child: ArrayData) -> Result<ArrayData> {
