@@ -12,7 +12,10 @@ Rows (median of interleaved repeats, ``_bench_timing``; ratio to the row's refer
   against ``torch.from_numpy(pl_series.to_numpy())``, the usual way (goal <= 1.0x);
 - ``pyarrow.array(asdlpack(t))`` of a 64 MiB float32 torch tensor and of a 4 KiB one: zero-copy
   is O(1) in the size (goal: the two within noise of each other), with ``pa.array(t.numpy())``
-  for reference.
+  for reference;
+- ``pyarrow.chunked_array(asdlpack(t))`` of the same two tensors, through the stream
+  (``__arrow_c_stream__``): O(1) in the size too, with ``pa.chunked_array([t.numpy()])`` for
+  reference.
 """
 
 from __future__ import annotations
@@ -84,6 +87,17 @@ def main() -> None:
     _, per_call = TIMING["interleaved"](timers, args.repeats, args.seconds)
     for key, values in per_call.items():
         print(f"{'torch f32 -> pyarrow.array':34} {key:28} {statistics.median(values) * 1e6:10.2f}")
+
+    assert pa.chunked_array(asdlpack(big)).chunk(0).buffers()[1].address == big.data_ptr()
+    timers = {
+        "ours 64 MiB": timeit.Timer(lambda: pa.chunked_array(asdlpack(big))),
+        "ours 4 KiB": timeit.Timer(lambda: pa.chunked_array(asdlpack(small))),
+        "chunked_array([numpy]) 64 MiB": timeit.Timer(lambda: pa.chunked_array([big.numpy()])),
+    }
+    _, per_call = TIMING["interleaved"](timers, args.repeats, args.seconds)
+    for key, values in per_call.items():
+        median = statistics.median(values) * 1e6
+        print(f"{'torch f32 -> pa.chunked_array':34} {key:28} {median:10.2f}")
 
 
 if __name__ == "__main__":

@@ -187,6 +187,9 @@ class DLPackObject:
         """The Arrow PyCapsule interface: (schema, array) capsules of host memory. 1-D numbers
         as they are; N-d C-ordered memory as an arrow.fixed_shape_tensor, or nested fixed-size
         lists when requested; other layouts one C-ordered copy."""
+    def __arrow_c_stream__(self, requested_schema: object = None, /) -> CapsuleType:
+        """The Arrow PyCapsule interface: a stream capsule ("arrow_array_stream") of host
+        memory, whose one array is the one ``__arrow_c_array__`` gives."""
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]:
         """Pickle support: host memory goes out of band with protocol 5 (no copy), in the
         pickle before, and unpickles through ``_from_buffer``; device memory raises

@@ -1,14 +1,26 @@
-"""The Arrow PyCapsule interface out: a DLPackObject handed to pyarrow and polars."""
+"""The Arrow PyCapsule interface out: a DLPackObject handed to pyarrow, polars, nanoarrow and
+DuckDB as an array (``__arrow_c_array__``) and as a stream (``__arrow_c_stream__``)."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from dlpack import asdlpack
 
-from ._helpers import need
+from ._helpers import (
+    CudaArrayInterface,
+    capsule_name,
+    cuda_iface,
+    need,
+    np_data_ptr,
+    refcount,
+    torch_cuda_available,
+)
 
 pa = need("pyarrow")
 np = need("numpy")
@@ -89,3 +101,224 @@ def test_capsules_never_consumed_are_released():
     del obj
     gc.collect()
     assert __import__("sys").getrefcount(source) == base
+
+
+# ---------------------------------------------------------------------------
+# __arrow_c_stream__: a stream of the one array __arrow_c_array__ gives
+# ---------------------------------------------------------------------------
+
+
+class StreamOnly:
+    """Speaks only ``__arrow_c_stream__`` (forwarded), for consumers that prefer
+    ``__arrow_c_array__`` when both are there (polars)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self._inner.__arrow_c_stream__(requested_schema)
+
+
+def on_thread(fn):
+    """Run ``fn`` on another thread, raising what it raises."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(fn).result()
+
+
+def test_the_stream_is_one_chunk_in_place():
+    torch = need("torch")
+    t = torch.arange(6, dtype=torch.float32)
+    obj = asdlpack(t)
+    capsule = obj.__arrow_c_stream__()
+    assert capsule_name(capsule) == "arrow_array_stream"
+    chunked = pa.chunked_array(obj)
+    assert chunked.num_chunks == 1 and chunked.type == pa.float32()
+    assert chunked.to_pylist() == [0, 1, 2, 3, 4, 5]
+    assert chunked.chunk(0).buffers()[1].address == t.data_ptr()
+    source = np.arange(5.0)
+    chunk = pa.ChunkedArray._import_from_c_capsule(asdlpack(source).__arrow_c_stream__())
+    assert chunk.chunk(0).buffers()[1].address == np_data_ptr(source)
+    # Back through the raw stream capsule: the same memory again.
+    back = np.from_dlpack(asdlpack(asdlpack(source).__arrow_c_stream__()))
+    assert back.ctypes.data == np_data_ptr(source)
+
+
+def test_the_stream_gives_what_the_array_gives():
+    a = np.arange(24, dtype=np.float32).reshape(4, 2, 3)
+    tensor = pa.chunked_array(asdlpack(a))
+    assert tensor.type.extension_name == "arrow.fixed_shape_tensor"
+    assert tensor.type == pa.array(asdlpack(a)).type
+    np.testing.assert_array_equal(tensor.chunk(0).to_numpy_ndarray(), a)
+    assert tensor.chunk(0).storage.values.buffers()[1].address == np_data_ptr(a)
+    strided = a.transpose(0, 2, 1)
+    np.testing.assert_array_equal(
+        pa.chunked_array(asdlpack(strided)).chunk(0).to_numpy_ndarray(), strided
+    )
+    bits = pa.chunked_array(asdlpack(np.array([True, False])))
+    assert bits.type == pa.bool_() and bits.to_pylist() == [True, False]
+    with pytest.raises(TypeError, match="complex64 has no Arrow type"):
+        asdlpack(np.zeros(2, np.complex64)).__arrow_c_stream__()
+    with pytest.raises(ValueError, match="0-d"):
+        asdlpack(np.float64(1.0)).__arrow_c_stream__()
+
+
+def test_the_stream_honours_or_refuses_the_requested_schema():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    wanted = pa.list_(pa.float32(), 3)
+    nested = pa.chunked_array(asdlpack(a), type=wanted)  # pyarrow passes requested_schema
+    assert nested.type == wanted and nested.to_pylist() == [[0, 1, 2], [3, 4, 5]]
+    capsule = asdlpack(a).__arrow_c_stream__(requested_schema=wanted.__arrow_c_schema__())
+    assert pa.ChunkedArray._import_from_c_capsule(capsule).type == wanted
+    obj = asdlpack(np.arange(3.0))
+    with pytest.raises(ValueError, match="can't be given as the requested Arrow type"):
+        pa.chunked_array(obj, type=pa.int64())
+    with pytest.raises(TypeError, match="PyCapsule"):
+        obj.__arrow_c_stream__(object())
+    with pytest.raises(TypeError, match="unexpected keyword argument 'schema'"):
+        obj.__arrow_c_stream__(schema=None)
+    with pytest.raises(TypeError, match="at most one argument"):
+        obj.__arrow_c_stream__(None, None)
+
+
+def test_device_memory_is_refused():
+    obj = asdlpack(CudaArrayInterface(cuda_iface()))
+    with pytest.raises(BufferError, match="(?i)cuda"):
+        obj.__arrow_c_stream__()
+    if torch_cuda_available():
+        torch = need("torch")
+        with pytest.raises(BufferError, match="copy it to the host"):
+            asdlpack(torch.ones(3, device="cuda")).__arrow_c_stream__()
+
+
+def test_nanoarrow_reads_the_stream():
+    na = need("nanoarrow")
+    source = np.arange(4.0)
+    obj = asdlpack(source)
+    chunks = list(na.ArrayStream(obj))
+    assert len(chunks) == 1 and chunks[0].to_pylist() == [0, 1, 2, 3]
+    stream = na.c_array_stream(obj)
+    assert stream.get_schema().format == "g" and stream.get_schema().format == "g"
+    array = stream.get_next()
+    assert array.length == 4 and array.buffers[1] == np_data_ptr(source)
+    with pytest.raises(StopIteration):
+        stream.get_next()
+    on_thread(stream.release)  # the stream released on another thread; the array lives on
+    assert not stream.is_valid() and array.is_valid()
+    assert array.view().buffer(1).element(3) == 3.0
+
+
+def test_polars_takes_the_stream():
+    pl = need("polars")
+    source = np.arange(4.0)
+    # pl.Series prefers __arrow_c_array__ when both are there; through the stream alone:
+    series = pl.Series(StreamOnly(asdlpack(source)))
+    assert series.dtype == pl.Float64 and series.to_list() == [0, 1, 2, 3]
+    assert series.to_numpy().ctypes.data == np_data_ptr(source)
+    tensor = pl.Series(StreamOnly(asdlpack(np.arange(6.0).reshape(3, 2))))
+    assert tensor.to_list() == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_duckdb_queries_the_stream():
+    duckdb = need("duckdb")
+    col = asdlpack(np.arange(10.0))  # noqa: F841 (read by the query: DuckDB prefers streams)
+    assert duckdb.sql("SELECT sum(value), count(*) FROM col").fetchall() == [(45.0, 10)]
+    tensor = StreamOnly(asdlpack(np.arange(6, dtype=np.int32).reshape(3, 2)))  # noqa: F841
+    assert duckdb.sql("SELECT value[2] FROM tensor").fetchall() == [(1,), (3,), (5,)]
+
+
+def test_the_source_lives_as_long_as_the_stream_or_its_array():
+    source = np.arange(1000.0)
+    alive = weakref.ref(source)
+    capsule = asdlpack(source).__arrow_c_stream__()
+    del source
+    gc.collect()
+    assert alive() is not None  # the unconsumed stream holds it
+    del capsule
+    gc.collect()
+    assert alive() is None  # released with the capsule
+    source = np.arange(1000.0)
+    alive = weakref.ref(source)
+    chunked = pa.chunked_array(asdlpack(source))
+    del source
+    gc.collect()
+    assert alive() is not None and chunked.chunk(0)[999].as_py() == 999.0
+    del chunked
+    gc.collect()
+    assert alive() is None
+
+
+def test_streams_never_consumed_are_released_once():
+    source = np.arange(100.0)
+    base = refcount(source)
+    obj = asdlpack(source)
+    for _ in range(300):
+        obj.__arrow_c_stream__()  # dropped unconsumed
+        pa.chunked_array(obj)
+    # Copies (another layout) too, and capsules dropped on another thread.
+    strided = asdlpack(np.arange(10.0)[::2])
+    capsules = [strided.__arrow_c_stream__() for _ in range(100)]
+    capsules += [obj.__arrow_c_stream__() for _ in range(100)]
+    on_thread(capsules.clear)
+    del obj
+    assert refcount(source) == base
+
+
+# The C structs a C consumer sees, to drive the stream as one does: from threads that don't hold
+# the interpreter (ctypes lets go of it during foreign calls).
+class ArrowArray(ctypes.Structure):
+    _fields_ = [
+        *[(name, ctypes.c_int64) for name in ("length", "null_count", "offset")],
+        *[(name, ctypes.c_int64) for name in ("n_buffers", "n_children")],
+        ("buffers", ctypes.POINTER(ctypes.c_void_p)),
+        *[(name, ctypes.c_void_p) for name in ("children", "dictionary", "release", "private")],
+    ]
+
+
+class ArrowArrayStream(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_void_p)
+        for name in ("get_schema", "get_next", "get_last_error", "release", "private")
+    ]
+
+
+GET_NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+GET_LAST_ERROR = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)
+RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_pointer.restype = ctypes.c_void_p
+_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def test_a_c_consumer_reads_and_releases_on_threads_without_the_interpreter():
+    source = np.arange(100.0)
+    address, alive = np_data_ptr(source), weakref.ref(source)
+    capsule = asdlpack(source).__arrow_c_stream__()
+    del source
+    # Moved out of the capsule, as consumers take it: the capsule then releases nothing.
+    held = ArrowArrayStream.from_address(_pointer(capsule, b"arrow_array_stream"))
+    stream = ArrowArrayStream.from_buffer_copy(held)
+    held.release = None
+    del capsule, held
+    first, end = ArrowArray(), ArrowArray()
+    at = ctypes.addressof
+
+    def read():
+        assert GET_LAST_ERROR(stream.get_last_error)(at(stream)) is None
+        assert GET_NEXT(stream.get_next)(at(stream), at(first)) == 0
+        assert GET_NEXT(stream.get_next)(at(stream), at(end)) == 0
+        assert GET_NEXT(stream.get_next)(at(stream), None) == 22  # EINVAL
+        assert b"no ArrowArray" in GET_LAST_ERROR(stream.get_last_error)(at(stream))
+        release = RELEASE(stream.release)
+        release(at(stream))
+        release(at(stream))  # a second release is nothing
+
+    on_thread(read)
+    assert stream.release is None and stream.private is None
+    assert end.release is None  # the end of the stream
+    assert first.length == 100 and first.buffers[1] == address
+    gc.collect()
+    assert alive() is not None  # the array handed out holds the source
+    on_thread(lambda: RELEASE(first.release)(at(first)))
+    assert first.release is None
+    gc.collect()
+    assert alive() is None

@@ -1,22 +1,24 @@
-//! The Arrow PyCapsule interface out: `__arrow_c_array__` of host memory, so that
-//! `pyarrow.array(obj)`, `polars.Series(obj)` and other Arrow consumers take a `DLPackObject`.
-//! A 1-D array of numbers is its memory as it is; N-d C-ordered memory an
-//! `arrow.fixed_shape_tensor` (or nested fixed-size lists, when the consumer asks for them);
-//! other layouts one C-ordered copy, booleans one copy into bits. The Arrow array keeps the
-//! source alive (a reference to the object, released by Python's own rules when the consumer
-//! lets go on a thread without the interpreter).
+//! The Arrow PyCapsule interface out: `__arrow_c_array__` and `__arrow_c_stream__` of host
+//! memory, so that `pyarrow.array(obj)`, `pyarrow.chunked_array(obj)`, `polars.Series(obj)` and
+//! other Arrow consumers take a `DLPackObject`. Both give the same one array (the stream is that
+//! array alone, `export::arrow_stream`). A 1-D array of numbers is its memory as it is; N-d
+//! C-ordered memory an `arrow.fixed_shape_tensor` (or nested fixed-size lists, when the
+//! consumer asks for them); other layouts one C-ordered copy, booleans one copy into bits. The
+//! Arrow array keeps the source alive (a reference to the object, released by Python's own
+//! rules when the consumer lets go on a thread without the interpreter).
 
 use std::panic::AssertUnwindSafe;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use arrow_array::ffi::{FFI_ArrowSchema, to_ffi};
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_buffer::{BooleanBuffer, Buffer};
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
 
+use super::arrow_stream;
 use crate::copy::to_c_order;
 use crate::error::{Error, Result};
 use crate::import::arrow::arrow_type;
@@ -54,11 +56,46 @@ pub fn arrow_c_array<'py>(
     requested_schema: Option<&Bound<'py, PyAny>>,
 ) -> Result<Bound<'py, PyTuple>> {
     let py = object.py();
+    let (array, field) = export(object, tensor, requested_schema, "__arrow_c_array__")?;
+    let schema = FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
+    let schema = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
+    let array = PyCapsule::new_with_value(py, array, c"arrow_array")?;
+    Ok(PyTuple::new(py, [schema.into_any(), array.into_any()])?)
+}
+
+/// `__arrow_c_stream__(requested_schema)` of `object`, whose tensor is `tensor`: a stream of the
+/// one array `__arrow_c_array__` gives, made now (a copy, where there is one, is made here, on
+/// the caller's thread). The capsule releases the stream if no consumer takes it.
+pub fn arrow_c_stream<'py>(
+    object: &Bound<'py, PyAny>,
+    tensor: &Tensor,
+    requested_schema: Option<&Bound<'py, PyAny>>,
+) -> Result<Bound<'py, PyCapsule>> {
+    let (array, field) = export(object, tensor, requested_schema, "__arrow_c_stream__")?;
+    // The stream writes its schema on each `get_schema`: one written now shows that it can be.
+    FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
+    let stream = arrow_stream::one_array(field, array);
+    Ok(PyCapsule::new_with_value(
+        object.py(),
+        stream,
+        c"arrow_array_stream",
+    )?)
+}
+
+/// The Arrow array of `object`'s memory and its field (type and extension metadata), for
+/// `method` (named in the error for device memory).
+fn export(
+    object: &Bound<'_, PyAny>,
+    tensor: &Tensor,
+    requested_schema: Option<&Bound<'_, PyAny>>,
+    method: &str,
+) -> Result<(FFI_ArrowArray, Field)> {
+    let py = object.py();
     let device = tensor.device.get()?;
     if !device.is_host() {
         return Err(Error::buffer(format!(
-            "memory on {} can't be an Arrow array on the CPU (__arrow_c_array__); copy it to \
-             the host first",
+            "memory on {} can't be an Arrow array on the CPU ({method}); copy it to the host \
+             first",
             device.name()
         )));
     }
@@ -138,11 +175,7 @@ pub fn arrow_c_array<'py>(
             Field::new("", list, false).with_metadata(std::collections::HashMap::from(metadata)),
         )
     };
-    let (array, _) = to_ffi(&data).map_err(arrow_error)?;
-    let schema = FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
-    let schema = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
-    let array = PyCapsule::new_with_value(py, array, c"arrow_array")?;
-    Ok(PyTuple::new(py, [schema.into_any(), array.into_any()])?)
+    Ok((FFI_ArrowArray::new(&data), field))
 }
 
 fn fixed_size_list(data_type: DataType, len: usize, child: ArrayData) -> Result<ArrayData> {

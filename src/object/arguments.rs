@@ -297,7 +297,8 @@ pub unsafe fn versioned_minor(py: Python<'_>, max_version: *mut PyObject) -> Opt
 }
 
 /// The one optional argument of a method taking `(self, NAME=None)`, positional or by name
-/// (`__arrow_c_array__(requested_schema=None)`); `None` when absent or None.
+/// (`__arrow_c_array__(requested_schema=None)`, `__arrow_c_stream__`); `None` when absent or
+/// None.
 ///
 /// # Safety
 /// As CPython passes fast-call arguments, holding the GIL; the value borrows the caller's.

@@ -285,6 +285,39 @@ unsafe extern "C" fn arrow_c_array_entry(
     })
 }
 
+/// `__arrow_c_stream__(requested_schema=None)`: see `export::arrow`.
+unsafe extern "C" fn arrow_c_stream_entry(
+    object: *mut PyObject,
+    args: *const *mut PyObject,
+    nargs: Py_ssize_t,
+    kwnames: *mut PyObject,
+) -> *mut PyObject {
+    entry(ptr::null_mut(), |py| {
+        // SAFETY: CPython calls methods holding the GIL, with live arguments it holds for the
+        // call (fast-call convention).
+        let requested = unsafe {
+            arguments::optional_argument(
+                py,
+                args,
+                nargs,
+                kwnames,
+                "__arrow_c_stream__",
+                "requested_schema",
+            )?
+        };
+        // SAFETY: as above.
+        let slf = unsafe { Borrowed::from_ptr(py, object) };
+        // SAFETY: CPython calls methods on live instances of their type.
+        let state = unsafe { state_unchecked(object) };
+        let requested = requested.map(|r| r.to_owned());
+        Ok(
+            arrow::arrow_c_stream(&slf, state.tensor(), requested.as_ref())?
+                .into_any()
+                .into_ptr(),
+        )
+    })
+}
+
 unsafe extern "C" fn repr_entry(object: *mut PyObject) -> *mut PyObject {
     // SAFETY: CPython calls us holding the GIL, on a live instance of our type.
     let state = unsafe { state_unchecked(object) };
@@ -454,6 +487,14 @@ fn create_type(py: Python<'_>) -> PyResult<*mut PyTypeObject> {
             },
             ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
             ml_doc: c"__arrow_c_array__($self, requested_schema=None, /)\n--\n\nThe Arrow PyCapsule interface: (schema, array) capsules of host memory. 1-D numbers as they are; N-d C-ordered memory as an arrow.fixed_shape_tensor, or nested fixed-size lists when requested; other layouts one C-ordered copy.".as_ptr(),
+        },
+        python::PyMethodDef {
+            ml_name: c"__arrow_c_stream__".as_ptr(),
+            ml_meth: python::PyMethodDefPointer {
+                PyCFunctionFastWithKeywords: arrow_c_stream_entry,
+            },
+            ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
+            ml_doc: c"__arrow_c_stream__($self, requested_schema=None, /)\n--\n\nThe Arrow PyCapsule interface: a stream capsule of host memory, whose one array is the one __arrow_c_array__ gives.".as_ptr(),
         },
         python::PyMethodDef::zeroed(),
     ]));
