@@ -3,8 +3,7 @@
 #   make test  - install test dependencies, build the wheel, run every Rust and Python test
 # and for maintainers:
 #   make lint  - formatting, clippy, ruff, mypy --strict
-#   make wheel - the manylinux abi3 release wheel in dist/ (`make sdist`: the sdist, and a check
-#                that it builds)
+#   make wheel - the sdist, and the manylinux abi3 release wheel built from it, in dist/
 #   make mixed - the suite (the report included), from the wheel, among many more array libraries
 #   make lock  - recompile requirements/lock*.txt from pyproject.toml's extras (newest versions)
 # VENV may point elsewhere (CI keeps one in its cache directory), and MIXED_VENV too.
@@ -52,21 +51,19 @@ lock: deps
 	$(UV) pip compile -q --upgrade pyproject.toml $(LOCK_FOR) --custom-compile-command "make lock" \
 		--extra test --extra mixed -o $(LOCK_MIXED)
 
-# The release wheel (manylinux_2_34, abi3: one wheel for every CPython from 3.11), in dist/.
+# The sdist, and the release wheel (manylinux_2_34, abi3: one wheel for every CPython from 3.11)
+# built from it, so building the wheel shows the sdist holds everything; both in dist/. The wheel
+# is built in this tree's target folder, so later builds reuse what was built there.
 # This glibc's toolchain links GLIBC_2.34 symbols: an older tag needs a manylinux container or zig.
-wheel: venv
+wheel: sdist
 	rm -rf dist/*.whl
-	$(PY) -m maturin build --release --quiet --compatibility manylinux_2_34 -o dist
+	CARGO_TARGET_DIR=$(abspath target) MATURIN_PEP517_ARGS="--compatibility manylinux_2_34" \
+		$(PIP) wheel --no-deps --no-build-isolation -w dist dist/*.tar.gz
 	$(PY) -m auditwheel show dist/*.whl
 
-# The sdist, in dist/, built once more into a wheel elsewhere to show it holds everything (with
-# the quicker `checked` profile, in this tree's target folder, so it reuses what was built there).
 sdist: venv
-	rm -rf dist/*.tar.gz target/sdist-check
+	rm -rf dist/*.tar.gz
 	$(PY) -m maturin sdist -o dist
-	CARGO_TARGET_DIR=$(abspath target) MATURIN_PEP517_ARGS="--profile checked" \
-		$(PIP) wheel --no-deps --no-build-isolation -w target/sdist-check dist/*.tar.gz
-	ls target/sdist-check/*.whl
 
 # Build the release wheel and install it (tests run against the installed wheel, never the
 # source tree).
@@ -117,14 +114,14 @@ py-test-checked: venv
 	$(MAKE) py-test
 
 # What CI runs after lint: the suite on the checked build, the stubs, the Rust tests, the Rust
-# API's example; then the release wheel and sdist, and the suite from that wheel in the mixed
+# API's example; then the sdist and the release wheel built from it, and the suite from that wheel in the mixed
 # environment (`make py-test` after `make build` runs it in VENV instead).
 test: deps
 	$(MAKE) py-test-checked
 	$(MAKE) stubtest
 	$(MAKE) rust-test
 	$(MAKE) example-test
-	$(MAKE) wheel sdist
+	$(MAKE) wheel
 	$(MAKE) mixed
 
 # The mixed extra's environment, made again from scratch whenever its lock changes (the lock's

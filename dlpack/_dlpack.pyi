@@ -203,7 +203,9 @@ class DLPackObject:
     def byte_strides(self) -> tuple[int, ...]: ...
     @property
     def copy_reason(self) -> str | None:
-        """Why exporting needs a copy (memory DLPack can't express as it is), or None."""
+        """Why exporting needs a copy (memory DLPack can't express as it is), or why the object's
+        memory is a copy made when it was made (Arrow booleans, chunks, tables); None when exports
+        share the source's memory."""
     @property
     def ndim(self) -> int: ...
     @property

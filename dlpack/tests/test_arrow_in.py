@@ -54,6 +54,12 @@ def test_fixed_size_lists_are_nd_and_fixed_shape_tensors_keep_their_permutation(
 def test_booleans_are_one_copy_into_bytes():
     bits = pa.array([True, False, True, True, False, False, True, False, True])
     np.testing.assert_array_equal(values(bits.slice(1)), bits.to_numpy(zero_copy_only=False)[1:])
+    obj = asdlpack(bits)
+    assert obj.copy_reason == "Arrow booleans are bits: one copy makes them bytes"
+    assert not obj.readonly  # the copy is the object's own
+    chunked = pa.chunked_array([[True], [False, True]])
+    assert "2 chunks of booleans" in asdlpack(chunked).copy_reason
+    np.testing.assert_array_equal(values(chunked), [True, False, True])
 
 
 def test_nulls_are_refused_naming_how_many_and_only_where_addressed():
@@ -83,9 +89,17 @@ def test_streams_chunked_arrays_and_tables():
     one = pa.chunked_array([np.arange(4.0)])
     obj = asdlpack(one)
     assert obj.data_ptr == one.chunk(0).buffers()[1].address  # one chunk: in place
+    assert obj.copy_reason is None and obj.readonly
+    assert asdlpack(chunked).copy_reason == "the Arrow stream has 2 chunks: one copy joins them"
+    empty = asdlpack(pa.chunked_array([], pa.float64()))
+    assert (
+        empty.shape == (0,)
+        and empty.copy_reason == "the Arrow stream has no chunks: a new empty array"
+    )
     table = pa.table({"a": [1.0, 2.0, 3.0], "b": [4.0, 5.0, 6.0]})
     np.testing.assert_array_equal(values(table), [[1, 4], [2, 5], [3, 6]])
     np.testing.assert_array_equal(values(table.slice(1)), [[2, 5], [3, 6]])
+    assert asdlpack(table).copy_reason == "an Arrow table of 2 columns: one rows x columns copy"
     with pytest.raises(TypeError, match='column "b" is int64'):
         asdlpack(pa.table({"a": [1.0], "b": [1]}))
     with pytest.raises(TypeError, match='column "s".*Utf8'):

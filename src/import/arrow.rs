@@ -232,7 +232,16 @@ fn from_chunks(field: &Field, chunks: Vec<ArrayData>) -> Result<Tensor> {
     let rows: usize = parts.iter().map(|p| p.shape[0]).sum();
     let mut shape = vec![rows];
     shape.extend(&inner);
-    let copy = gather(dtype, &shape, parts.iter().map(|p| (p, p.leaf)))?;
+    let bits = leaf_type == DataType::Boolean;
+    let why = match (chunks.len(), bits) {
+        (0, _) => "the Arrow stream has no chunks: a new empty array".to_owned(),
+        (1, _) => "Arrow booleans are bits: one copy makes them bytes".to_owned(),
+        (n, false) => format!("the Arrow stream has {n} chunks: one copy joins them"),
+        (n, true) => format!(
+            "the Arrow stream has {n} chunks of booleans (bits): one copy joins them as bytes"
+        ),
+    };
+    let copy = gather(dtype, &shape, parts.iter().map(|p| (p, p.leaf)), why)?;
     apply_tensor_shape(copy, tensor_shape.as_ref())
 }
 
@@ -291,6 +300,7 @@ fn gather<'a>(
     dtype: DType,
     shape: &[usize],
     parts: impl Iterator<Item = (&'a Values<'a>, &'a ArrayData)>,
+    why: String,
 ) -> Result<Tensor> {
     let itemsize = dtype.itemsize();
     let numel: usize = shape.iter().product();
@@ -316,10 +326,11 @@ fn gather<'a>(
         at += count;
     }
     let extents: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
-    Ok(Tensor::host_allocation(
+    Ok(Tensor::host_copy(
         buffer,
         dtype,
         Layout::c_order(&extents, itemsize)?,
+        why,
     ))
 }
 
@@ -382,7 +393,8 @@ fn table(columns: &arrow_schema::Fields, chunks: &[ArrayData]) -> Result<Tensor>
         row0 += chunk.len();
     }
     let layout = Layout::c_order(&[rows as i64, ncols as i64], itemsize)?;
-    Ok(Tensor::host_allocation(buffer, dtype, layout))
+    let why = format!("an Arrow table of {ncols} columns: one rows x columns copy");
+    Ok(Tensor::host_copy(buffer, dtype, layout, why))
 }
 
 /// The `arrow.fixed_shape_tensor` extension type's tensors: physical shape and permutation.

@@ -395,8 +395,12 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 17] = [
     }),
     (
         c"copy_reason",
-        c"Why exporting needs a copy (memory DLPack can't express as it is), or None.",
-        |s, o| Ok(s.tensor().exportable().err().into_pyobject(o.py())?.into_any()),
+        c"Why exporting needs a copy (memory DLPack can't express as it is), or why the object's memory is a copy made when it was made (Arrow booleans, chunks, tables); None when exports share the source's memory.",
+        |s, o| {
+            let tensor = s.tensor();
+            let why = tensor.exportable().err().or_else(|| tensor.copied());
+            Ok(why.into_pyobject(o.py())?.into_any())
+        },
     ),
     (c"ndim", c"Number of dimensions.", |s, o| {
         Ok(s.tensor().layout.ndim().into_pyobject(o.py())?.into_any())

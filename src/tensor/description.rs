@@ -109,6 +109,28 @@ impl Tensor {
         )
     }
 
+    /// `host_allocation` for a copy made when the tensor was made, and why it was made (the
+    /// object's `copy_reason`).
+    pub fn host_copy(buffer: AlignedBuffer, dtype: DType, layout: Layout, why: String) -> Tensor {
+        let data = buffer.as_ptr().cast();
+        let why = why.into_boxed_str();
+        Tensor::owned(
+            data,
+            Device::CPU,
+            dtype,
+            layout,
+            Owner::Copied { buffer, why },
+        )
+    }
+
+    /// Why the memory is a copy of the source's made when the tensor was made, if it is.
+    pub fn copied(&self) -> Option<&str> {
+        match &self.owner {
+            Owner::Copied { why, .. } => Some(why),
+            _ => None,
+        }
+    }
+
     /// A writable, native-order tensor in memory we own (a copy or an allocation).
     pub fn owned(
         data: *mut c_void,

@@ -34,6 +34,13 @@ pub enum Owner {
     Versioned(Managed<DLManagedTensorVersioned>),
     /// Memory we allocated for a copy; needs no Python to free.
     Allocation(#[allow(dead_code, reason = "held to be freed on drop")] AlignedBuffer),
+    /// Memory we allocated for a copy made when the object was made (the source's memory
+    /// couldn't be described as it is), and why; needs no Python to free.
+    Copied {
+        #[allow(dead_code, reason = "held to be freed on drop")]
+        buffer: AlignedBuffer,
+        why: Box<str>,
+    },
     /// CUDA memory we allocated for a copy; needs no Python to free.
     DeviceAllocation(#[allow(dead_code, reason = "held to be freed on drop")] DeviceBuffer),
     /// An imported Arrow array, whose buffers call the producer's release when dropped: dropped
@@ -116,6 +123,7 @@ impl Owner {
             | Owner::Versioned(_)
             | Owner::Arrow(_)
             | Owner::Allocation(_)
+            | Owner::Copied { .. }
             | Owner::DeviceAllocation(_) => 0,
             Owner::Held(_) => 0,
         }
@@ -125,7 +133,7 @@ impl Owner {
     ///
     /// # Safety
     /// Called once, by a thread holding the GIL; the owner is not used afterwards except to
-    /// drop its non-Python fields (`Allocation`, `DeviceAllocation`), which this leaves alone.
+    /// drop its non-Python fields (`Allocation`, `Copied`, `DeviceAllocation`), which this leaves alone.
     unsafe fn release_python(&mut self) {
         // Per the contract, this runs once, holding the GIL, so the decrefs and releases happen
         // now and only once: "as said" below.
@@ -160,7 +168,7 @@ impl Owner {
             }
             // SAFETY: as said; dropped here only (`ManuallyDrop`).
             Owner::Arrow(data) => unsafe { ManuallyDrop::drop(data) },
-            Owner::Allocation(_) | Owner::DeviceAllocation(_) => {}
+            Owner::Allocation(_) | Owner::Copied { .. } | Owner::DeviceAllocation(_) => {}
             Owner::Held(_) => {}
         }
     }
@@ -182,6 +190,12 @@ impl Owner {
             Owner::Buffer { view, .. } => unsafe { std::ptr::drop_in_place(view) },
             // SAFETY: as said.
             Owner::Allocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
+            Owner::Copied { buffer, why } => {
+                // SAFETY: as said.
+                unsafe { std::ptr::drop_in_place(buffer) };
+                // SAFETY: as said.
+                unsafe { std::ptr::drop_in_place(why) };
+            }
             // SAFETY: as said.
             Owner::DeviceAllocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
             // SAFETY: as said.
@@ -206,7 +220,10 @@ impl Owner {
     fn needs_no_python(&self) -> bool {
         matches!(
             self,
-            Owner::Allocation(_) | Owner::DeviceAllocation(_) | Owner::Held(_)
+            Owner::Allocation(_)
+                | Owner::Copied { .. }
+                | Owner::DeviceAllocation(_)
+                | Owner::Held(_)
         )
     }
 }
