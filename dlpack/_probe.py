@@ -213,7 +213,10 @@ def _places(names: Sequence[str]) -> list[list[str]] | None:
             return None
         if spec is None:
             return None
-        where = spec.origin or os.pathsep.join(spec.submodule_search_locations or [])
+        # A namespace package (mlx) lists each sys.path entry it is found under, so a process
+        # started in site-packages (its folder on sys.path twice) lists it twice: once each.
+        folders = dict.fromkeys(map(os.path.realpath, spec.submodule_search_locations or []))
+        where = spec.origin or os.pathsep.join(folders)
         places.append([name, where])
     return places
 

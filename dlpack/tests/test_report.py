@@ -215,3 +215,30 @@ def test_a_child_takes_the_probe_handed_down(tmp_path):
     env = {_probe.EXTRA_ENV: "fake_fine"}
     child = json.loads(run_python("-c", PROBING_CHILD, path=[tmp_path], env=env).stdout)
     assert child == {"probed": True, "crashes": []}
+
+
+# A parent that probes (nothing crashes) and starts the probing child in the folder given, which
+# is on its PYTHONPATH too: the child has it on sys.path twice (as the current directory, and by
+# name), as a child started in site-packages has site-packages.
+PATH_TWICE_PARENT = """
+import json, os, subprocess, sys
+from dlpack import _probe
+from dlpack._report._libraries import PROBED
+os.environ.pop(_probe.KNOWN_ENV, None)
+_probe.probe = lambda names, timeout: {}
+_probe.crashes(PROBED)
+env = dict(os.environ, **_probe.handed_down())
+child = subprocess.run([sys.executable, "-c", sys.argv[1]], env=env, cwd=sys.argv[2],
+                       capture_output=True, text=True, check=True)
+print(child.stdout)
+"""
+
+
+def test_a_namespace_package_on_the_path_twice_is_one_place(tmp_path):
+    # A namespace package (as mlx is) lists every sys.path entry it is under: the child, with
+    # its folder there twice, must still see the parent's places and take its probe.
+    (tmp_path / "fake_namespace").mkdir()
+    env = {_probe.EXTRA_ENV: "fake_namespace"}
+    proc = run_python("-c", PATH_TWICE_PARENT, PROBING_CHILD, tmp_path, path=[tmp_path], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"probed": False, "crashes": []}
