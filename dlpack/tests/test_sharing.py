@@ -36,12 +36,20 @@ METHODS = ("fork", "spawn", "forkserver")
 
 
 @pytest.fixture(scope="module")
-def peer():
+def peer_process():
     """One forkserver process serving the whole module (a fresh interpreter: nothing of the test
     process's state leaks into what it sees)."""
     serving = workers.Peer(multiprocessing.get_context("forkserver"))
     yield serving
     serving.close()
+
+
+@pytest.fixture
+def peer(peer_process):
+    """The module's peer, holding nothing when a test starts: what a failing test left there is
+    let go of after it, so the next test's `read_kept` indices are its own."""
+    yield peer_process
+    peer_process.call("drop_all")
 
 
 def expected(obj) -> tuple:
@@ -215,16 +223,18 @@ def test_same_handle_opened_twice_maps_once(peer):
 
 def test_producer_exit_leaves_views_valid(peer):
     context = multiprocessing.get_context("forkserver")
+    # A pipe each: two processes reading one pipe can split a message between them.
     ours, theirs = context.Pipe()
     producer = context.Process(target=workers.produce, args=(theirs, 1000, 4.5))
     producer.start()
     opened = ours.recv_bytes()
     peer.call("open_and_keep", opened)
-    unopened_producer = context.Process(target=workers.produce, args=(theirs, 10, 1.0))
+    ours_unopened, theirs_unopened = context.Pipe()
+    unopened_producer = context.Process(target=workers.produce, args=(theirs_unopened, 10, 1.0))
     unopened_producer.start()
-    unopened = ours.recv_bytes()
+    unopened = ours_unopened.recv_bytes()
     ours.send(None)
-    ours.send(None)
+    ours_unopened.send(None)
     producer.join(60)
     unopened_producer.join(60)
     assert producer.exitcode == 0 and unopened_producer.exitcode == 0
