@@ -22,6 +22,7 @@ use crate::export::policy::{self, Request};
 use crate::export::{arrow, buffer, capsule};
 use crate::ffi::python::{self, Py_ssize_t, PyObject, PyTypeObject};
 use crate::import::array_interface::to_i64;
+use crate::tensor::Tensor;
 
 /// The `DLPackObject` type, created on first use (module initialisation).
 pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
@@ -252,6 +253,40 @@ unsafe extern "C" fn reduce_ex_entry(
     })
 }
 
+/// An Arrow export's result, as a Python object.
+type ArrowExport = for<'py> fn(
+    &Bound<'py, PyAny>,
+    &Tensor,
+    Option<&Bound<'py, PyAny>>,
+) -> Result<Bound<'py, PyAny>>;
+
+/// The Arrow methods' entry: `(requested_schema=None)`, read for method `name`, then `export`.
+///
+/// # Safety
+/// As for any method's entry point: CPython calls it holding the GIL, on a live instance of our
+/// type, with live fast-call arguments it holds for the call.
+unsafe fn arrow_entry(
+    object: *mut PyObject,
+    args: *const *mut PyObject,
+    nargs: Py_ssize_t,
+    kwnames: *mut PyObject,
+    name: &'static str,
+    export: ArrowExport,
+) -> *mut PyObject {
+    entry(ptr::null_mut(), |py| {
+        // SAFETY: per the contract.
+        let requested = unsafe {
+            arguments::optional_argument(py, args, nargs, kwnames, name, "requested_schema")?
+        };
+        // SAFETY: as above.
+        let slf = unsafe { Borrowed::from_ptr(py, object) };
+        // SAFETY: CPython calls methods on live instances of their type.
+        let state = unsafe { state_unchecked(object) };
+        let requested = requested.map(|r| r.to_owned());
+        Ok(export(&slf, state.tensor(), requested.as_ref())?.into_ptr())
+    })
+}
+
 /// `__arrow_c_array__(requested_schema=None)`: see `export::arrow`.
 unsafe extern "C" fn arrow_c_array_entry(
     object: *mut PyObject,
@@ -259,30 +294,17 @@ unsafe extern "C" fn arrow_c_array_entry(
     nargs: Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    entry(ptr::null_mut(), |py| {
-        // SAFETY: CPython calls methods holding the GIL, with live arguments it holds for the
-        // call (fast-call convention).
-        let requested = unsafe {
-            arguments::optional_argument(
-                py,
-                args,
-                nargs,
-                kwnames,
-                "__arrow_c_array__",
-                "requested_schema",
-            )?
-        };
-        // SAFETY: as above.
-        let slf = unsafe { Borrowed::from_ptr(py, object) };
-        // SAFETY: CPython calls methods on live instances of their type.
-        let state = unsafe { state_unchecked(object) };
-        let requested = requested.map(|r| r.to_owned());
-        Ok(
-            arrow::arrow_c_array(&slf, state.tensor(), requested.as_ref())?
-                .into_any()
-                .into_ptr(),
+    // SAFETY: CPython calls this method's entry as `arrow_entry` asks.
+    unsafe {
+        arrow_entry(
+            object,
+            args,
+            nargs,
+            kwnames,
+            "__arrow_c_array__",
+            |o, t, r| Ok(arrow::arrow_c_array(o, t, r)?.into_any()),
         )
-    })
+    }
 }
 
 /// `__arrow_c_stream__(requested_schema=None)`: see `export::arrow`.
@@ -292,30 +314,17 @@ unsafe extern "C" fn arrow_c_stream_entry(
     nargs: Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    entry(ptr::null_mut(), |py| {
-        // SAFETY: CPython calls methods holding the GIL, with live arguments it holds for the
-        // call (fast-call convention).
-        let requested = unsafe {
-            arguments::optional_argument(
-                py,
-                args,
-                nargs,
-                kwnames,
-                "__arrow_c_stream__",
-                "requested_schema",
-            )?
-        };
-        // SAFETY: as above.
-        let slf = unsafe { Borrowed::from_ptr(py, object) };
-        // SAFETY: CPython calls methods on live instances of their type.
-        let state = unsafe { state_unchecked(object) };
-        let requested = requested.map(|r| r.to_owned());
-        Ok(
-            arrow::arrow_c_stream(&slf, state.tensor(), requested.as_ref())?
-                .into_any()
-                .into_ptr(),
+    // SAFETY: CPython calls this method's entry as `arrow_entry` asks.
+    unsafe {
+        arrow_entry(
+            object,
+            args,
+            nargs,
+            kwnames,
+            "__arrow_c_stream__",
+            |o, t, r| Ok(arrow::arrow_c_stream(o, t, r)?.into_any()),
         )
-    })
+    }
 }
 
 unsafe extern "C" fn repr_entry(object: *mut PyObject) -> *mut PyObject {
