@@ -66,6 +66,24 @@ def optional(name: str):
     return None
 
 
+def arrays_of_every_library(base) -> list:
+    """(library name, array, from_dlpack) with the values of ``base`` (a 2-d float32 numpy
+    array): numpy (as it is, and strided), then torch (transposed), JAX and array_api_strict
+    where installed."""
+    np = need("numpy")
+    made = [("numpy", base, np.from_dlpack), ("numpy strided", base[::-1, ::2], np.from_dlpack)]
+    torch = optional("torch")
+    if torch is not None:
+        made.append(("torch", torch.from_numpy(base.copy()).T, torch.from_dlpack))
+    jax = optional("jax")
+    if jax is not None:
+        made.append(("jax", jax.numpy.asarray(base), jax.numpy.from_dlpack))
+    xp = optional("array_api_strict")
+    if xp is not None:
+        made.append(("array_api_strict", xp.asarray(base), xp.from_dlpack))
+    return made
+
+
 # ---------------------------------------------------------------------------
 # DLPack ABI mirrored with ctypes
 # ---------------------------------------------------------------------------

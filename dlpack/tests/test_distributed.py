@@ -10,7 +10,7 @@ import pytest
 import dlpack
 
 from . import _sharing_workers as workers
-from ._helpers import need, optional
+from ._helpers import arrays_of_every_library, need
 
 np = need("numpy")
 distributed = need("distributed")
@@ -28,18 +28,7 @@ def client():
 
 def sources():
     """(library name, array, from_dlpack) for every library installed here."""
-    base = np.arange(24, dtype=np.float32).reshape(4, 6)
-    made = [("numpy", base, np.from_dlpack), ("numpy strided", base[::-1, ::2], np.from_dlpack)]
-    torch = optional("torch")
-    if torch is not None:
-        made.append(("torch", torch.from_numpy(base.copy()).T, torch.from_dlpack))
-    jax = optional("jax")
-    if jax is not None:
-        made.append(("jax", jax.numpy.asarray(base), jax.numpy.from_dlpack))
-    xp = optional("array_api_strict")
-    if xp is not None:
-        made.append(("array_api_strict", xp.asarray(base), xp.from_dlpack))
-    return made
+    return arrays_of_every_library(np.arange(24, dtype=np.float32).reshape(4, 6))
 
 
 def test_arrays_of_every_library_go_to_a_worker_and_back(client):

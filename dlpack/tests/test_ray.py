@@ -11,7 +11,7 @@ import pytest
 import dlpack
 
 from . import _sharing_workers as workers
-from ._helpers import need, optional, package_root
+from ._helpers import arrays_of_every_library, need, package_root
 
 np = need("numpy")
 ray = need("ray")
@@ -48,17 +48,9 @@ def store():
 
 
 def sources():
-    """(library name, array, from_dlpack) for numpy and every other library installed here; each
-    array over 100 KiB, which Ray would otherwise pass by value inside a task's description."""
-    base = np.arange(1 << 18, dtype=np.float32).reshape(512, 512)
-    made = [("numpy", base, np.from_dlpack), ("numpy strided", base[::-1, ::2], np.from_dlpack)]
-    torch = optional("torch")
-    if torch is not None:
-        made.append(("torch", torch.from_numpy(base.copy()).T, torch.from_dlpack))
-    jax = optional("jax")
-    if jax is not None:
-        made.append(("jax", jax.numpy.asarray(base), jax.numpy.from_dlpack))
-    return made
+    """(library name, array, from_dlpack) for every library installed here; each array over
+    100 KiB, which Ray would otherwise pass by value inside a task's description."""
+    return arrays_of_every_library(np.arange(1 << 18, dtype=np.float32).reshape(512, 512))
 
 
 def test_put_and_get_read_the_store_in_place(store):
