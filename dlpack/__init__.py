@@ -38,7 +38,9 @@ def __getattr__(name: str) -> Any:
     if name in _SHARING:
         from . import sharing
 
-        return getattr(sharing, name)
+        # Kept here, so that later lookups (``dlpack.share`` per message) skip this function.
+        value = globals()[name] = getattr(sharing, name)
+        return value
     raise AttributeError(f"module 'dlpack' has no attribute {name!r}")
 
 

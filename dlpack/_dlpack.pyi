@@ -22,8 +22,10 @@ __all__ = [
     "_share_clear_pool",
     "_share_counts",
     "_share_empty",
-    "_share_host",
+    "_share",
     "_share_rebuild",
+    "_share_state_fields",
+    "_share_state_pack",
     "asdlpack",
     "byte_extent",
     "copyto",
@@ -139,16 +141,22 @@ class SharedHandle:
         copy: Any = None,
     ) -> CapsuleType: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
-    def __reduce__(self) -> tuple[Any, tuple[tuple[Any, ...]]]:
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         """Pickle: the state names the segment (pinned for the receiver here)."""
 
 def _share_rebuild(state: Any) -> SharedHandle:
     """Unpickle a handle: check its state, then open what it names in this process."""
 
+def _share_state_fields(state: bytes) -> dict[str, Any]:
+    """The fields of a handle's state (for tests that forge handles)."""
+
+def _share_state_pack(fields: dict[str, Any]) -> bytes:
+    """The state ``fields`` spell, whatever they say (for tests that forge handles)."""
+
 _SHARE_POOL_SEGMENTS: int
 
-def _share_host(source: DLPackObject, writable: bool) -> SharedHandle | None:
-    """A handle to ``source``'s memory if it is host memory (shared as it is, or copied)."""
+def _share(obj: Any, writable: Any) -> SharedHandle:
+    """``dlpack.share(obj, writable=writable)``."""
 
 def _share_empty(shape: Sequence[int], dtype: str) -> DLPackObject:
     """A writable, zero-filled, C-ordered array in new shared memory."""

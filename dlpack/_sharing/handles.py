@@ -10,13 +10,13 @@ import sys
 from collections.abc import Iterable
 from typing import Any, SupportsIndex
 
-from .._dlpack import ELEMENT_TYPES, HOST_DEVICE_TYPES, DLDeviceType, DLPackObject, asdlpack
-from .process import require_linux
+from .._dlpack import ELEMENT_TYPES, DLPackObject
+from .process import not_linux, require_linux
 
 __all__ = ["SharedHandle", "empty_shared", "share"]
 
 if sys.platform == "linux":
-    from .._dlpack import SharedHandle, _share_empty, _share_host
+    from .._dlpack import SharedHandle, _share, _share_empty
 
     # The reconstructor handles pickle to (dlpack._dlpack._share_rebuild), by its short name.
     from .._dlpack import _share_rebuild as _rebuild  # noqa: F401
@@ -28,10 +28,8 @@ else:  # no shared memory here: the name exists, nothing makes one
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             raise TypeError("SharedHandle objects are made by dlpack.share()")
 
-    def _share_host(source: DLPackObject, writable: bool) -> None:
-        device_type, _ = source.device
-        if device_type in HOST_DEVICE_TYPES:
-            require_linux()
+    def _share(obj: Any, writable: bool) -> SharedHandle:
+        raise not_linux()
 
 
 # -- making handles -----------------------------------------------------------------------------
@@ -60,28 +58,7 @@ def share(obj: Any, *, writable: bool = False) -> SharedHandle:
     against what the machine and this process's cgroup have left). BufferError for memory that
     can't be shared: CUDA memory (CUDA IPC is not built yet) and other devices' memory.
     """
-    if type(writable) is not bool:
-        raise TypeError(f"writable must be True or False, not {type(writable).__name__}")
-    source = asdlpack(obj)
-    # Host memory: shared as it is if it is shared memory already, else copied (read-only).
-    handle = _share_host(source, writable)
-    if handle is not None:
-        return handle
-    device_type, _ = source.device
-    if device_type == DLDeviceType.kDLCUDA:
-        raise BufferError(
-            "sharing CUDA memory between processes (CUDA IPC) is not available yet: copy it to "
-            "host memory first (e.g. tensor.cpu()) and share that, or use torch.multiprocessing "
-            "or CuPy's IPC calls"
-        )
-    if device_type == DLDeviceType.kDLCUDAManaged:
-        raise BufferError(
-            "CUDA managed memory can't be shared between processes (CUDA IPC serves only "
-            "device memory from cudaMalloc); copy it to device or host memory first"
-        )
-    raise BufferError(
-        f"memory of DLPack device type {device_type} can't be shared (host memory can)"
-    )
+    return _share(obj, writable)
 
 
 def empty_shared(shape: SupportsIndex | Iterable[SupportsIndex], dtype: Any) -> DLPackObject:

@@ -16,9 +16,14 @@ else:
     POOL_SEGMENTS = 0
 
 
+def not_linux() -> BufferError:
+    """The error of sharing anywhere but on Linux."""
+    return BufferError(f"sharing host memory needs Linux (memfd_create); this is {sys.platform}")
+
+
 def require_linux() -> None:
     if sys.platform != "linux":
-        raise BufferError(f"sharing host memory needs Linux (memfd_create); this is {sys.platform}")
+        raise not_linux()
 
 
 def live_segments() -> int:

@@ -17,6 +17,7 @@ import traceback
 import numpy as np
 
 import dlpack
+from dlpack import _dlpack
 from dlpack._sharing import handles, process
 
 
@@ -133,6 +134,19 @@ def scribble(handle) -> bytes:
 def rebuild(state) -> tuple:
     """Unpickle a handle's (perhaps altered) state, as pickle would."""
     return elements(handles._rebuild(state))
+
+
+def fields_of(handle) -> dict:
+    """The fields of the state pickling ``handle`` carries (its segment pinned for a receiver,
+    as by pickling), to alter and ``pack``."""
+    rebuild, (state,) = handle.__reduce__()
+    assert rebuild is handles._rebuild
+    return _dlpack._share_state_fields(state)
+
+
+def pack(fields: dict) -> bytes:
+    """The state ``fields`` spell, whatever they say."""
+    return _dlpack._share_state_pack(fields)
 
 
 def count_resources() -> tuple[int, int]:

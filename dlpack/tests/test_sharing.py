@@ -497,65 +497,89 @@ def test_a_forked_child_keeps_what_it_inherited(empty_pool):
 # -- bad handles -------------------------------------------------------------------------------
 
 
-def state_of(handle) -> list:
-    rebuild, (state,) = handle.__reduce__()
-    assert rebuild is handles._rebuild
-    return list(state)
-
-
 def test_forged_handles_are_refused(peer):
     array = np.arange(100.0)
 
     def fresh():  # each case its own pickle, so a claim in one can't spend another's token
-        return state_of(dlpack.share(array))
+        return workers.fields_of(dlpack.share(array))
 
-    # Field order: format, host id, pid, lender address, token, writable, layout, memory.
-    state, resized, other = fresh(), fresh(), fresh()
-    offset, shape, strides, typestr, dtype = state[6]
+    def forged(edit) -> bytes:
+        fields = fresh()
+        edit(fields, fields["segment"])
+        return workers.pack(fields)
+
+    state = workers.pack(fresh())
+    other = fresh()["segment"]  # another copy's segment
     cases = {
-        "not a tuple": ("ValueError", "not a dlpack shared-memory handle", "junk"),
-        "format": ("ValueError", "format", (99, *fresh()[1:])),
-        "field type": ("ValueError", "wrong type", (*state[:2], "1", *state[3:])),
+        "not bytes": ("ValueError", "its state is not bytes", ("junk",)),
+        "junk": ("ValueError", "does not start as one does", b"junk"),
+        "cut short": ("ValueError", "malformed state", state[:-1]),
+        "past its end": ("ValueError", "past its end", state + b"\0"),
+        "format": (
+            "ValueError",
+            "format 99, this dlpack reads format",
+            forged(lambda f, s: f.update(format=99)),
+        ),
         "past the end": (
             "ValueError",
             "forged or corrupted",
-            (*state[:6], (offset + 8, shape, strides, typestr, dtype), state[7]),
+            forged(lambda f, s: f.update(offset=f["offset"] + 8)),
         ),
         "dtype": (
             "ValueError",
-            "malformed layout",
-            (*state[:6], (offset, shape, strides, "<i4", "int32x"), state[7]),
+            "element type it can't name",
+            forged(lambda f, s: f.update(dtype=(99, 32, 1))),
+        ),
+        "lanes": (
+            "ValueError",
+            "element type it can't name",
+            forged(lambda f, s: f.update(dtype=(2, 32, 2))),
+        ),
+        "byte order of bytes": (
+            "ValueError",
+            "element type it can't name",
+            forged(lambda f, s: f.update(dtype=(0, 8, 1), swapped=True)),
+        ),
+        "overflow": (
+            "ValueError",
+            "2\\*\\*63 bytes",
+            forged(lambda f, s: f.update(shape=[1 << 62, 4], strides=[8, 8])),
+        ),
+        "elements without memory": (
+            "ValueError",
+            "elements without memory",
+            forged(lambda f, s: f.update(segment=None)),
         ),
         # A token the lender never gave, and a descriptor that isn't there: nothing opens.
         "token": (
             "BufferError",
             "not made by this process",
-            (*state[:4], b"\0" * 16, state[5], state[6], (*state[7][:4], 1 << 20)),
+            forged(lambda f, s: s.update(token=bytes(16), fd=1 << 20)),
         ),
         "size": (
             "ValueError",
             "forged or corrupted",
-            (*resized[:7], (*resized[7][:2], resized[7][2] + 4096, *resized[7][3:])),
+            forged(lambda f, s: s.update(size=s["size"] + 4096)),
         ),
+        # the (device, inode) of another segment than the one lent
         "other file": (
             "BufferError",
             "not the segment the handle names",
-            # the (device, inode) of another segment than the one lent
-            (*other[:7], ("host", state[7][1], *other[7][2:])),
+            forged(lambda f, s: s.update(file=other["file"])),
         ),
     }
-    for name, (kind, message, forged) in cases.items():
+    for name, (kind, message, state_forged) in cases.items():
         with pytest.raises(workers.PeerError, match=message) as raised:
-            peer.call("rebuild", forged)
+            peer.call("rebuild", state_forged)
         assert raised.value.type_name == kind, name
-    assert peer.call("rebuild", tuple(state)) == expected(array)  # unaltered, it opens
+    assert peer.call("rebuild", state) == expected(array)  # unaltered, it opens
 
 
 def test_handles_from_another_machine_are_refused(peer):
-    state = state_of(dlpack.share(np.zeros(3)))
-    state[1] = "00000000-0000-0000-0000-000000000000"
+    fields = workers.fields_of(dlpack.share(np.zeros(3)))
+    fields["boot_id"] = "00000000-0000-0000-0000-000000000000"
     with pytest.raises(workers.PeerError, match="another machine") as raised:
-        peer.call("rebuild", tuple(state))
+        peer.call("rebuild", workers.pack(fields))
     assert raised.value.type_name == "BufferError"
 
 

@@ -84,8 +84,9 @@ def test_a_read_only_handle_altered_to_writable_is_refused(peer):
     allocated = np.asarray(dlpack.empty_shared(64, "float64"))
     allocated[:] = np.arange(64.0)
     for memory in (np.arange(64.0), allocated):  # a fresh copy, and memory shared already
-        rebuild, (state,) = dlpack.share(memory).__reduce__()
-        forged = (*state[:5], True, *state[6:])  # the writable field flipped
+        fields = workers.fields_of(dlpack.share(memory))
+        state = workers.pack(fields)
+        forged = workers.pack({**fields, "writable": True})
         with pytest.raises(workers.PeerError, match="lent read-only") as raised:
             peer.call("rebuild", forged)
         assert raised.value.type_name == "ValueError"
@@ -98,8 +99,7 @@ def test_a_read_only_handle_altered_to_writable_is_refused(peer):
 def test_a_fresh_copy_is_sealed_against_writers():
     # Opened read-write by its path, as /proc allows whatever mode the descriptor lent has.
     handle = dlpack.share(np.arange(1024.0))
-    _, (state,) = handle.__reduce__()
-    lent = state[7][4]  # the number of the descriptor lent
+    lent = workers.fields_of(handle)["segment"]["fd"]  # the number of the descriptor lent
     fd = os.open(f"/proc/self/fd/{lent}", os.O_RDWR)
     try:
         with pytest.raises(PermissionError):

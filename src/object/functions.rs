@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 use super::instance::{self, new_object, state};
+use super::stand_in;
 use super::state::DLPackObject;
 use crate::copy;
 use crate::error::{Error, Result};
@@ -17,6 +18,9 @@ pub fn asdlpack<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     // DLPackObject is final: an exact type check suffices (and skips a subtype walk).
     if instance::is_instance(obj) {
         return Ok(obj.clone());
+    }
+    if let Some(view) = stand_in::view_of(obj) {
+        return Ok(view);
     }
     let import::Imported { tensor, producer } = import::import(obj)?;
     new_object(obj.py(), DLPackObject { tensor, producer })

@@ -4,8 +4,9 @@
 //! free list, deallocation) and `pytype` the type with its entry points; `arguments` reads their
 //! calls' arguments, `exchange_api` is the type's DLPack C exchange API, `functions` the
 //! module's functions. `view` makes objects over memory a Rust owner holds (a shared segment's
-//! mapping), `from_buffer` over a Python object's flat memory plus a layout, and `pickling` is
-//! the type's `__reduce_ex__`.
+//! mapping), `from_buffer` over a Python object's flat memory plus a layout, `pickling` is
+//! the type's `__reduce_ex__`, and `stand_in` a type whose instances `asdlpack` takes as the
+//! `DLPackObject` they hold.
 
 mod arguments;
 mod behaviour;
@@ -15,6 +16,7 @@ mod functions;
 mod instance;
 mod pickling;
 mod pytype;
+mod stand_in;
 mod state;
 mod view;
 
@@ -22,4 +24,5 @@ pub use from_buffer::_from_buffer;
 pub use functions::{_footprint, copyto};
 pub use pickling::set_reconstructor;
 pub use pytype::{asdlpack_function, type_object};
-pub use view::{Described, empty_view, new_view, spelled, tensor_of};
+pub use stand_in::{register_stand_in, view_of};
+pub use view::{Described, empty_view, new_view, tensor_of};

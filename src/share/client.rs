@@ -23,10 +23,10 @@ const MAX_PRODUCERS: usize = 32;
 /// A connection; its lock pairs each claim with its answer.
 struct Connection(Mutex<Stream>);
 
-static CONNECTIONS: PerProcess<HashMap<String, Arc<Connection>>> = PerProcess::new(HashMap::new);
+static CONNECTIONS: PerProcess<HashMap<Address, Arc<Connection>>> = PerProcess::new(HashMap::new);
 
 /// Producers' boards, `None` where one can't be had (no /proc of theirs here).
-static BOARDS: PerProcess<HashMap<String, Option<Arc<Board>>>> = PerProcess::new(HashMap::new);
+static BOARDS: PerProcess<HashMap<Address, Option<Arc<Board>>>> = PerProcess::new(HashMap::new);
 
 fn gone(pid: i32, why: &str) -> Error {
     Error::buffer(format!(
@@ -36,33 +36,31 @@ fn gone(pid: i32, why: &str) -> Error {
     ))
 }
 
-fn connection(address: &str, pid: i32) -> Result<Arc<Connection>> {
+fn connection(address: Address) -> Result<Arc<Connection>> {
     let mut connections = CONNECTIONS.lock();
-    if let Some(connection) = connections.get(address) {
+    if let Some(connection) = connections.get(&address) {
         return Ok(connection.clone());
     }
-    let Some((name, _)) = Address::parse(address) else {
-        return Err(gone(pid, "not a lender's address"));
-    };
+    let name = address.name();
     let stream = Stream::connect(name.as_bytes(), ANSWER_TIMEOUT).map_err(|err| match err {
-        Error::Os { errno, .. } => gone(pid, &describe(errno)),
+        Error::Os { errno, .. } => gone(address.pid, &describe(errno)),
         other => other,
     })?;
     if connections.len() >= MAX_PRODUCERS {
         connections.clear();
     }
     let connection = Arc::new(Connection(Mutex::new(stream)));
-    connections.insert(address.to_owned(), connection.clone());
+    connections.insert(address, connection.clone());
     Ok(connection)
 }
 
-fn forget(address: &str, connection: &Arc<Connection>) {
+fn forget(address: Address, connection: &Arc<Connection>) {
     let mut connections = CONNECTIONS.lock();
     if connections
-        .get(address)
+        .get(&address)
         .is_some_and(|kept| Arc::ptr_eq(kept, connection))
     {
-        connections.remove(address);
+        connections.remove(&address);
     }
 }
 
@@ -73,13 +71,14 @@ fn message(op: u8, token: &[u8]) -> Vec<u8> {
     message
 }
 
-/// Claim `token` from the lender at `address` (of process `pid`): a descriptor, ours to close
-/// (then `release` the token). A buffer error when the producer is gone or refuses.
-pub fn claim(address: &str, pid: i32, token: &[u8]) -> Result<OwnedFd> {
+/// Claim `token` from the lender at `address`: a descriptor, ours to close (then `release` the
+/// token). A buffer error when the producer is gone or refuses.
+pub fn claim(address: Address, token: &[u8]) -> Result<OwnedFd> {
+    let pid = address.pid;
     let request = message(CLAIM, token);
     let mut why = String::new();
     for _attempt in 0..2 {
-        let connection = connection(address, pid)?;
+        let connection = connection(address)?;
         let mut answer = [0u8; 4096];
         let received = {
             let stream = connection.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -123,33 +122,32 @@ pub fn claim(address: &str, pid: i32, token: &[u8]) -> Result<OwnedFd> {
 }
 
 /// The board of the lender at `address`, mapped once.
-fn board(address: &str) -> Option<Arc<Board>> {
+fn board(address: Address) -> Option<Arc<Board>> {
     let mut boards = BOARDS.lock();
-    if let Some(board) = boards.get(address) {
+    if let Some(board) = boards.get(&address) {
         return board.clone();
     }
-    let (_, parsed) = Address::parse(address)?;
-    let board = Board::open(parsed.pid, parsed.board_fd, parsed.id)
+    let board = Board::open(address.pid, address.board_fd, address.id)
         .ok()
         .map(Arc::new);
     if boards.len() >= MAX_PRODUCERS {
         boards.clear();
     }
-    boards.insert(address.to_owned(), board.clone());
+    boards.insert(address, board.clone());
     board
 }
 
 /// Give `token` back to the lender at `address` without waiting for it: on its board, or else
 /// by a message sent only if the socket has room (nothing to do when the producer is gone: its
 /// pins went with it).
-pub fn release(address: &str, token: &[u8]) {
+pub fn release(address: Address, token: &[u8]) {
     if let Some((slot, nonce)) = slot_of(token)
         && let Some(board) = board(address)
     {
         board.release(slot, nonce); // false: released already
         return;
     }
-    let Ok(connection) = connection(address, 0) else {
+    let Ok(connection) = connection(address) else {
         return;
     };
     // Never waiting: a stopped producer (SIGSTOP, a debugger, a long call holding its GIL)

@@ -1,17 +1,17 @@
 //! `SharedHandle`, the handle `dlpack.share` returns: a view of the memory (which keeps it
-//! alive in this process), whether receivers may write, and its layout and memory as its
-//! pickled state spells them (`state`). Pickling it pins its segment for the receiver; where it
-//! arrives, unpickling opens the segment (`_share_rebuild`, one call).
+//! alive in this process, and says its layout and segment) and whether receivers may write.
+//! Pickling it pins its segment for the receiver (`state::write`); where it arrives,
+//! unpickling opens the segment (`_share_rebuild`, one call), and `asdlpack` takes the view.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::state;
-use super::views::Parts;
 use crate::error::Result;
 use crate::ffi::device_type;
+use crate::object::{register_stand_in, tensor_of};
 
 /// A handle to memory shared with other processes: pickle it (``Queue.put``,
 /// ``Connection.send``, ``pickle.dumps``) to send it, and pass it to ``asdlpack`` (or any
@@ -23,29 +23,24 @@ pub struct SharedHandle {
     /// The memory as this process sees it (a `DLPackObject`); it keeps the memory alive.
     view: Py<PyAny>,
     writable: bool,
-    /// `(offset, shape, byte strides, typestr, dtype name)`.
-    layout: Py<PyTuple>,
-    /// `("host", (device, inode), size, generation)`, or `("host", None, 0)` for no elements.
-    memory: Py<PyTuple>,
 }
 
 impl SharedHandle {
-    pub fn new(parts: Parts<'_>) -> Result<Bound<'_, SharedHandle>> {
-        let Parts {
-            view,
-            writable,
-            layout,
-            memory,
-        } = parts;
+    /// The handle holding `view` (a `DLPackObject` of a segment's memory, or of no elements).
+    pub fn new(view: Bound<'_, PyAny>, writable: bool) -> Result<Bound<'_, SharedHandle>> {
         let py = view.py();
         let handle = SharedHandle {
             view: view.unbind(),
             writable,
-            layout: layout.unbind(),
-            memory: memory.unbind(),
         };
         Ok(Bound::new(py, handle)?)
     }
+}
+
+/// The view a handle stands for, as `asdlpack` returns it.
+fn view_of<'py>(handle: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    let handle = handle.cast::<SharedHandle>().ok()?;
+    Some(handle.get().view.bind(handle.py()).clone())
 }
 
 /// The reconstructor handles pickle to, as the module holds it.
@@ -54,6 +49,7 @@ static REBUILD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// Add the class and its reconstructor to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SharedHandle>()?;
+    register_stand_in(&m.py().get_type::<SharedHandle>(), view_of);
     let rebuild = wrap_pyfunction!(_share_rebuild, m)?;
     m.add_function(rebuild.clone())?;
     let _ = REBUILD.set(m.py(), rebuild.into_any().unbind());
@@ -63,7 +59,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// Unpickle a handle: check its state, then open what it names in this process.
 #[pyfunction]
 fn _share_rebuild<'py>(state: &Bound<'py, PyAny>) -> Result<Bound<'py, SharedHandle>> {
-    SharedHandle::new(state::open(state)?)
+    let (view, writable) = state::open(state)?;
+    SharedHandle::new(view, writable)
 }
 
 #[pymethods]
@@ -97,10 +94,26 @@ impl SharedHandle {
         self.writable
     }
 
-    /// The memory the handle names, as its state spells it (for tests).
+    /// The memory the handle names (for tests): `("host", (device, inode), size, generation)`
+    /// of its segment, or `("host", None, 0)` for no elements.
     #[getter]
-    fn _memory<'py>(&self, py: Python<'py>) -> Bound<'py, PyTuple> {
-        self.memory.bind(py).clone()
+    fn _memory<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyTuple>> {
+        let view = self.view.bind(py);
+        let mapped = tensor_of(view).and_then(state::mapped_of);
+        let memory = match mapped.map(|mapped| mapped.segment()) {
+            Some(segment) => {
+                let id = segment.id();
+                let fields = (
+                    "host",
+                    (id.dev, id.ino),
+                    segment.size(),
+                    segment.generation(),
+                );
+                fields.into_pyobject(py)?
+            }
+            None => ("host", py.None(), 0).into_pyobject(py)?,
+        };
+        Ok(memory)
     }
 
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
@@ -150,18 +163,14 @@ impl SharedHandle {
     }
 
     /// Pickle: the state names the segment (pinned for the receiver in this process's lender).
-    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Result<(Py<PyAny>, (Bound<'py, PyTuple>,))> {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Result<(Py<PyAny>, (Bound<'py, PyBytes>,))> {
         let py = slf.py();
         let rebuild = REBUILD
             .get(py)
             .expect("registered with the class")
             .clone_ref(py);
         let handle = slf.get();
-        let state = state::write(
-            handle.view.bind(py),
-            handle.writable,
-            handle.layout.bind(py),
-        )?;
+        let state = state::write(handle.view.bind(py), handle.writable)?;
         Ok((rebuild, (state,)))
     }
 }

@@ -30,10 +30,9 @@ use super::per_process::PerProcess;
 use super::segment::Segment;
 use dlpack_core::share::{Error, Listener, Result, Stream, system};
 
-/// Bytes of a token: its word on the board (`u32`, little-endian; `NO_SLOT` for none), the
-/// nonce written there (`u64`, not 0), and four random bytes.
-pub const TOKEN_BYTES: usize = 16;
-pub type Token = [u8; TOKEN_BYTES];
+// A token (`TOKEN_BYTES`): its word on the board (`u32`, little-endian; `NO_SLOT` for none), the
+// nonce written there (`u64`, not 0), and four random bytes.
+pub use dlpack_core::share::handle_state::{TOKEN_BYTES, Token};
 const NO_SLOT: u32 = u32::MAX;
 
 /// The board word and nonce a token names (`None` for a token without a word).
@@ -74,7 +73,9 @@ const SWEEP_EVERY: Timespec = Timespec {
 const NOT_PINNED: &str = "this handle was already opened from its pickle and its memory is no \
                           longer shared, or it was not made by this process";
 
-/// The parts of a lender's address: its process, its id, and its board's descriptor there.
+/// Where a lender is: its process, its random id, and its board's descriptor there. Its socket's
+/// abstract name spells them (`name`), so a later process with the same pid can't answer for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Address {
     pub pid: i32,
     pub id: u64,
@@ -82,22 +83,18 @@ pub struct Address {
 }
 
 impl Address {
-    /// The abstract socket name an address spells (after its NUL), and its parts.
-    pub fn parse(address: &str) -> Option<(&str, Address)> {
-        let name = address.strip_prefix('\0')?;
-        let mut parts = name.strip_prefix("dlpack-share/")?.split('/');
-        let pid = parts.next()?.parse().ok()?;
-        let id = u64::from_str_radix(parts.next()?, 16).ok()?;
-        let board_fd = parts.next()?.parse().ok()?;
-        let parsed = Address { pid, id, board_fd };
-        parts.next().is_none().then_some((name, parsed))
+    /// The abstract socket name (after its NUL).
+    pub fn name(&self) -> String {
+        format!(
+            "dlpack-share/{}/{:016x}/{}",
+            self.pid, self.id, self.board_fd
+        )
     }
 }
 
 pub struct Lender {
-    /// Where receivers reach it, as handles carry it: a NUL, then the abstract name
-    /// `dlpack-share/<pid>/<id in hex>/<board's descriptor>`.
-    address: String,
+    /// Where receivers reach it, as handles carry it.
+    address: Address,
     board: Board,
     pins: Mutex<Pins>,
     /// The numbers of its sockets and board, for a forked child to close its copies.
@@ -206,8 +203,8 @@ pub fn pinned() -> usize {
 }
 
 impl Lender {
-    pub fn address(&self) -> &str {
-        &self.address
+    pub fn address(&self) -> Address {
+        self.address
     }
 
     /// Unpin `token`: its segment, if it was pinned and not released.
@@ -262,15 +259,15 @@ fn started() -> Result<Arc<Lender>> {
     }
     let id = u64::from_le_bytes(system::random()?);
     let board = Board::create(id)?;
-    let name = format!(
-        "dlpack-share/{}/{id:016x}/{}",
-        system::pid(),
-        board.fd().as_raw_fd()
-    );
-    let listener = Listener::bind(name.as_bytes())?;
+    let address = Address {
+        pid: system::pid(),
+        id,
+        board_fd: board.fd().as_raw_fd(),
+    };
+    let listener = Listener::bind(address.name().as_bytes())?;
     let descriptors = vec![listener.fd().as_raw_fd(), board.fd().as_raw_fd()];
     let lender = Arc::new(Lender {
-        address: format!("\0{name}"),
+        address,
         board,
         pins: Mutex::new(Pins {
             by_token: HashMap::new(),
@@ -401,12 +398,12 @@ mod tests {
 
     #[test]
     fn addresses_and_tokens_name_their_parts() {
-        let (name, parsed) = Address::parse("\0dlpack-share/12/00000000000000ff/7").unwrap();
-        assert_eq!(name, "dlpack-share/12/00000000000000ff/7");
-        assert_eq!((parsed.pid, parsed.id, parsed.board_fd), (12, 255, 7));
-        assert!(Address::parse("dlpack-share/12/ff/7").is_none());
-        assert!(Address::parse("\0dlpack-share/12/ff").is_none());
-        assert!(Address::parse("\0dlpack-share/12/ff/7/8").is_none());
+        let address = Address {
+            pid: 12,
+            id: 255,
+            board_fd: 7,
+        };
+        assert_eq!(address.name(), "dlpack-share/12/00000000000000ff/7");
 
         let mut token = [0u8; TOKEN_BYTES];
         assert_eq!(slot_of(&token), None); // nonce 0

@@ -16,12 +16,14 @@
 //! per_process  process-wide state a forked child starts afresh
 //! views        segments as DLPackObjects; what share and empty_shared make
 //! handle       SharedHandle, the Python class, and its reconstructor
-//! state        a handle's pickled state: written, checked and opened
+//! state        a handle's pickled state (one bytes): written, checked and opened
+//! forging      a state's fields as a dict and back, for tests that forge handles
 //! python       the functions dlpack._sharing calls
 //! ```
 
 mod board;
 mod client;
+mod forging;
 mod handle;
 mod lender;
 pub mod mapped;

@@ -6,16 +6,15 @@
 use std::sync::Arc;
 
 use super::client;
-use super::lender;
+use super::lender::{self, Address};
 use super::mapped::{Mapped, Refused, stale};
 use super::segment::Segment;
 use dlpack_core::share::memfd::{open_peer, size_mismatch};
 use dlpack_core::share::{Error, FileId, Result, system};
 
-/// What a handle names: its producer, lender and token, and the segment.
+/// What a handle names: its producer's lender and token, and the segment.
 pub struct Named<'a> {
-    pub pid: i32,
-    pub address: &'a str,
+    pub address: Address,
     pub token: &'a [u8],
     pub writable: bool,
     pub id: FileId,
@@ -31,7 +30,7 @@ pub struct Named<'a> {
 pub fn open_mapped(named: &Named<'_>) -> Result<Option<Arc<Mapped>>> {
     if let Some(lender) = lender::own()
         && lender.address() == named.address
-        && named.pid == system::pid()
+        && named.address.pid == system::pid()
     {
         let mapped = match lender.take(named.token) {
             Some(segment) => Mapped::of(same(named, &segment)?)?,
@@ -87,7 +86,7 @@ fn open_or_claim(named: &Named<'_>) -> Result<Arc<Mapped>> {
         )
     };
     // The producer exited, or /proc won't serve (another pid namespace, ptrace rules): claim.
-    if let Ok(fd) = open_peer(named.pid, named.lent_fd, named.writable) {
+    if let Ok(fd) = open_peer(named.address.pid, named.lent_fd, named.writable) {
         match adopt(fd, true) {
             Ok(mapped) => return Ok(mapped),
             Err(Refused::Stale) => return Err(stale()),
@@ -96,7 +95,7 @@ fn open_or_claim(named: &Named<'_>) -> Result<Arc<Mapped>> {
             Err(Refused::Other(err)) => return Err(err),
         }
     }
-    let fd = client::claim(named.address, named.pid, named.token)?;
+    let fd = client::claim(named.address, named.token)?;
     match adopt(fd, false) {
         Ok(mapped) => Ok(mapped),
         Err(Refused::Stale) => Err(stale()),

@@ -1,15 +1,20 @@
 //! What `dlpack._sharing` calls: `SharedHandle` and its reconstructor (`handle`), making
-//! handles of host memory (`_share_host`) and shared arrays (`_share_empty`), the per-process
+//! handles of host memory (`_share`) and shared arrays (`_share_empty`), the per-process
 //! state's upkeep after a fork, and what tests count.
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
+use pyo3::types::PyBool;
 
+use super::forging;
 use super::handle::{self, SharedHandle};
 use super::mapped::{self, Mapped};
 use super::views;
 use super::{client, lender, pool};
 use crate::error::{CoreError, Error, Result};
+use crate::ffi::device_type;
+use crate::import;
+use crate::object::{tensor_of, view_of};
 use dlpack_core::share::{self as os, error::describe};
 
 impl From<os::Error> for Error {
@@ -29,9 +34,10 @@ impl From<os::Error> for Error {
 
 /// Adds sharing's functions to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(_share_host, m)?)?;
+    m.add_function(wrap_pyfunction!(_share, m)?)?;
     m.add_function(wrap_pyfunction!(_share_empty, m)?)?;
     handle::register(m)?;
+    forging::register(m)?;
     m.add_function(wrap_pyfunction!(_share_after_fork, m)?)?;
     m.add_function(wrap_pyfunction!(_share_counts, m)?)?;
     m.add_function(wrap_pyfunction!(_share_clear_pool, m)?)?;
@@ -39,17 +45,53 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// A handle to ``source``'s memory (a ``DLPackObject``) if it is host memory, None otherwise:
-/// shared as it is if it has no elements or lies in shared memory already, else (read-only
-/// only) copied into shared memory.
+/// ``dlpack.share(obj, writable=writable)`` (see its docstring): a handle to the memory of
+/// ``obj`` (anything ``asdlpack`` reads), if it is host memory.
 #[pyfunction]
-fn _share_host<'py>(
-    source: &Bound<'py, PyAny>,
-    writable: bool,
-) -> Result<Option<Bound<'py, SharedHandle>>> {
-    views::share_host(source, writable)?
-        .map(SharedHandle::new)
-        .transpose()
+fn _share<'py>(
+    obj: &Bound<'py, PyAny>,
+    writable: &Bound<'py, PyAny>,
+) -> Result<Bound<'py, SharedHandle>> {
+    let py = obj.py();
+    if !writable.is_exact_instance_of::<PyBool>() {
+        return Err(Error::type_(format!(
+            "writable must be True or False, not {}",
+            writable.get_type().name()?
+        )));
+    }
+    let writable = writable.is_truthy()?;
+    // The memory as `asdlpack` would see it, without making the object.
+    let (imported, stood_for);
+    let tensor = match tensor_of(obj) {
+        Some(tensor) => tensor,
+        None => match view_of(obj) {
+            Some(view) => {
+                stood_for = view;
+                tensor_of(&stood_for).ok_or_else(|| Error::type_("a handle's view"))?
+            }
+            None => {
+                imported = import::import(obj)?;
+                &imported.tensor
+            }
+        },
+    };
+    if let Some(view) = views::share_host(py, tensor, writable)? {
+        return SharedHandle::new(view, writable);
+    }
+    let device = tensor.device.get()?;
+    Err(Error::buffer(match device.device_type {
+        device_type::CUDA => {
+            "sharing CUDA memory between processes (CUDA IPC) is not available yet: copy it to \
+             host memory first (e.g. tensor.cpu()) and share that, or use torch.multiprocessing \
+             or CuPy's IPC calls"
+                .to_owned()
+        }
+        device_type::CUDA_MANAGED => "CUDA managed memory can't be shared between processes \
+                                       (CUDA IPC serves only device memory from cudaMalloc); \
+                                       copy it to device or host memory first"
+            .to_owned(),
+        other => format!("memory of DLPack device type {other} can't be shared (host memory can)"),
+    }))
 }
 
 /// A writable, zero-filled, C-ordered array in new shared memory.

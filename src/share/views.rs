@@ -1,36 +1,22 @@
 //! Segments' memory as `DLPackObject`s, each holding its segment (`Owner::Held`), and what
-//! `share` and `empty_shared` make of them: the view a handle holds, with its layout and memory
-//! as the handle's state spells them (see `handle`).
+//! `share` and `empty_shared` make of them: the view a handle holds (see `handle`).
 
 use std::sync::Arc;
 
 use dlpack_core::dtype::Element;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 
 use super::lender;
 use super::mapped::Mapped;
-use super::segment::Segment;
 use crate::copy;
 use crate::error::{Error, Result};
 use crate::ffi::DLDevice;
-use crate::object::{Described, empty_view, new_view, tensor_of};
+use crate::object::{Described, empty_view, new_view};
 use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
 use dlpack_core::share::private_pages_written;
 
 /// Below this, faulting pages in as the copy writes them costs less than starting threads.
 const POPULATE_MIN_BYTES: u64 = 4 << 20;
-
-/// What a `SharedHandle` holds: a view of the memory (which keeps it alive here), whether
-/// receivers may write, and its layout and memory as the handle's pickled state spells them.
-pub struct Parts<'py> {
-    pub view: Bound<'py, PyAny>,
-    pub writable: bool,
-    /// `(offset, shape, byte strides, typestr, dtype name)`.
-    pub layout: Bound<'py, PyTuple>,
-    /// `("host", (device, inode), size, generation)`, or `("host", None, 0)` for no elements.
-    pub memory: Bound<'py, PyTuple>,
-}
 
 /// A view of the elements `layout` lays out `offset` bytes into `segment`, read-only if asked.
 pub fn segment_view(
@@ -65,42 +51,14 @@ pub fn segment_view(
     unsafe { new_view(py, Owner::Held(mapped), described) }
 }
 
-fn layout_tuple<'py>(
+/// The view a handle to `tensor`'s memory holds if it is host memory, `None` otherwise: shared
+/// as it is if it has no elements or lies in shared memory already, else (read-only only)
+/// copied into shared memory.
+pub fn share_host<'py>(
     py: Python<'py>,
-    offset: i64,
     tensor: &Tensor,
-    strides: &[i64],
-) -> Result<Bound<'py, PyTuple>> {
-    let fields = (
-        offset,
-        PyTuple::new(py, tensor.layout.shape())?,
-        PyTuple::new(py, strides)?,
-        tensor.dtype.typestr(tensor.swapped),
-        tensor.dtype.name(),
-    );
-    Ok(fields.into_pyobject(py)?)
-}
-
-fn memory_tuple<'py>(py: Python<'py>, segment: &Segment) -> Result<Bound<'py, PyTuple>> {
-    let id = segment.id();
-    let fields = (
-        "host",
-        (id.dev, id.ino),
-        segment.size(),
-        segment.generation(),
-    );
-    Ok(fields.into_pyobject(py)?)
-}
-
-fn host_tensor<'a>(source: &'a Bound<'_, PyAny>) -> Result<&'a Tensor> {
-    tensor_of(source).ok_or_else(|| Error::type_("sharing reads a DLPackObject"))
-}
-
-/// A handle to `source`'s memory (a `DLPackObject`) if it is host memory, `None` otherwise:
-/// shared as it is if it has no elements or lies in shared memory already, else (read-only
-/// only) copied into shared memory.
-pub fn share_host<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Parts<'py>>> {
-    let tensor = host_tensor(source)?;
+    writable: bool,
+) -> Result<Option<Bound<'py, PyAny>>> {
     if !tensor.device.get()?.is_host() {
         return Ok(None);
     }
@@ -110,7 +68,7 @@ pub fn share_host<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Opt
     if writable && tensor.readonly {
         return Err(Error::value("read-only memory can't be shared writable"));
     }
-    if let Some(handle) = find(source, writable)? {
+    if let Some(handle) = find(py, tensor, writable)? {
         return Ok(Some(handle));
     }
     if writable {
@@ -119,7 +77,7 @@ pub fn share_host<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Opt
              in a copy): allocate it with dlpack.empty_shared(), or share read-only",
         ));
     }
-    copy(source).map(Some)
+    copy(py, tensor).map(Some)
 }
 
 /// Whether `dtype` is one of the types a receiver can name.
@@ -140,30 +98,26 @@ fn unnameable(dtype: DType) -> Error {
     ))
 }
 
-/// The handle of `source`'s memory if it has no elements, or lies in a segment mapped here
-/// (shared as it is, layout and all; a value error when `writable` is asked of a read-only
-/// mapping); `None` when it needs a copy.
-fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Parts<'py>>> {
-    let py = source.py();
-    let tensor = host_tensor(source)?;
+/// The handle's view of `tensor`'s memory if it has no elements, or lies in a segment mapped
+/// here (shared as it is, layout and all; a value error when `writable` is asked of a
+/// read-only mapping); `None` when it needs a copy.
+fn find<'py>(
+    py: Python<'py>,
+    tensor: &Tensor,
+    writable: bool,
+) -> Result<Option<Bound<'py, PyAny>>> {
     let element = Element {
         dtype: tensor.dtype,
         swapped: tensor.swapped,
     };
-    let strides = tensor.layout.byte_strides();
     let (low, high) = tensor.layout.byte_extent(tensor.dtype.itemsize())?;
     if low == high {
-        let view = empty_view(py, element, tensor.layout.clone(), !writable)?;
-        let (layout, memory) = (
-            layout_tuple(py, 0, tensor, strides)?,
-            ("host", py.None(), 0).into_pyobject(py)?,
-        );
-        return Ok(Some(Parts {
-            view,
-            writable,
-            layout,
-            memory,
-        }));
+        return Ok(Some(empty_view(
+            py,
+            element,
+            tensor.layout.clone(),
+            !writable,
+        )?));
     }
     // Memory behind suboffsets has no address to look up (only a copy can serve it).
     if tensor.indirect {
@@ -189,10 +143,6 @@ fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Parts<
         return Ok(None);
     }
     let offset = (data - mapped.base_ptr() as usize) as i64;
-    let (layout, memory) = (
-        layout_tuple(py, offset, tensor, strides)?,
-        memory_tuple(py, mapped.segment())?,
-    );
     let view = segment_view(
         py,
         mapped,
@@ -201,20 +151,13 @@ fn find<'py>(source: &Bound<'py, PyAny>, writable: bool) -> Result<Option<Parts<
         tensor.layout.clone(),
         !writable,
     )?;
-    Ok(Some(Parts {
-        view,
-        writable,
-        layout,
-        memory,
-    }))
+    Ok(Some(view))
 }
 
-/// Copy `source` (host memory with elements) into a new segment, or a kept one of the same
+/// Copy `tensor` (host memory with elements) into a new segment, or a kept one of the same
 /// size, packed densely in the order of its dimensions in memory, with the copy engine: the
-/// read-only handle of the copy.
-fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Parts<'py>> {
-    let py = source.py();
-    let tensor = host_tensor(source)?;
+/// read-only view of the copy.
+fn copy<'py>(py: Python<'py>, tensor: &Tensor) -> Result<Bound<'py, PyAny>> {
     let itemsize = tensor.dtype.itemsize();
     let shape = tensor.layout.shape();
     let strides = layout::dense_strides(shape, tensor.layout.byte_strides(), itemsize)?;
@@ -249,17 +192,7 @@ fn copy<'py>(source: &Bound<'py, PyAny>) -> Result<Parts<'py>> {
         dtype: tensor.dtype,
         swapped: tensor.swapped,
     };
-    let (layout, memory) = (
-        layout_tuple(py, 0, tensor, &strides)?,
-        memory_tuple(py, mapped.segment())?,
-    );
-    let view = segment_view(py, mapped, 0, element, dense, true)?;
-    Ok(Parts {
-        view,
-        writable: false,
-        layout,
-        memory,
-    })
+    segment_view(py, mapped, 0, element, dense, true)
 }
 
 /// A writable, zero-filled, C-ordered array of `shape` elements of type `name` in a new

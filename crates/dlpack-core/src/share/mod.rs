@@ -9,10 +9,12 @@
 //!          which private pages this process wrote (pagemap)
 //! socket   Unix packet sockets at abstract addresses passing descriptors (Listener, Stream)
 //! system   boot id, process and user ids, random bytes, memory and page sizes
+//! handle_state  a handle's pickled state as bytes (HandleState), written and read
 //! error    Error: a failed system call, or a refusal (buffer, value, memory)
 //! ```
 
 pub mod error;
+pub mod handle_state;
 pub mod lock;
 pub mod mapping;
 pub mod memfd;
