@@ -95,6 +95,9 @@ def test_importing_dlpack_leaves_sharing_unloaded():
         "assert 'dlpack.sharing' not in sys.modules\n"
         "from dlpack import share, SharedHandle\n"
         "assert 'dlpack.sharing' in sys.modules and 'share' in dir(dlpack)\n"
+        # Once loaded, the names are the package's own: no lookup imports again.
+        "assert vars(dlpack)['share'] is share and vars(dlpack)['SharedHandle'] is SharedHandle\n"
+        "assert dlpack.empty_shared is vars(dlpack)['empty_shared']\n"
     )
     result = run_python("-P", "-c", script)
     assert result.returncode == 0, result.stderr
