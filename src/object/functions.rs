@@ -1,9 +1,9 @@
-//! The module's functions: `asdlpack` (and its fast path, for `pytype`'s entry point),
-//! `copyto` and `_footprint`.
+//! The module's functions: `asdlpack` (and its fast path, for `pytype`'s entry point, and
+//! `read`, what it takes an object as without making one), `copyto` and `_footprint`.
 
 use pyo3::prelude::*;
 
-use super::instance::{self, new_object, state};
+use super::instance::{self, new_object, state, state_unchecked};
 use super::stand_in;
 use super::state::DLPackObject;
 use crate::copy;
@@ -15,15 +15,45 @@ use crate::tensor::{Tensor, layout};
 /// Wrap `obj` (anything with DLPack, the CUDA array interface, the array interface or the
 /// buffer protocol) in a `DLPackObject`, without copying.
 pub fn asdlpack<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    match read(obj)?.0 {
+        Read::Object(object) => Ok(object),
+        Read::Imported(import::Imported { tensor, producer }) => {
+            new_object(obj.py(), DLPackObject { tensor, producer })
+        }
+    }
+}
+
+/// What `asdlpack` takes an object as, for callers that only read its memory (`tensor`): the
+/// `DLPackObject` it is or stands for, or what was imported from it, without making an object.
+pub struct AsRead<'py>(Read<'py>);
+
+enum Read<'py> {
+    /// Only ever a `DLPackObject` (checked where it is made, in `read`).
+    Object(Bound<'py, PyAny>),
+    Imported(import::Imported),
+}
+
+/// `obj` as `asdlpack` takes it.
+pub fn read<'py>(obj: &Bound<'py, PyAny>) -> Result<AsRead<'py>> {
     // DLPackObject is final: an exact type check suffices (and skips a subtype walk).
     if instance::is_instance(obj) {
-        return Ok(obj.clone());
+        return Ok(AsRead(Read::Object(obj.clone())));
     }
-    if let Some(view) = stand_in::view_of(obj) {
-        return Ok(view);
+    if let Some(view) = stand_in::view_of(obj).filter(instance::is_instance) {
+        return Ok(AsRead(Read::Object(view)));
     }
-    let import::Imported { tensor, producer } = import::import(obj)?;
-    new_object(obj.py(), DLPackObject { tensor, producer })
+    Ok(AsRead(Read::Imported(import::import(obj)?)))
+}
+
+impl AsRead<'_> {
+    /// The description of the memory.
+    pub fn tensor(&self) -> &Tensor {
+        match &self.0 {
+            // SAFETY: a `DLPackObject` (`read` checked it), live while `self` holds it.
+            Read::Object(object) => unsafe { state_unchecked(object.as_ptr()) }.tensor(),
+            Read::Imported(imported) => &imported.tensor,
+        }
+    }
 }
 
 /// `asdlpack`'s fast path, for `pytype`'s entry point (outside PyO3's, so it calls no Python

@@ -21,8 +21,8 @@ mod state;
 mod view;
 
 pub use from_buffer::_from_buffer;
-pub use functions::{_footprint, copyto};
+pub use functions::{_footprint, copyto, read};
 pub use pickling::set_reconstructor;
 pub use pytype::{asdlpack_function, type_object};
-pub use stand_in::{register_stand_in, view_of};
+pub use stand_in::register_stand_in;
 pub use view::{Described, empty_view, new_view, tensor_of};

@@ -13,8 +13,7 @@ use super::views;
 use super::{client, lender, pool};
 use crate::error::{CoreError, Error, Result};
 use crate::ffi::device_type;
-use crate::import;
-use crate::object::{tensor_of, view_of};
+use crate::object;
 use dlpack_core::share::{self as os, error::describe};
 
 impl From<os::Error> for Error {
@@ -61,20 +60,8 @@ fn _share<'py>(
     }
     let writable = writable.is_truthy()?;
     // The memory as `asdlpack` would see it, without making the object.
-    let (imported, stood_for);
-    let tensor = match tensor_of(obj) {
-        Some(tensor) => tensor,
-        None => match view_of(obj) {
-            Some(view) => {
-                stood_for = view;
-                tensor_of(&stood_for).ok_or_else(|| Error::type_("a handle's view"))?
-            }
-            None => {
-                imported = import::import(obj)?;
-                &imported.tensor
-            }
-        },
-    };
+    let read = object::read(obj)?;
+    let tensor = read.tensor();
     if let Some(view) = views::share_host(py, tensor, writable)? {
         return SharedHandle::new(view, writable);
     }

@@ -63,7 +63,7 @@ pub fn mapped_of(tensor: &Tensor) -> Option<&Mapped> {
 }
 
 /// Where a view's elements start, in bytes into its mapping.
-pub fn offset_in(tensor: &Tensor, mapped: &Mapped) -> i64 {
+fn offset_in(tensor: &Tensor, mapped: &Mapped) -> i64 {
     (tensor.data as usize).wrapping_sub(mapped.base_ptr() as usize) as i64
 }
 
