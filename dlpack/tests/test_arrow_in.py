@@ -108,6 +108,18 @@ def test_streams_chunked_arrays_and_tables():
     np.testing.assert_array_equal(values(chunked.__arrow_c_stream__()), [1.0, 2.0, 3.0])
 
 
+def test_a_failing_stream_is_a_value_error_with_the_producers_message():
+    schema = pa.schema([("x", pa.float64())])
+
+    def batches():
+        yield pa.record_batch([pa.array([1.0])], schema=schema)
+        raise RuntimeError("the source went away")
+
+    reader = pa.RecordBatchReader.from_batches(schema, batches())
+    with pytest.raises(ValueError, match="next array.*the source went away"):
+        asdlpack(reader)
+
+
 def test_polars_pandas_duckdb_and_nanoarrow():
     pl = need("polars")
     pd = need("pandas")
@@ -162,6 +174,12 @@ def test_release_runs_once_consumed_or_not_on_any_thread():
     thread = threading.Thread(target=holders.clear)  # released on another thread
     thread.start()
     thread.join()
+    gc.collect()
+    assert pa.total_allocated_bytes() == base
+    # A stream's one chunk, served in place, is released the same way.
+    for _ in range(200):
+        asdlpack(pa.chunked_array([fresh()]))
+        np.from_dlpack(asdlpack(pa.chunked_array([fresh()])))
     gc.collect()
     assert pa.total_allocated_bytes() == base
     # The memory lives as long as something can reach it, and no longer.

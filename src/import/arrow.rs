@@ -1,6 +1,7 @@
 //! The Arrow PyCapsule interface in: `__arrow_c_array__` (a schema and an array capsule),
-//! `__arrow_c_stream__` (a stream capsule) and raw stream capsules, read through arrow-rs's
-//! import of the C data interface (`ArrayData`: children, offsets, validity).
+//! `__arrow_c_stream__` (a stream capsule) and raw stream capsules. One array of plain numbers
+//! (the common case) is read from the C structs through arrow-rs's accessors; anything else
+//! through arrow-rs's import of the C data interface (`ArrayData`: children, offsets, validity).
 //!
 //! Fixed-width numbers are served in place, an array's offset honoured; a `FixedSizeList` of
 //! them (nested to any depth) is an N-d array, and the `arrow.fixed_shape_tensor` extension
@@ -8,11 +9,10 @@
 //! tables whose columns share one numeric type (rows x columns) are one copy. Nulls and other
 //! types are refused, naming what.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, c_int};
 
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema, from_ffi};
-use arrow_array::ffi_stream::{ArrayStreamReader, FFI_ArrowArrayStream};
-use arrow_array::{Array, ArrayRef};
+use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field};
 use dlpack_core::abi::type_code as tc;
@@ -49,25 +49,143 @@ pub fn import_array(method: &Bound<'_, PyAny>) -> Result<Tensor> {
     // SAFETY: a capsule named "arrow_array" holds an `ArrowArray` (the interface's rule),
     // moved out here so that only we release it.
     let array = unsafe { FFI_ArrowArray::from_raw(array.cast()) };
-    // SAFETY: the producer's array and its schema, as the interface pairs them.
-    let data = unsafe { from_ffi(array, &schema) }.map_err(arrow_error)?;
-    let field = Field::try_from(&schema).map_err(arrow_error)?;
-    from_chunks(&field, vec![data])
+    from_c(&schema, vec![array])
 }
 
 /// Import through `__arrow_c_stream__()`, or a stream capsule itself.
 pub fn import_stream(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
     let raw = take(capsule, STREAM, "stream")?;
     // SAFETY: a capsule named "arrow_array_stream" holds an `ArrowArrayStream`, moved out
-    // here so that only we release it.
-    let stream = unsafe { FFI_ArrowArrayStream::from_raw(raw.cast()) };
-    let reader = ArrayStreamReader::try_new(stream).map_err(arrow_error)?;
-    let field = arrow_array::ArrayReader::field(&reader).clone();
-    let chunks = reader
-        .map(|chunk| chunk.map(|array: ArrayRef| array.to_data()))
+    // here so that only we release it (on drop, once its arrays are read).
+    let mut stream = unsafe { FFI_ArrowArrayStream::from_raw(raw.cast()) };
+    let (schema, arrays) = read_stream(&mut stream)?;
+    from_c(&schema, arrays)
+}
+
+/// A stream read to its end: its schema and every array, as the producer wrote them. The
+/// arrays stand alone (the interface's rule), so the stream can be released after.
+fn read_stream(
+    stream: &mut FFI_ArrowArrayStream,
+) -> Result<(FFI_ArrowSchema, Vec<FFI_ArrowArray>)> {
+    let (Some(get_schema), Some(get_next), Some(_)) =
+        (stream.get_schema(), stream.get_next(), stream.release())
+    else {
+        return Err(Error::value(
+            "the Arrow stream is released, or lacks its get_schema or get_next callback",
+        ));
+    };
+    let mut schema = FFI_ArrowSchema::empty();
+    // SAFETY: the stream's own callback, called with the stream it was read from (live: its
+    // release is still set) and a place for one schema.
+    let code = unsafe { get_schema(stream, &raw mut schema) };
+    if code != 0 {
+        return Err(stream_error(stream, "schema", code));
+    }
+    let mut arrays = Vec::new();
+    loop {
+        let mut array = FFI_ArrowArray::empty();
+        // SAFETY: as for `get_schema`, with a place for one array.
+        let code = unsafe { get_next(stream, &raw mut array) };
+        if code != 0 {
+            return Err(stream_error(stream, "next array", code));
+        }
+        if array.is_released() {
+            return Ok((schema, arrays)); // the end of the stream
+        }
+        arrays.push(array);
+    }
+}
+
+/// A stream callback's failure, with the producer's message when it gives one.
+#[cold]
+fn stream_error(stream: &mut FFI_ArrowArrayStream, what: &str, code: c_int) -> Error {
+    let message = stream.get_last_error().and_then(|get_last_error| {
+        // SAFETY: the stream's own callback, called with its stream right after a failed call.
+        let text = unsafe { get_last_error(stream) };
+        (!text.is_null()).then(|| {
+            // SAFETY: a non-null result is a C string the producer keeps until the stream's
+            // next call; it is copied out before one.
+            let text = unsafe { CStr::from_ptr(text) };
+            text.to_string_lossy().into_owned()
+        })
+    });
+    Error::value(format!(
+        "the Arrow data can't be read: the stream failed to give its {what} (error code \
+         {code}){}",
+        message.map_or_else(String::new, |m| format!(": {m}"))
+    ))
+}
+
+/// The arrays of one schema (one from `__arrow_c_array__`, a stream's chunks): one array of
+/// plain numbers in place from the C structs alone, anything else through arrow-rs's import.
+fn from_c(schema: &FFI_ArrowSchema, arrays: Vec<FFI_ArrowArray>) -> Result<Tensor> {
+    let arrays = match <[FFI_ArrowArray; 1]>::try_from(arrays) {
+        Ok([array]) => match plain_numbers(schema, &array) {
+            Some(dtype) => return plain_in_place(dtype, array),
+            None => vec![array],
+        },
+        Err(arrays) => arrays,
+    };
+    let field = Field::try_from(schema).map_err(arrow_error)?;
+    let chunks = arrays
+        .into_iter()
+        // SAFETY: each array is the producer's, of this schema (the interface pairs them).
+        .map(|array| unsafe { from_ffi(array, schema) })
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(arrow_error)?;
     from_chunks(&field, chunks)
+}
+
+/// The element type of an array of numbers with no nulls, children, dictionary or extension
+/// type: the common case, which needs no `ArrayData` (arrow-rs's import of one costs about a
+/// microsecond: the type tree, buffers and validation). `None` for anything else.
+fn plain_numbers(schema: &FFI_ArrowSchema, array: &FFI_ArrowArray) -> Option<DType> {
+    if schema.children().next().is_some()
+        || schema.dictionary().is_some()
+        || !schema.metadata().is_ok_and(|m| m.is_empty())
+        || array.num_children() != 0
+        || array.dictionary().is_some()
+        || array.num_buffers() != 2
+    {
+        return None;
+    }
+    // A validity bitmap with nulls, or an unknown count, is left to `values`, which counts
+    // them in the array's range.
+    if array.null_count_opt() != Some(0) && !array.buffer(0).is_null() {
+        return None;
+    }
+    let data_type = DataType::try_from(schema).ok()?;
+    element_type(&data_type).filter(|_| data_type != DataType::Boolean)
+}
+
+/// One array of plain numbers served where it is: its values from the array's offset.
+fn plain_in_place(dtype: DType, array: FFI_ArrowArray) -> Result<Tensor> {
+    let itemsize = dtype.itemsize();
+    let (Ok(len), Some(first)) = (
+        i64::try_from(array.len()),
+        array.offset().checked_mul(itemsize),
+    ) else {
+        return Err(Error::value(
+            "the Arrow array's length or offset is out of range",
+        ));
+    };
+    let values = array.buffer(1);
+    if values.is_null() && len != 0 {
+        return Err(Error::value("the Arrow array has no values buffer"));
+    }
+    let layout = Layout::c_order(&[len], itemsize)?;
+    Ok(Tensor {
+        data: values.wrapping_add(first).cast_mut().cast(),
+        device: Device::CPU,
+        dtype,
+        layout,
+        // Arrow memory is immutable: consumers may share it, never write it.
+        readonly: true,
+        swapped: false,
+        indirect: false,
+        stream: None,
+        owner: Owner::arrow_c(array),
+    })
 }
 
 /// Call `__arrow_c_stream__()` and import its stream.

@@ -46,6 +46,9 @@ pub enum Owner {
     /// An imported Arrow array, whose buffers call the producer's release when dropped: dropped
     /// only while attached, as a producer's release may touch Python objects.
     Arrow(ManuallyDrop<Box<arrow_data::ArrayData>>),
+    /// An imported Arrow C array read without `ArrayData` (plain numbers): its producer's
+    /// release is called when dropped, only while attached, as for `Arrow`.
+    ArrowC(ManuallyDrop<Box<arrow_data::ffi::FFI_ArrowArray>>),
     /// Memory a Rust value holds (a shared segment's mapping, unmapped when the last holder
     /// goes): freed by the value's own drop, on any thread; needs no Python. Its holders tell
     /// their own values apart by downcasting.
@@ -96,6 +99,11 @@ impl Owner {
         Owner::Arrow(ManuallyDrop::new(Box::new(data)))
     }
 
+    pub fn arrow_c(array: arrow_data::ffi::FFI_ArrowArray) -> Self {
+        // Boxed, as for `arrow`.
+        Owner::ArrowC(ManuallyDrop::new(Box::new(array)))
+    }
+
     /// Call `visit` on each Python object this owner holds a reference to (for the garbage
     /// collector); stops at, and returns, the first non-zero result.
     pub fn for_each_object(&self, mut visit: impl FnMut(*mut PyObject) -> c_int) -> c_int {
@@ -122,6 +130,7 @@ impl Owner {
             Owner::Legacy(_)
             | Owner::Versioned(_)
             | Owner::Arrow(_)
+            | Owner::ArrowC(_)
             | Owner::Allocation(_)
             | Owner::Copied { .. }
             | Owner::DeviceAllocation(_) => 0,
@@ -168,6 +177,8 @@ impl Owner {
             }
             // SAFETY: as said; dropped here only (`ManuallyDrop`).
             Owner::Arrow(data) => unsafe { ManuallyDrop::drop(data) },
+            // SAFETY: as said; dropped here only (`ManuallyDrop`).
+            Owner::ArrowC(array) => unsafe { ManuallyDrop::drop(array) },
             Owner::Allocation(_) | Owner::Copied { .. } | Owner::DeviceAllocation(_) => {}
             Owner::Held(_) => {}
         }
@@ -204,7 +215,8 @@ impl Owner {
             | Owner::ArrayStruct { .. }
             | Owner::Legacy(_)
             | Owner::Versioned(_)
-            | Owner::Arrow(_) => {}
+            | Owner::Arrow(_)
+            | Owner::ArrowC(_) => {}
         }
     }
 }
