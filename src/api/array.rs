@@ -69,21 +69,21 @@ impl<'py> ArrayView<'py> {
         let tensor = view.tensor();
         if exclusive {
             host_memory(tensor)?;
-            if tensor.readonly || import::is_immutable(obj) {
+            if tensor.readonly() || import::is_immutable(obj) {
                 return Err(Error::buffer(
                     "this array's memory is read-only, so it can't be viewed mutably; \
                      view() reads it, or copy it first",
                 ));
             }
-            if tensor.indirect {
+            if tensor.indirect() {
                 return Err(not_direct());
             }
         }
         // Only host memory is read in place by Rust, so only host memory is held.
-        if host_memory(tensor).is_ok() && !tensor.indirect {
-            let (low, high) = tensor.layout.byte_extent(tensor.dtype.itemsize())?;
-            let start = (tensor.data as usize).wrapping_add_signed(low as isize);
-            let end = (tensor.data as usize).wrapping_add_signed(high as isize);
+        if host_memory(tensor).is_ok() && !tensor.indirect() {
+            let (low, high) = tensor.layout().byte_extent(tensor.dtype().itemsize())?;
+            let start = (tensor.data() as usize).wrapping_add_signed(low as isize);
+            let end = (tensor.data() as usize).wrapping_add_signed(high as isize);
             view._borrow = Borrow::take(start, end, exclusive)?;
         }
         Ok(view)
@@ -100,16 +100,16 @@ impl<'py> ArrayView<'py> {
 
     /// Extents, one per dimension.
     pub fn shape(&self) -> &[i64] {
-        self.tensor().layout.shape()
+        self.tensor().layout().shape()
     }
 
     /// Strides in bytes, one per dimension (negative where the memory runs backwards).
     pub fn byte_strides(&self) -> &[i64] {
-        self.tensor().layout.byte_strides()
+        self.tensor().layout().byte_strides()
     }
 
     pub fn ndim(&self) -> usize {
-        self.tensor().layout.ndim()
+        self.tensor().layout().ndim()
     }
 
     /// The number of elements.
@@ -123,27 +123,27 @@ impl<'py> ArrayView<'py> {
 
     /// The element type (`dtype().name()`: "float32", "bfloat16", ...).
     pub fn dtype(&self) -> DType {
-        self.tensor().dtype
+        self.tensor().dtype()
     }
 
     /// Where the memory is; a `BufferError` for CUDA memory whose device could not be found
     /// (no driver here).
     pub fn device(&self) -> PyResult<DLDevice> {
-        Ok(self.tensor().device.get()?)
+        Ok(self.tensor().device().get()?)
     }
 
     pub fn is_readonly(&self) -> bool {
-        self.tensor().readonly
+        self.tensor().readonly()
     }
 
     /// Whether the elements lie densely in C (row-major) order.
     pub fn is_c_contiguous(&self) -> bool {
-        self.tensor().layout.is_c_contiguous()
+        self.tensor().layout().is_c_contiguous()
     }
 
     /// Address of the first element (for handing to C; Rust reads through `as_slice`).
     pub fn data_ptr(&self) -> *const u8 {
-        self.tensor().data.cast()
+        self.tensor().data().cast()
     }
 
     /// The elements as a slice: C-contiguous host memory of `T`'s type, in native byte order
@@ -153,12 +153,12 @@ impl<'py> ArrayView<'py> {
         let tensor = self.tensor();
         check_type::<T>(tensor)?;
         in_place::<T>(tensor)?;
-        if !tensor.layout.is_c_contiguous() {
+        if !tensor.layout().is_c_contiguous() {
             return Err(Error::buffer(format!(
                 "this array is not C-contiguous (shape {:?}, byte strides {:?}), so it is no \
                  slice; to_vec() or copy_to_slice() copy any layout into C order",
-                tensor.layout.shape(),
-                tensor.layout.byte_strides()
+                tensor.layout().shape(),
+                tensor.layout().byte_strides()
             ))
             .into());
         }
@@ -283,10 +283,10 @@ impl ArrayViewMut<'_> {
 
 /// A `TypeError` unless the elements are of `T`'s type.
 fn check_type<T: Element>(tensor: &Tensor) -> Result<()> {
-    if tensor.dtype != T::DTYPE {
+    if tensor.dtype() != T::DTYPE {
         return Err(Error::type_(format!(
             "this array holds {}, not {} (the element type asked for)",
-            tensor.dtype.name(),
+            tensor.dtype().name(),
             T::DTYPE.name()
         )));
     }
@@ -295,7 +295,7 @@ fn check_type<T: Element>(tensor: &Tensor) -> Result<()> {
 
 /// A `BufferError` unless the CPU reads the memory directly (the CPU's, or pinned host memory).
 fn host_memory(tensor: &Tensor) -> Result<()> {
-    let device = tensor.device.get()?;
+    let device = tensor.device().get()?;
     if !device.is_host() {
         return Err(Error::buffer(format!(
             "this array's memory is on {}, which Rust can't read in place; copy it to the host              first (e.g. .cpu() in torch, jax.device_get, .get() in CuPy)",
@@ -316,16 +316,17 @@ fn not_direct() -> Error {
 /// order, aligned for `T`.
 fn in_place<T: Element>(tensor: &Tensor) -> Result<()> {
     host_memory(tensor)?;
-    if tensor.indirect {
+    if tensor.indirect() {
         return Err(not_direct());
     }
-    if tensor.swapped {
+    if tensor.swapped() {
         return Err(Error::buffer(
             "this array's elements are in non-native byte order; to_vec() copies them in native              order",
         ));
     }
     let aligned = |address: i64| address.rem_euclid(align_of::<T>() as i64) == 0;
-    if !aligned(tensor.data as i64) || !tensor.layout.byte_strides().iter().all(|&s| aligned(s)) {
+    if !aligned(tensor.data() as i64) || !tensor.layout().byte_strides().iter().all(|&s| aligned(s))
+    {
         return Err(Error::buffer(format!(
             "this array's elements are not aligned for {} in memory; to_vec() copies them",
             T::DTYPE.name()
@@ -336,7 +337,7 @@ fn in_place<T: Element>(tensor: &Tensor) -> Result<()> {
 
 /// The address of the first element, never null (an empty array's may be).
 fn element_ptr<T>(tensor: &Tensor) -> *mut T {
-    NonNull::new(tensor.data.cast::<T>())
+    NonNull::new(tensor.data().cast::<T>())
         .unwrap_or(NonNull::dangling())
         .as_ptr()
 }
@@ -364,11 +365,11 @@ fn check_len(given: usize, elements: usize) -> Result<()> {
 /// A `BufferError` if two of the elements lie in the same bytes (a broadcast view), which no
 /// write can serve faithfully.
 fn check_disjoint(tensor: &Tensor) -> Result<()> {
-    let layout = &tensor.layout;
+    let layout = tensor.layout();
     let dims = layout.shape().iter().zip(layout.byte_strides());
     let overlap = self_overlap(
         dims.map(|(&n, &s)| (n as u64, s)),
-        tensor.dtype.itemsize() as u64,
+        tensor.dtype().itemsize() as u64,
     );
     if overlap != SelfOverlap::Disjoint {
         return Err(Error::buffer(

@@ -25,13 +25,13 @@ pub(super) fn lowest_first<T>(
     tensor: &Tensor,
     first: *mut T,
 ) -> Result<(*mut T, StrideShape<IxDyn>, Reversed)> {
-    let Some(strides) = tensor.layout.strides() else {
+    let Some(strides) = tensor.layout().strides() else {
         return Err(Error::buffer(
             "this array's byte strides are not whole elements, so ndarray can't view it; \
              to_vec() copies it",
         ));
     };
-    let shape = tensor.layout.shape();
+    let shape = tensor.layout().shape();
     let empty = shape.contains(&0);
     let mut ptr = first;
     let mut forwards = Vec::with_capacity(strides.len());

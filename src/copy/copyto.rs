@@ -12,31 +12,31 @@ use crate::tensor::Tensor;
 /// `copyto`: copy `src` into the existing, writable `dst` (numpy's broadcasting; same dtype).
 /// Copies with CUDA memory on either side go to the CUDA engine, on `stream` if given.
 pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>) -> Result<()> {
-    if dst.readonly {
+    if dst.readonly() {
         return Err(Error::value("the destination is read-only"));
     }
-    if dst.indirect {
+    if dst.indirect() {
         return Err(Error::value(
             "can't write into a buffer with suboffsets (indirect memory)",
         ));
     }
-    if dst.dtype != src.dtype {
+    if dst.dtype() != src.dtype() {
         return Err(Error::type_(format!(
             "copyto needs equal dtypes: the destination holds {}, the source {}",
-            dst.dtype.name(),
-            src.dtype.name()
+            dst.dtype().name(),
+            src.dtype().name()
         )));
     }
-    let shape = dst.layout.shape();
+    let shape = dst.layout().shape();
     if dst.numel() == 0 {
-        broadcast_strides(&src.layout, shape)?;
+        broadcast_strides(src.layout(), shape)?;
         return Ok(());
     }
     // Elements that share bytes would be written more than once, in an order nothing defines
     // (and by several threads at once): refused, as torch refuses them. A layout too large to
     // check exactly is copied by one thread (see `copy_strided`).
-    let dims = shape.iter().zip(dst.layout.byte_strides());
-    let itemsize = dst.dtype.itemsize() as u64;
+    let dims = shape.iter().zip(dst.layout().byte_strides());
+    let itemsize = dst.dtype().itemsize() as u64;
     if self_overlap(dims.map(|(&n, &s)| (n as u64, s)), itemsize) == SelfOverlap::Overlapping {
         return Err(Error::value(
             "more than one element of the destination refers to the same memory (a broadcast \
@@ -55,5 +55,5 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
 }
 
 fn on_host(tensor: &Tensor) -> Result<bool> {
-    Ok(tensor.device.get()?.is_host())
+    Ok(tensor.device().get()?.is_host())
 }

@@ -31,7 +31,7 @@ fn cuda_id(tensor: &Tensor) -> Result<i32> {
 /// Where a tensor's memory lives, for the planner: host memory (pinned included) or a CUDA
 /// device (managed memory is handled as its device's).
 fn place(tensor: &Tensor) -> Result<Place> {
-    let device = tensor.device.get()?;
+    let device = tensor.device().get()?;
     match device.device_type {
         _ if device.is_host() => Ok(Place::Host),
         device_type::CUDA | device_type::CUDA_MANAGED => Ok(Place::Device(device.device_id)),
@@ -45,7 +45,7 @@ fn place(tensor: &Tensor) -> Result<Place> {
 fn view(tensor: &Tensor, shape: &[i64], byte_strides: &[i64]) -> Result<View> {
     Ok(View {
         base: Addr {
-            at: tensor.data as usize,
+            at: tensor.data() as usize,
             place: place(tensor)?,
         },
         shape: shape.iter().map(|&n| n as usize).collect(),
@@ -56,7 +56,7 @@ fn view(tensor: &Tensor, shape: &[i64], byte_strides: &[i64]) -> Result<View> {
 /// Order the consumer's stream after a CUDA array interface producer's, if it named one (an
 /// event, no host wait), unless the consumer said `stream=-1` (no synchronisation).
 pub fn after_producer(tensor: &Tensor, device_id: i32, stream: Option<i64>) -> Result<()> {
-    match tensor.stream {
+    match tensor.stream() {
         Some(producer) if stream != Some(-1) => {
             // SAFETY: `producer` is the stream the CUDA array interface producer named, and
             // `stream` the consumer's: the protocols promise live streams of the device.
@@ -96,10 +96,10 @@ fn drive(
 pub fn to_host(py: Python<'_>, tensor: &Tensor, stream: Option<i64>) -> Result<Tensor> {
     let device_id = cuda_id(tensor)?;
     after_producer(tensor, device_id, stream)?;
-    let itemsize = tensor.dtype.itemsize();
+    let itemsize = tensor.dtype().itemsize();
     let bytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
     let buffer = AlignedBuffer::new(bytes)?;
-    let layout = Layout::c_order(tensor.layout.shape(), itemsize)?;
+    let layout = Layout::c_order(tensor.layout().shape(), itemsize)?;
     let dst = view_at(
         Addr {
             at: buffer.as_ptr() as usize,
@@ -107,14 +107,18 @@ pub fn to_host(py: Python<'_>, tensor: &Tensor, stream: Option<i64>) -> Result<T
         },
         &layout,
     );
-    let src = view(tensor, tensor.layout.shape(), tensor.layout.byte_strides())?;
+    let src = view(
+        tensor,
+        tensor.layout().shape(),
+        tensor.layout().byte_strides(),
+    )?;
     drive(py, Some(device_id), stream, true, |driver| {
         // SAFETY: `dst` is the buffer we just allocated, kept past the sync; `src` is the
         // tensor's device memory, live while its owner is.
         unsafe { device::copy_views(driver, &dst, &src, itemsize) }
     })?;
-    let copy = Tensor::host_allocation(buffer, tensor.dtype, layout);
-    if tensor.swapped {
+    let copy = Tensor::host_allocation(buffer, tensor.dtype(), layout)?;
+    if tensor.swapped() {
         // SAFETY: `copy` is ours alone, in host memory we allocated.
         unsafe { host::swap_in_place(py, &copy) };
     }
@@ -138,7 +142,7 @@ pub fn to_device(
     device_id: i32,
     stream: Option<i64>,
 ) -> Result<Tensor> {
-    let itemsize = tensor.dtype.itemsize();
+    let itemsize = tensor.dtype().itemsize();
     let bytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
     // The consumer's stream is on `device_id`; a source on another device is read on that
     // device's legacy default stream (see `Driver`), which is what must wait for its producer.
@@ -152,7 +156,7 @@ pub fn to_device(
     };
     // Swapped bytes and suboffsets need the CPU: such sources go over as native host copies.
     let staged;
-    let source = if tensor.swapped || tensor.indirect {
+    let source = if tensor.swapped() || tensor.indirect() {
         staged = match source_stream {
             Some(on) => to_host(py, tensor, on)?,
             None => host::to_c_order(py, tensor)?,
@@ -162,7 +166,7 @@ pub fn to_device(
         tensor
     };
     let buffer = DeviceBuffer::new(device_id, bytes)?;
-    let layout = Layout::c_order(tensor.layout.shape(), itemsize)?;
+    let layout = Layout::c_order(tensor.layout().shape(), itemsize)?;
     let place = Place::Device(device_id);
     let dst = view_at(
         Addr {
@@ -171,7 +175,11 @@ pub fn to_device(
         },
         &layout,
     );
-    let src = view(source, source.layout.shape(), source.layout.byte_strides())?;
+    let src = view(
+        source,
+        source.layout().shape(),
+        source.layout().byte_strides(),
+    )?;
     // The source must have been read before we return: the caller may free it then, and a
     // device source's memory may be reused at once on a stream ours is not ordered with (torch's
     // caching allocator reuses blocks on the stream that allocated them).
@@ -184,13 +192,19 @@ pub fn to_device(
         device_type: device_type::CUDA,
         device_id,
     });
-    Ok(Tensor::owned(
-        buffer.as_ptr(),
-        device,
-        tensor.dtype,
-        layout,
-        Owner::DeviceAllocation(buffer),
-    ))
+    let data = buffer.as_ptr();
+    // SAFETY: `data` is the device buffer we just allocated on `device`, `bytes` long, which
+    // is what the C-ordered `layout` of the tensor's shape addresses (its elements times their
+    // size); ours to read and write, freed when the owner goes.
+    Ok(unsafe {
+        Tensor::owned(
+            data,
+            device,
+            tensor.dtype(),
+            layout,
+            Owner::DeviceAllocation(buffer),
+        )
+    })
 }
 
 /// `copyto` with CUDA memory on either side (checks of dtypes, shapes and writability done;
@@ -218,25 +232,25 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
     // Byte order and suboffsets need the CPU: such sources become host copies in the
     // destination's byte order.
     let staged;
-    let source = if src.indirect || src.swapped != dst.swapped {
+    let source = if src.indirect() || src.swapped() != dst.swapped() {
         let mut copy = match src_place {
             Place::Host => host::to_c_order(py, src)?,
             Place::Device(id) => to_host(py, src, stream_on(id))?,
         };
-        if dst.swapped {
+        if dst.swapped() {
             // SAFETY: `copy` is ours alone, in host memory we allocated.
             unsafe { host::swap_in_place(py, &copy) };
-            copy.swapped = true;
+            copy.set_swapped(true);
         }
         staged = copy;
         &staged
     } else {
         src
     };
-    let shape = dst.layout.shape();
-    let itemsize = dst.dtype.itemsize();
-    let to = view(dst, shape, dst.layout.byte_strides())?;
-    let from = view(source, shape, &broadcast_strides(&source.layout, shape)?)?;
+    let shape = dst.layout().shape();
+    let itemsize = dst.dtype().itemsize();
+    let to = view(dst, shape, dst.layout().byte_strides())?;
+    let from = view(source, shape, &broadcast_strides(source.layout(), shape)?)?;
     let overlap = to.base.place == from.base.place
         && may_overlap(&to.as_strided(), &from.as_strided(), itemsize);
     let wait = stream.is_none() || to.base.place == Place::Host || from.base.place == Place::Host;

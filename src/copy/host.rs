@@ -16,7 +16,7 @@ use crate::tensor::{AlignedBuffer, Layout, Owner, Tensor};
 const DETACH_THRESHOLD: usize = 64 * 1024;
 
 fn check_host(tensor: &Tensor) -> Result<()> {
-    let device = tensor.device.get()?;
+    let device = tensor.device().get()?;
     if !device.is_host() {
         return Err(Error::runtime(format!(
             "internal error: device memory (DLPack device type {}) was sent to the CPU engine",
@@ -69,10 +69,10 @@ pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
     check_host(tensor)?;
     let nbytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
     let buffer = AlignedBuffer::new(nbytes)?;
-    let layout = Layout::c_order(tensor.layout.shape(), tensor.dtype.itemsize())?;
+    let layout = Layout::c_order(tensor.layout().shape(), tensor.dtype().itemsize())?;
     // SAFETY: the buffer we just allocated holds `nbytes` bytes, and nothing else uses it.
     unsafe { write_c_order(py, tensor, buffer.as_ptr().cast(), nbytes)? };
-    Ok(Tensor::host_allocation(buffer, tensor.dtype, layout))
+    Tensor::host_allocation(buffer, tensor.dtype(), layout)
 }
 
 /// Write a host tensor's elements to `dst` in C order and native byte order.
@@ -88,29 +88,29 @@ pub unsafe fn write_c_order(
     nbytes: usize,
 ) -> Result<()> {
     check_host(tensor)?;
-    let itemsize = tensor.dtype.itemsize();
+    let itemsize = tensor.dtype().itemsize();
     if usize::try_from(tensor.nbytes()).ok() != Some(nbytes) {
         return Err(Error::runtime(
             "internal error: a copy's destination has the wrong size",
         ));
     }
-    let layout = Layout::c_order(tensor.layout.shape(), itemsize)?;
+    let layout = Layout::c_order(tensor.layout().shape(), itemsize)?;
     let to = strided(dst.cast(), layout.shape(), layout.byte_strides());
-    if tensor.indirect {
+    if tensor.indirect() {
         // SAFETY: per the contract, `dst` holds `nbytes` writable bytes.
         unsafe { gather_indirect(py, tensor, dst, nbytes)? };
-        if tensor.swapped {
+        if tensor.swapped() {
             // Swap in place: the engine reads each element before writing it back.
             // SAFETY: `dst` is ours for the call (the contract), and now filled.
-            unsafe { run(py, &to, &to, itemsize, Some(tensor.dtype.swap_unit())) };
+            unsafe { run(py, &to, &to, itemsize, Some(tensor.dtype().swap_unit())) };
         }
     } else {
         let src = strided(
-            tensor.data,
-            tensor.layout.shape(),
-            tensor.layout.byte_strides(),
+            tensor.data(),
+            tensor.layout().shape(),
+            tensor.layout().byte_strides(),
         );
-        let swap = tensor.swapped.then(|| tensor.dtype.swap_unit());
+        let swap = tensor.swapped().then(|| tensor.dtype().swap_unit());
         // SAFETY: `dst` is as large as `src`'s elements and ours for the call (the contract);
         // `src` is the tensor's host memory (checked above), live while its owner is.
         unsafe { run(py, &to, &src, itemsize, swap) };
@@ -132,25 +132,25 @@ pub unsafe fn read_c_order(
     nbytes: usize,
 ) -> Result<()> {
     check_host(tensor)?;
-    if tensor.indirect || tensor.readonly {
+    if tensor.indirect() || tensor.readonly() {
         return Err(Error::runtime(
             "internal error: writing into memory that can't take it",
         ));
     }
-    let itemsize = tensor.dtype.itemsize();
+    let itemsize = tensor.dtype().itemsize();
     if usize::try_from(tensor.nbytes()).ok() != Some(nbytes) {
         return Err(Error::runtime(
             "internal error: a copy's source has the wrong size",
         ));
     }
-    let layout = Layout::c_order(tensor.layout.shape(), itemsize)?;
+    let layout = Layout::c_order(tensor.layout().shape(), itemsize)?;
     let from = strided(src.cast_mut().cast(), layout.shape(), layout.byte_strides());
     let to = strided(
-        tensor.data,
-        tensor.layout.shape(),
-        tensor.layout.byte_strides(),
+        tensor.data(),
+        tensor.layout().shape(),
+        tensor.layout().byte_strides(),
     );
-    let swap = tensor.swapped.then(|| tensor.dtype.swap_unit());
+    let swap = tensor.swapped().then(|| tensor.dtype().swap_unit());
     // SAFETY: per the contract: `src` readable and as large as the tensor's elements, the
     // tensor's memory writable host memory (checked above) sharing no bytes with `src`.
     unsafe { run(py, &to, &from, itemsize, swap) };
@@ -167,7 +167,7 @@ unsafe fn gather_indirect(
     dst: *mut u8,
     nbytes: usize,
 ) -> Result<()> {
-    let Owner::Buffer { view, .. } = &tensor.owner else {
+    let Owner::Buffer { view, .. } = tensor.owner() else {
         return Err(Error::buffer("indirect memory without a buffer view"));
     };
     let len = isize::try_from(nbytes).map_err(|_| Error::value("tensor too large"))?;
@@ -187,9 +187,9 @@ unsafe fn gather_indirect(
 /// of our own).
 pub unsafe fn swap_in_place(py: Python<'_>, tensor: &Tensor) {
     let view = strided(
-        tensor.data,
-        tensor.layout.shape(),
-        tensor.layout.byte_strides(),
+        tensor.data(),
+        tensor.layout().shape(),
+        tensor.layout().byte_strides(),
     );
     // The engine reads each element before writing it back.
     // SAFETY: per the contract.
@@ -198,8 +198,8 @@ pub unsafe fn swap_in_place(py: Python<'_>, tensor: &Tensor) {
             py,
             &view,
             &view,
-            tensor.dtype.itemsize(),
-            Some(tensor.dtype.swap_unit()),
+            tensor.dtype().itemsize(),
+            Some(tensor.dtype().swap_unit()),
         )
     };
 }
@@ -208,27 +208,27 @@ pub unsafe fn swap_in_place(py: Python<'_>, tensor: &Tensor) {
 /// equal dtypes, `src` broadcasts to `dst`'s shape, no element of `dst` shares bytes with
 /// another).
 pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor) -> Result<()> {
-    let shape = dst.layout.shape();
-    let itemsize = dst.dtype.itemsize();
-    let to = strided(dst.data, shape, dst.layout.byte_strides());
-    let from = strided(src.data, shape, &broadcast_strides(&src.layout, shape)?);
+    let shape = dst.layout().shape();
+    let itemsize = dst.dtype().itemsize();
+    let to = strided(dst.data(), shape, dst.layout().byte_strides());
+    let from = strided(src.data(), shape, &broadcast_strides(src.layout(), shape)?);
     // Sources the engine can't read directly, or that share bytes with the destination, are
     // first copied whole into a buffer of our own.
     let staged;
-    let (from, from_swapped) = if src.indirect || may_overlap(&to, &from, itemsize) {
+    let (from, from_swapped) = if src.indirect() || may_overlap(&to, &from, itemsize) {
         staged = to_c_order(py, src)?;
         (
             strided(
-                staged.data,
+                staged.data(),
                 shape,
-                &broadcast_strides(&staged.layout, shape)?,
+                &broadcast_strides(staged.layout(), shape)?,
             ),
-            staged.swapped,
+            staged.swapped(),
         )
     } else {
-        (from, src.swapped)
+        (from, src.swapped())
     };
-    let swap = (dst.swapped != from_swapped).then(|| dst.dtype.swap_unit());
+    let swap = (dst.swapped() != from_swapped).then(|| dst.dtype().swap_unit());
     // SAFETY: both are the tensors' host memory, live while their owners are; `dst` is writable
     // (`super::copyto` checked) and shares no bytes with `from` (a source that might was staged
     // into our own buffer).

@@ -91,7 +91,7 @@ fn export(
     method: &str,
 ) -> Result<(FFI_ArrowArray, Field)> {
     let py = object.py();
-    let device = tensor.device.get()?;
+    let device = tensor.device().get()?;
     if !device.is_host() {
         return Err(Error::buffer(format!(
             "memory on {} can't be an Arrow array on the CPU ({method}); copy it to the host \
@@ -99,9 +99,14 @@ fn export(
             device.name()
         )));
     }
-    let leaf_type = arrow_type(tensor.dtype)
-        .ok_or_else(|| Error::type_(format!("{} has no Arrow type", tensor.dtype.name())))?;
-    let shape: Vec<usize> = tensor.layout.shape().iter().map(|&n| n as usize).collect();
+    let leaf_type = arrow_type(tensor.dtype())
+        .ok_or_else(|| Error::type_(format!("{} has no Arrow type", tensor.dtype().name())))?;
+    let shape: Vec<usize> = tensor
+        .layout()
+        .shape()
+        .iter()
+        .map(|&n| n as usize)
+        .collect();
     let Some((&rows, inner)) = shape.split_first() else {
         return Err(Error::value(
             "a 0-d array is no Arrow array (Arrow arrays have a length): reshape it to (1,)",
@@ -113,18 +118,18 @@ fn export(
     };
     // The memory, C-ordered in native byte order: the tensor's own, or a copy (whose buffer
     // stays where it is when the copy moves into `Held`).
-    let in_place = tensor.layout.is_c_contiguous() && tensor.exportable().is_ok();
+    let in_place = tensor.layout().is_c_contiguous() && tensor.exportable().is_ok();
     let (data, held) = if in_place {
         (
-            tensor.data,
+            tensor.data(),
             Held::Object(std::mem::ManuallyDrop::new(object.clone().unbind())),
         )
     } else {
         let copy = to_c_order(py, tensor)?;
-        (copy.data, Held::Copy(Box::new(copy)))
+        (copy.data(), Held::Copy(Box::new(copy)))
     };
     let numel: usize = shape.iter().product();
-    let itemsize = tensor.dtype.itemsize();
+    let itemsize = tensor.dtype().itemsize();
     let keep: Arc<dyn arrow_buffer::alloc::Allocation> = Arc::new(Keep(AssertUnwindSafe(held)));
     let values = if leaf_type == DataType::Boolean {
         // SAFETY: `numel` one-byte elements at `data`, C-ordered (above), alive while `keep` is

@@ -26,7 +26,7 @@ pub enum Lend {
 /// copy, or not at all.
 #[inline(always)]
 pub fn lend(tensor: &Tensor, flags: c_int) -> Result<Lend> {
-    match tensor.device {
+    match tensor.device() {
         Device::Known(device) if device.is_host() => {}
         Device::Known(device) => {
             return Err(Error::buffer(format!(
@@ -43,12 +43,12 @@ pub fn lend(tensor: &Tensor, flags: c_int) -> Result<Lend> {
         }
     }
     let writable = flags & python::PyBUF_WRITABLE != 0;
-    if writable && tensor.readonly {
+    if writable && tensor.readonly() {
         return Err(Error::buffer(
             "the memory is read-only: a writable buffer of it can't be lent",
         ));
     }
-    let reason = if tensor.indirect {
+    let reason = if tensor.indirect() {
         Some("memory reached through suboffsets is lent as a copy")
     } else {
         contiguity_missing(tensor, flags)
@@ -64,7 +64,7 @@ pub fn lend(tensor: &Tensor, flags: c_int) -> Result<Lend> {
 
 /// Why the layout doesn't give what `flags` ask, if it doesn't.
 fn contiguity_missing(tensor: &Tensor, flags: c_int) -> Option<&'static str> {
-    let layout = &tensor.layout;
+    let layout = tensor.layout();
     let asks = |bits: c_int| flags & bits == bits;
     // Without strides, or asking for C order, the consumer reads the elements in C order.
     let c_order = !asks(python::PyBUF_STRIDES) || asks(python::PyBUF_C_CONTIGUOUS);
@@ -89,14 +89,14 @@ fn contiguity_missing(tensor: &Tensor, flags: c_int) -> Option<&'static str> {
 /// calling thread holds the GIL.
 pub unsafe fn fill(view: *mut Py_buffer, owner: *mut PyObject, tensor: &Tensor, flags: c_int) {
     let asks = |bits: c_int| flags & bits == bits;
-    let layout = &tensor.layout;
+    let layout = tensor.layout();
     let ndim = layout.ndim();
-    let itemsize = tensor.dtype.itemsize();
+    let itemsize = tensor.dtype().itemsize();
     // An empty tensor may have no address; a buffer should (consumers may check).
-    let buf = if tensor.data.is_null() {
+    let buf = if tensor.data().is_null() {
         std::ptr::NonNull::<u64>::dangling().as_ptr().cast()
     } else {
-        tensor.data
+        tensor.data()
     };
     // The layout keeps shape and byte strides as i64, which is Py_ssize_t on the 64-bit
     // platforms we build for (checked below), so the view points into it.
@@ -115,7 +115,7 @@ pub unsafe fn fill(view: *mut Py_buffer, owner: *mut PyObject, tensor: &Tensor, 
         obj: owner,
         len: tensor.nbytes() as isize,
         itemsize: itemsize as isize,
-        readonly: c_int::from(tensor.readonly),
+        readonly: c_int::from(tensor.readonly()),
         // Without a shape the consumer sees one run of bytes (as CPython's memoryview
         // says: one dimension, `len` bytes).
         ndim: if asks(python::PyBUF_ND) {
@@ -125,8 +125,8 @@ pub unsafe fn fill(view: *mut Py_buffer, owner: *mut PyObject, tensor: &Tensor, 
         },
         format: if asks(python::PyBUF_FORMAT) {
             tensor
-                .dtype
-                .buffer_format(tensor.swapped)
+                .dtype()
+                .buffer_format(tensor.swapped())
                 .as_ptr()
                 .cast_mut()
         } else {

@@ -24,9 +24,9 @@ pub enum Data<'py> {
 /// C-contiguous, as the interfaces say), version 3.
 fn common_fields<'py>(py: Python<'py>, tensor: &Tensor) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    let layout = &tensor.layout;
+    let layout = tensor.layout();
     dict.set_item("shape", PyTuple::new(py, layout.shape())?)?;
-    dict.set_item("typestr", tensor.dtype.typestr(tensor.swapped))?;
+    dict.set_item("typestr", tensor.dtype().typestr(tensor.swapped()))?;
     if layout.is_c_contiguous() {
         dict.set_item("strides", py.None())?;
     } else {
@@ -46,7 +46,7 @@ pub fn array_interface<'py>(
     let dict = common_fields(py, tensor)?;
     match data {
         Data::Address => {
-            dict.set_item("data", (tensor.data as usize, tensor.readonly))?;
+            dict.set_item("data", (tensor.data() as usize, tensor.readonly()))?;
         }
         Data::Buffer(holder) => dict.set_item("data", holder)?,
     }
@@ -57,7 +57,7 @@ pub fn array_interface<'py>(
 /// after (None: the data is ready).
 pub fn cuda_array_interface<'py>(py: Python<'py>, tensor: &Tensor) -> PyResult<Bound<'py, PyDict>> {
     let dict = common_fields(py, tensor)?;
-    dict.set_item("data", (tensor.data as usize, tensor.readonly))?;
+    dict.set_item("data", (tensor.data() as usize, tensor.readonly()))?;
     dict.set_item("stream", ready_on(tensor))?;
     Ok(dict)
 }
@@ -67,16 +67,16 @@ pub fn cuda_array_interface<'py>(py: Python<'py>, tensor: &Tensor) -> PyResult<B
 /// since we asked it with `stream=None`, which DLPack defines as that stream; none for copies we
 /// made, which were complete before we handed them out.
 fn ready_on(tensor: &Tensor) -> Option<i64> {
-    match tensor.owner {
+    match tensor.owner() {
         Owner::Legacy(_) | Owner::Versioned(_) => Some(1),
-        _ => tensor.stream.map(|s| s as i64),
+        _ => tensor.stream().map(|s| s as i64),
     }
 }
 
 /// Whether the CUDA array interface describes this tensor's memory (CUDA or managed memory).
 pub fn is_cuda(tensor: &Tensor) -> bool {
     use crate::ffi::device_type::{CUDA, CUDA_MANAGED};
-    match &tensor.device {
+    match tensor.device() {
         Device::Known(device) => matches!(device.device_type, CUDA | CUDA_MANAGED),
         Device::Unresolved { .. } => true, // CUDA memory whose device the driver couldn't name
     }
@@ -105,23 +105,23 @@ pub unsafe fn array_struct<'py>(
     holder: &Bound<'py, PyAny>,
     tensor: &Tensor,
 ) -> Result<Bound<'py, PyAny>> {
-    if tensor.indirect {
+    if tensor.indirect() {
         return Err(Error::buffer(
             "memory behind suboffsets has no __array_struct__ (its __array_interface__ is a copy)",
         ));
     }
-    let layout = &tensor.layout;
-    let itemsize = tensor.dtype.itemsize();
-    let unit = tensor.dtype.swap_unit().max(1) as i64; // what alignment is counted in
-    let aligned = (tensor.data as usize as i64) % unit == 0
+    let layout = tensor.layout();
+    let itemsize = tensor.dtype().itemsize();
+    let unit = tensor.dtype().swap_unit().max(1) as i64; // what alignment is counted in
+    let aligned = (tensor.data() as usize as i64) % unit == 0
         && layout.byte_strides().iter().all(|s| s % unit == 0);
     let mut flags = 0;
     let mut set = |bit, on: bool| flags |= if on { bit } else { 0 };
     set(array_struct_flags::CONTIGUOUS, layout.is_c_contiguous());
     set(array_struct_flags::FORTRAN, layout.is_f_contiguous());
     set(array_struct_flags::ALIGNED, aligned);
-    set(array_struct_flags::NOTSWAPPED, !tensor.swapped);
-    set(array_struct_flags::WRITEABLE, !tensor.readonly);
+    set(array_struct_flags::NOTSWAPPED, !tensor.swapped());
+    set(array_struct_flags::WRITEABLE, !tensor.readonly());
     let ndim = layout.ndim();
     let (shape, strides) = if ndim == 0 {
         (std::ptr::null(), std::ptr::null())
@@ -136,12 +136,12 @@ pub unsafe fn array_struct<'py>(
         interface: PyArrayInterface {
             two: 2,
             nd: ndim as i32,
-            typekind: tensor.dtype.typekind(),
+            typekind: tensor.dtype().typekind(),
             itemsize: itemsize as i32,
             flags,
             shape,
             strides,
-            data: tensor.data,
+            data: tensor.data(),
             descr: std::ptr::null_mut(),
         },
         holder: holder.clone().into_ptr(),

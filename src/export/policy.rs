@@ -77,7 +77,7 @@ pub fn kind(request: &Request, tensor: &Tensor, copied: bool) -> Kind {
         None => Kind::Legacy,
         Some(minor) => {
             let mut flags = 0;
-            if tensor.readonly {
+            if tensor.readonly() {
                 flags |= FLAG_READ_ONLY;
             }
             if copied {
@@ -93,13 +93,13 @@ pub fn kind(request: &Request, tensor: &Tensor, copied: bool) -> Kind {
 // Inlined: returned through memory, its answer cost a store-forwarding stall a call.
 #[inline(always)]
 pub fn in_place(tensor: &Tensor, request: &Request) -> Option<(DLDevice, Kind)> {
-    match tensor.device {
+    match *tensor.device() {
         Device::Known(own)
             if own.is_host()
                 && request.dl_device.is_none()
                 && request.stream.is_none()
                 && request.copy != Some(true)
-                && (request.honours_read_only || !tensor.readonly)
+                && (request.honours_read_only || !tensor.readonly())
                 && tensor.exportable().is_ok() =>
         {
             Some((own, kind(request, tensor, false)))
@@ -120,7 +120,7 @@ pub fn prepare(
     if let Some((device, kind)) = in_place(tensor, request) {
         return Ok((None, device, kind));
     }
-    let own = tensor.device.get()?;
+    let own = tensor.device().get()?;
     let cpu = DLDevice::CPU;
     // Where the consumer wants the data: our own device, or the CPU for host-addressable
     // memory (both without a copy); CUDA <-> CPU and CUDA <-> CUDA moves copy.
@@ -166,7 +166,7 @@ pub fn prepare(
         Some("moving to another device")
     }
     .or_else(|| {
-        (!request.honours_read_only && tensor.readonly).then_some(
+        (!request.honours_read_only && tensor.readonly()).then_some(
             "read-only memory can't be handed to a consumer that ignores the read-only flag \
              (a legacy capsule has none)",
         )

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::ffi::python;
 use crate::ffi::{PyArrayInterface, array_struct_flags};
 use crate::tensor::dtype::{self, DType, Element, TypeStr};
-use crate::tensor::{Device, Layout, Owner, Tensor};
+use crate::tensor::{Device, Layout, Owner, Tensor, TensorParts};
 
 /// Reads the fields of an interface dict, naming the interface in its errors.
 pub struct InterfaceDict<'py> {
@@ -252,7 +252,7 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
         }
     };
     Tensor::check_data(data, &layout)?;
-    Ok(Tensor {
+    let parts = TensorParts {
         data,
         device: Device::CPU,
         dtype,
@@ -262,7 +262,12 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
         indirect: false,
         stream: None,
         owner,
-    })
+    };
+    // SAFETY: the producer's word, which nothing can check: per the array interface, its data
+    // pointer (or the buffer it names, whose bounds the layout was checked against), shape and
+    // strides address the elements in host memory while the object (or the buffer view), the
+    // owner, lives; writable unless the interface (or the buffer) says read-only.
+    Ok(unsafe { Tensor::new(parts) })
 }
 
 /// Import an object through its `__array_struct__` capsule (numpy's C struct: no dict to build
@@ -330,7 +335,7 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
     });
     let layout = Layout::from_byte_strides(&shape, strides.as_deref(), dtype.itemsize())?;
     Tensor::check_data(info.data, &layout)?;
-    Ok(Tensor {
+    let parts = TensorParts {
         data: info.data,
         device: Device::CPU,
         dtype,
@@ -343,5 +348,9 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
             capsule: ManuallyDrop::new(capsule.into_any().unbind()),
             source: ManuallyDrop::new(source.clone().unbind()),
         },
-    })
+    };
+    // SAFETY: the producer's word, which nothing can check: per numpy's protocol, the
+    // PyArrayInterface's data, shape and strides address the elements in host memory while the
+    // capsule (held with its source by the owner) lives; writable when its WRITEABLE flag is set.
+    Ok(unsafe { Tensor::new(parts) })
 }

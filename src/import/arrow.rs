@@ -21,7 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
 
 use crate::error::{Error, Result};
-use crate::tensor::{AlignedBuffer, Device, Layout, Owner, Tensor};
+use crate::tensor::{AlignedBuffer, Device, Layout, Owner, Tensor, TensorParts};
 
 const SCHEMA: &CStr = c"arrow_schema";
 const ARRAY: &CStr = c"arrow_array";
@@ -174,7 +174,7 @@ fn plain_in_place(dtype: DType, array: FFI_ArrowArray) -> Result<Tensor> {
         return Err(Error::value("the Arrow array has no values buffer"));
     }
     let layout = Layout::c_order(&[len], itemsize)?;
-    Ok(Tensor {
+    let parts = TensorParts {
         data: values.wrapping_add(first).cast_mut().cast(),
         device: Device::CPU,
         dtype,
@@ -185,7 +185,12 @@ fn plain_in_place(dtype: DType, array: FFI_ArrowArray) -> Result<Tensor> {
         indirect: false,
         stream: None,
         owner: Owner::arrow_c(array),
-    })
+    };
+    // SAFETY: the producer's word, which nothing can check (the C data interface gives no
+    // buffer sizes): per the Arrow C data interface, the values buffer holds the array's
+    // `offset + length` elements in host memory until the array, held by the owner, is
+    // released; read-only here.
+    Ok(unsafe { Tensor::new(parts) })
 }
 
 /// Call `__arrow_c_stream__()` and import its stream.
@@ -397,7 +402,7 @@ fn in_place(chunk: ArrayData, values: &Values<'_>, tensor: Option<&TensorShape>)
     let data = buffer.as_ptr().wrapping_add(first).cast_mut().cast();
     let extents: Vec<i64> = values.shape.iter().map(|&n| n as i64).collect();
     let layout = Layout::c_order(&extents, itemsize)?;
-    let tensor_of = Tensor {
+    let parts = TensorParts {
         data,
         device: Device::CPU,
         dtype,
@@ -409,6 +414,11 @@ fn in_place(chunk: ArrayData, values: &Values<'_>, tensor: Option<&TensorShape>)
         stream: None,
         owner: Owner::arrow(chunk),
     };
+    // SAFETY: read-only host memory of the chunk's values buffer, which the owner keeps alive:
+    // the C-ordered layout's `numel` elements from `first` lie within the buffer (checked just
+    // above), on arrow-rs's import of the producer's array (the producer's word for the buffer
+    // itself, which nothing can check).
+    let tensor_of = unsafe { Tensor::new(parts) };
     apply_tensor_shape(tensor_of, tensor)
 }
 
@@ -444,12 +454,7 @@ fn gather<'a>(
         at += count;
     }
     let extents: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
-    Ok(Tensor::host_copy(
-        buffer,
-        dtype,
-        Layout::c_order(&extents, itemsize)?,
-        why,
-    ))
+    Tensor::host_copy(buffer, dtype, Layout::c_order(&extents, itemsize)?, why)
 }
 
 /// A table (a struct array: record batches, data frames) whose columns share one numeric type:
@@ -512,7 +517,7 @@ fn table(columns: &arrow_schema::Fields, chunks: &[ArrayData]) -> Result<Tensor>
     }
     let layout = Layout::c_order(&[rows as i64, ncols as i64], itemsize)?;
     let why = format!("an Arrow table of {ncols} columns: one rows x columns copy");
-    Ok(Tensor::host_copy(buffer, dtype, layout, why))
+    Tensor::host_copy(buffer, dtype, layout, why)
 }
 
 /// The `arrow.fixed_shape_tensor` extension type's tensors: physical shape and permutation.
@@ -558,14 +563,19 @@ fn apply_tensor_shape(tensor: Tensor, shape: Option<&TensorShape>) -> Result<Ten
     let Some(TensorShape { shape, permutation }) = shape else {
         return Ok(tensor);
     };
-    let rows = tensor.layout.shape()[0];
+    if !tensor.layout().is_c_contiguous() {
+        return Err(Error::runtime(
+            "internal error: an arrow.fixed_shape_tensor's rows are not in C order",
+        ));
+    }
+    let rows = tensor.layout().shape()[0];
     let per_row: usize = shape.iter().product();
-    if tensor.layout.shape()[1..].iter().product::<i64>() as usize != per_row {
+    if tensor.layout().shape()[1..].iter().product::<i64>() as usize != per_row {
         return Err(Error::value(
             "an arrow.fixed_shape_tensor whose shape doesn't match its list size",
         ));
     }
-    let itemsize = tensor.dtype.itemsize() as i64;
+    let itemsize = tensor.dtype().itemsize() as i64;
     let mut physical: Vec<i64> = vec![rows];
     physical.extend(shape.iter().map(|&n| n as i64));
     let c = Layout::c_order(&physical, itemsize as usize)?;
@@ -577,5 +587,8 @@ fn apply_tensor_shape(tensor: Tensor, shape: Option<&TensorShape>) -> Result<Ten
         strides.push(c.byte_strides()[p + 1]);
     }
     let layout = Layout::from_byte_strides(&extents, Some(&strides), itemsize as usize)?;
-    Ok(Tensor { layout, ..tensor })
+    // SAFETY: the tensor is C-ordered, `rows` x `per_row` elements (both checked above), so its
+    // elements fill the bytes from its data up to `rows * per_row` items; `layout` reaches the
+    // same elements in another order (the physical C order, permuted).
+    Ok(unsafe { tensor.with_layout(layout) })
 }

@@ -8,7 +8,7 @@ use crate::ffi::python::{self, Py_buffer};
 use pyo3::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::tensor::{Device, FilledView, Layout, Owner, Tensor, dtype};
+use crate::tensor::{Device, FilledView, Layout, Owner, Tensor, TensorParts, dtype};
 
 /// A held `Py_buffer`: released by its `Owner` exactly once.
 pub struct View {
@@ -88,7 +88,7 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
         )?
     };
     Tensor::check_data(raw.buf, &layout)?;
-    Ok(Tensor {
+    let parts = TensorParts {
         data: raw.buf,
         device: Device::CPU,
         dtype: element.dtype,
@@ -98,7 +98,12 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
         indirect,
         stream: None,
         owner: view.into_owner(),
-    })
+    };
+    // SAFETY: the exporter's word, which nothing can check: per the buffer protocol, the
+    // view's buffer, shape and strides (through its suboffsets when `indirect`) address its
+    // elements in host memory while the view, released by the owner, is held; writable unless
+    // the view is read-only.
+    Ok(unsafe { Tensor::new(parts) })
 }
 
 /// Whether `obj` exports buffers.

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 
 use super::array_interface::{InterfaceDict, resolve_dtype};
 use crate::error::{Error, Result};
-use crate::tensor::{Device, Layout, Owner, Tensor};
+use crate::tensor::{Device, Layout, Owner, Tensor, TensorParts};
 use dlpack_core::cuda;
 
 pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<Tensor> {
@@ -44,7 +44,7 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
         Ok(device) => Device::Known(device),
         Err(reason) => Device::Unresolved { reason },
     };
-    Ok(Tensor {
+    let parts = TensorParts {
         data,
         device,
         dtype,
@@ -54,5 +54,10 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
         indirect: false,
         stream,
         owner: Owner::object(source.clone().unbind()),
-    })
+    };
+    // SAFETY: the producer's word, which nothing can check: per the CUDA array interface, the
+    // data pointer, shape and strides address the elements in CUDA memory (of the device the
+    // driver reports for the pointer, when it can) while the object, the owner, lives, ready on
+    // `stream`; writable unless the interface says read-only.
+    Ok(unsafe { Tensor::new(parts) })
 }

@@ -115,7 +115,9 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
     {
         // SAFETY: `protocols` are those of `obj`'s type, so `table` is its exchange API.
         if let Some(mut tensor) = unsafe { dlpack::import_exchange_api(obj, table) } {
-            tensor.readonly |= protocols.immutable; // as below
+            if protocols.immutable {
+                tensor.make_readonly(); // as below
+            }
             return Ok(Imported {
                 tensor,
                 producer: None,
@@ -128,8 +130,10 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
             Ok(mut tensor) => {
                 // Lent on to consumers that may write (the buffer protocol, the array
                 // interface), an immutable array's memory must say it is read-only.
-                tensor.readonly |= protocols.immutable;
-                let on_device = !matches!(tensor.device.get(), Ok(d) if d.is_host());
+                if protocols.immutable {
+                    tensor.make_readonly();
+                }
+                let on_device = !matches!(tensor.device().get(), Ok(d) if d.is_host());
                 let producer = on_device.then(|| obj.clone().unbind());
                 return Ok(Imported { tensor, producer });
             }

@@ -20,7 +20,7 @@ use crate::ffi::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
     DLTensor, FLAG_READ_ONLY,
 };
-use crate::tensor::{DType, Device, Layout, Managed, Owner, Tensor, layout};
+use crate::tensor::{DType, Device, Layout, Managed, Owner, Tensor, TensorParts, layout};
 
 /// Call a producer's `__dlpack__` method (newest protocol first, then the pre-versioning call
 /// for old producers that don't take `max_version`) and import the capsule. `stream` is
@@ -95,7 +95,7 @@ pub unsafe fn import_exchange_api(obj: &Bound<'_, PyAny>, api: ExchangeApi) -> O
     let managed = NonNull::new(managed)?;
     // SAFETY: on success the producer handed us ownership of a valid managed tensor.
     let tensor = unsafe { import_versioned(managed) }.ok()?;
-    let host = tensor.device.get().is_ok_and(|d| d.is_host());
+    let host = tensor.device().get().is_ok_and(|d| d.is_host());
     host.then_some(tensor)
 }
 
@@ -229,7 +229,7 @@ unsafe fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor>
         as *mut c_void;
     Tensor::check_data(data, &layout)
         .map_err(|_| Error::buffer("DLPack tensor with a null data pointer"))?;
-    Ok(Tensor {
+    let parts = TensorParts {
         data,
         device: Device::Known(t.device),
         dtype,
@@ -239,5 +239,10 @@ unsafe fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor>
         indirect: false,
         stream: None,
         owner,
-    })
+    };
+    // SAFETY: the producer's word, which nothing can check: per the DLPack contract, `data`
+    // (the tensor's data plus its byte offset), shape and strides address its elements in
+    // memory of its device while the managed tensor, held by `owner` until its deleter is
+    // called, lives; writable unless it is flagged read-only (`readonly`).
+    Ok(unsafe { Tensor::new(parts) })
 }

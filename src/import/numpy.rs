@@ -264,24 +264,6 @@ fn describe(fields: Fields<'_, '_>, element: Element) -> Result<Option<Tensor>> 
     Ok(written.then(|| unsafe { tensor.assume_init() }))
 }
 
-/// Every field of `Tensor`, named so that adding one fails to compile here: `describe_into`
-/// writes them one by one and must then write the new one too. (This list and the writes in
-/// `describe_into` must match: keep them together when editing either.)
-#[allow(dead_code, reason = "a compile-time check")]
-fn describe_into_writes_every_field(tensor: &Tensor) {
-    let Tensor {
-        data: _,
-        device: _,
-        dtype: _,
-        layout: _,
-        readonly: _,
-        swapped: _,
-        indirect: _,
-        stream: _,
-        owner: _,
-    } = tensor;
-}
-
 /// Describe the array into `dst`: `Ok(true)` when written, `Ok(false)` for the general path
 /// (`dst` untouched), or what is wrong with the array.
 ///
@@ -303,11 +285,12 @@ unsafe fn describe_into(
     let strides = unsafe { crate::ffi::c_array(f.strides, ndim) };
     let strides = Some(|k: usize| Ok(strides[k] as i64));
     // The layout is built in place too (see `Layout::build_into`); every other field is written
-    // once it can't fail any more, so `dst` is either whole or untouched. Per the contract, the
-    // fields of `dst` lie in memory we may write ("as said" below).
-    // SAFETY: as said.
-    let layout = unsafe { &raw mut (*dst).layout };
-    // SAFETY: as said; on failure the layout is left unwritten (or dropped again).
+    // once it can't fail any more (`Tensor::complete_in_place`), so `dst` is either whole or
+    // untouched.
+    // SAFETY: per the contract, `dst` is valid for writes of a `Tensor`.
+    let layout = unsafe { Tensor::layout_place(dst) };
+    // SAFETY: `layout` is `dst`'s, memory we may write; on failure the layout is left unwritten
+    // (or dropped again).
     unsafe { Layout::build_into(layout, ndim, dtype.itemsize(), |k| shape[k] as i64, strides)? };
     // SAFETY: built just above.
     if let Err(err) = Tensor::check_data(f.data, unsafe { &*layout }) {
@@ -315,38 +298,23 @@ unsafe fn describe_into(
         unsafe { std::ptr::drop_in_place(layout) };
         return Err(err);
     }
-    // Each field: its place in `dst`, then its value, written once.
-    // SAFETY: as said.
-    let data_field = unsafe { &raw mut (*dst).data };
-    // SAFETY: as said.
-    unsafe { data_field.write(f.data) };
-    // SAFETY: as said.
-    let device_field = unsafe { &raw mut (*dst).device };
-    // SAFETY: as said.
-    unsafe { device_field.write(Device::CPU) };
-    // SAFETY: as said.
-    let dtype_field = unsafe { &raw mut (*dst).dtype };
-    // SAFETY: as said.
-    unsafe { dtype_field.write(dtype) };
-    // SAFETY: as said.
-    let readonly_field = unsafe { &raw mut (*dst).readonly };
-    // SAFETY: as said.
-    unsafe { readonly_field.write(f.flags & NPY_ARRAY_WRITEABLE == 0) };
-    // SAFETY: as said.
-    let swapped_field = unsafe { &raw mut (*dst).swapped };
-    // SAFETY: as said.
-    unsafe { swapped_field.write(swapped) };
-    // SAFETY: as said.
-    let indirect_field = unsafe { &raw mut (*dst).indirect };
-    // SAFETY: as said.
-    unsafe { indirect_field.write(false) };
-    // SAFETY: as said.
-    let stream_field = unsafe { &raw mut (*dst).stream };
-    // SAFETY: as said.
-    unsafe { stream_field.write(None) };
-    // SAFETY: as said.
-    let owner_field = unsafe { &raw mut (*dst).owner };
-    // SAFETY: as said.
-    unsafe { owner_field.write(Owner::object(array.clone().unbind())) };
+    // SAFETY: `dst` is valid for writes (the contract) and holds the layout just built, no other
+    // field. The memory invariant is numpy's word, which nothing can check: an array's data,
+    // dimensions and strides address its elements (of the dtype `element` was read from, in the
+    // byte order it says) in host memory while the array, the owner here, lives; writable when
+    // its WRITEABLE flag is set.
+    unsafe {
+        Tensor::complete_in_place(
+            dst,
+            f.data,
+            Device::CPU,
+            dtype,
+            f.flags & NPY_ARRAY_WRITEABLE == 0,
+            swapped,
+            false,
+            None,
+            Owner::object(array.clone().unbind()),
+        )
+    };
     Ok(true)
 }

@@ -102,7 +102,7 @@ static CPU_DEVICE: GilCell<usize> = GilCell::new(0);
 impl DLPackObject {
     /// `(device_type, device_id)`, for `__dlpack_device__()` and the `device` property.
     pub(super) fn dlpack_device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let device = self.tensor.device.get()?;
+        let device = self.tensor.device().get()?;
         let tuple = PyTuple::new(py, [device.device_type, device.device_id])?;
         if device == DLDevice::CPU {
             // SAFETY: we hold the GIL (`py`); the cache keeps a reference of its own (leaked:
@@ -124,7 +124,7 @@ impl DLPackObject {
     /// The caller holds the GIL.
     #[inline(always)]
     pub(super) unsafe fn cached_dlpack_device(&self) -> Option<*mut python::PyObject> {
-        if !matches!(self.tensor.device, Device::Known(d) if d == DLDevice::CPU) {
+        if !matches!(*self.tensor.device(), Device::Known(d) if d == DLDevice::CPU) {
             return None;
         }
         // SAFETY: per the contract, we hold the GIL, and keep no borrow of the cell.
@@ -141,13 +141,13 @@ impl DLPackObject {
     /// buffer protocol and the array interface lend when they can't lend the memory itself.
     pub(super) fn read_only_copy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let mut copy = copy::to_c_order(py, &self.tensor)?;
-        copy.readonly = true;
+        copy.make_readonly();
         new_object(py, DLPackObject::new(copy))
     }
 
     /// The device's name when it is not host memory, for "no such attribute" errors.
     pub(super) fn device_memory(&self) -> Option<String> {
-        match &self.tensor.device {
+        match self.tensor.device() {
             Device::Known(device) if device.is_host() => None,
             Device::Known(device) => Some(device.name()),
             Device::Unresolved { .. } => Some("cuda:?".to_owned()),
@@ -167,7 +167,7 @@ impl DLPackObject {
                  see __cuda_array_interface__ and __dlpack__)"
             )));
         }
-        if self.tensor.indirect {
+        if self.tensor.indirect() {
             let copy = self.read_only_copy(py)?;
             // SAFETY: `copy` is a live DLPackObject, which outlives this use of its state.
             let copied = unsafe { state_unchecked(copy.as_ptr()) }.tensor();
@@ -200,7 +200,7 @@ impl DLPackObject {
         slf: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         if !interface::is_cuda(&self.tensor) {
-            let device = match &self.tensor.device {
+            let device = match self.tensor.device() {
                 Device::Known(device) => device.name(),
                 Device::Unresolved { .. } => "cuda:?".to_owned(),
             };
@@ -213,24 +213,24 @@ impl DLPackObject {
     }
 
     pub(super) fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.tensor.layout.shape().iter())
+        PyTuple::new(py, self.tensor.layout().shape().iter())
     }
 
     /// Element strides, or None (see the property's doc in `pytype`).
     pub(super) fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match self.tensor.layout.strides() {
+        match self.tensor.layout().strides() {
             Some(strides) => Ok(PyTuple::new(py, strides)?.into_any()),
             None => Ok(py.None().into_bound(py)),
         }
     }
 
     pub(super) fn byte_strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.tensor.layout.byte_strides().iter())
+        PyTuple::new(py, self.tensor.layout().byte_strides().iter())
     }
 
     pub(super) fn repr(&self) -> String {
         let t = &self.tensor;
-        let device = match &t.device {
+        let device = match t.device() {
             Device::Known(d) => d.name(),
             Device::Unresolved { .. } => "cuda:?".to_owned(),
         };
@@ -241,9 +241,9 @@ impl DLPackObject {
                 v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
             ),
         };
-        let strides = match t.layout.strides() {
+        let strides = match t.layout().strides() {
             Some(strides) => format!("strides={}", tuple(strides)),
-            None => format!("byte_strides={}", tuple(t.layout.byte_strides())),
+            None => format!("byte_strides={}", tuple(t.layout().byte_strides())),
         };
         let copy = if t.exportable().is_err() {
             ", needs_copy=True"
@@ -252,9 +252,9 @@ impl DLPackObject {
         };
         format!(
             "DLPackObject(shape={}, dtype={}, {strides}, device={device}, readonly={}{copy})",
-            tuple(t.layout.shape()),
-            t.dtype.name(),
-            if t.readonly { "True" } else { "False" }
+            tuple(t.layout().shape()),
+            t.dtype().name(),
+            if t.readonly() { "True" } else { "False" }
         )
     }
 }

@@ -170,12 +170,12 @@ unsafe extern "C" fn dltensor_from_py_object(py_object: *mut c_void, out: *mut D
         let exportable = tensor.exportable().map_err(|reason| {
             Error::buffer(format!("{reason}; a borrowed DLTensor can't be a copy"))
         })?;
-        if tensor.readonly {
+        if tensor.readonly() {
             return Err(Error::buffer(
                 "read-only memory can't be lent as a bare DLTensor, which has no read-only flag",
             ));
         }
-        let device = tensor.device.get()?;
+        let device = tensor.device().get()?;
         // Shape and strides point into the object's own tensor, valid while the object lives,
         // as the protocol allows.
         let shape = exportable.shape.as_ptr().cast_mut();
@@ -226,7 +226,7 @@ unsafe fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorV
     let bytes = usize::try_from(layout.numel() * dtype.itemsize() as i64)
         .map_err(|_| Error::value("allocation too large"))?;
     let buffer = AlignedBuffer::new(bytes)?;
-    let tensor = Arc::new(Tensor::host_allocation(buffer, dtype, layout));
+    let tensor = Arc::new(Tensor::host_allocation(buffer, dtype, layout)?);
     capsule::new_versioned(
         Source::Own(tensor),
         prototype.device,

@@ -46,7 +46,7 @@ pub fn reduce_ex<'py>(
 ) -> Result<Bound<'py, PyTuple>> {
     let py = object.py();
     let tensor = state.tensor();
-    let device = tensor.device.get()?;
+    let device = tensor.device().get()?;
     if !device.is_host() {
         return Err(Error::buffer(format!(
             "a DLPackObject of memory on device ({}, {}) can't be pickled (pickling would move \
@@ -70,10 +70,10 @@ pub fn reduce_ex<'py>(
             })?,
     };
     let reconstructor = &reconstructor;
-    let typestr = tensor.dtype.typestr(tensor.swapped);
-    let name = tensor.dtype.name();
-    let shape = tensor.layout.shape().to_vec();
-    let readonly = tensor.readonly;
+    let typestr = tensor.dtype().typestr(tensor.swapped());
+    let name = tensor.dtype().name();
+    let shape = tensor.layout().shape().to_vec();
+    let readonly = tensor.readonly();
     let arguments = |memory: Bound<'py, PyAny>, strides: Vec<i64>| {
         let items = (
             memory,
@@ -95,22 +95,22 @@ pub fn reduce_ex<'py>(
     if tensor.numel() == 0 {
         return Ok(arguments(
             py.None().into_bound(py),
-            tensor.layout.byte_strides().to_vec(),
+            tensor.layout().byte_strides().to_vec(),
         )?);
     }
     let dense = tensor.exportable().is_ok()
-        && (tensor.layout.is_c_contiguous() || tensor.layout.is_f_contiguous());
+        && (tensor.layout().is_c_contiguous() || tensor.layout().is_f_contiguous());
     let (buffer, strides) = if dense {
         // Lent as flat bytes: transports join and slice frames as one-dimensional bytes (Dask's
         // TCP comm fails on a Fortran-ordered or multi-dimensional one).
         let raw = pickle_buffer(py, object)?.call_method0("raw")?;
         (
             pickle_buffer(py, &raw)?,
-            tensor.layout.byte_strides().to_vec(),
+            tensor.layout().byte_strides().to_vec(),
         )
     } else {
         let zeros = vec![0; shape.len()];
-        let strides = layout::dense_strides(&shape, &zeros, tensor.dtype.itemsize())?;
+        let strides = layout::dense_strides(&shape, &zeros, tensor.dtype().itemsize())?;
         let nbytes = usize::try_from(tensor.nbytes())
             .map_err(|_| Error::value("more bytes than an address space has"))?;
         let copied = PyByteArray::new_with(py, nbytes, |_| Ok(()))?.into_any();

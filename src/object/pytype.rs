@@ -412,13 +412,13 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 17] = [
         },
     ),
     (c"ndim", c"Number of dimensions.", |s, o| {
-        Ok(s.tensor().layout.ndim().into_pyobject(o.py())?.into_any())
+        Ok(s.tensor().layout().ndim().into_pyobject(o.py())?.into_any())
     }),
     (c"dtype", c"Element type name, e.g. \"float32\" or \"bfloat16\".", |s, o| {
-        Ok(s.tensor().dtype.name().into_pyobject(o.py())?.into_any())
+        Ok(s.tensor().dtype().name().into_pyobject(o.py())?.into_any())
     }),
     (c"itemsize", c"Bytes per element.", |s, o| {
-        Ok(s.tensor().dtype.itemsize().into_pyobject(o.py())?.into_any())
+        Ok(s.tensor().dtype().itemsize().into_pyobject(o.py())?.into_any())
     }),
     (c"nbytes", c"Bytes of the elements, if stored densely.", |s, o| {
         Ok(s.tensor().nbytes().into_pyobject(o.py())?.into_any())
@@ -426,15 +426,15 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 17] = [
     (
         c"c_contiguous",
         c"Whether the elements are dense in C (row-major) order.",
-        |s, o| Ok(PyBool::new(o.py(), s.tensor().layout.is_c_contiguous()).to_owned().into_any()),
+        |s, o| Ok(PyBool::new(o.py(), s.tensor().layout().is_c_contiguous()).to_owned().into_any()),
     ),
     (
         c"f_contiguous",
         c"Whether the elements are dense in Fortran (column-major) order.",
-        |s, o| Ok(PyBool::new(o.py(), s.tensor().layout.is_f_contiguous()).to_owned().into_any()),
+        |s, o| Ok(PyBool::new(o.py(), s.tensor().layout().is_f_contiguous()).to_owned().into_any()),
     ),
     (c"readonly", c"Whether the memory is read-only.", |s, o| {
-        Ok(PyBool::new(o.py(), s.tensor().readonly).to_owned().into_any())
+        Ok(PyBool::new(o.py(), s.tensor().readonly()).to_owned().into_any())
     }),
     (
         c"device",
@@ -442,12 +442,12 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 17] = [
         |s, o| s.dlpack_device(o.py()).map(Bound::into_any),
     ),
     (c"data_ptr", c"Address of the first element.", |s, o| {
-        Ok((s.tensor().data as usize).into_pyobject(o.py())?.into_any())
+        Ok((s.tensor().data() as usize).into_pyobject(o.py())?.into_any())
     }),
     (
         c"stream",
         c"The CUDA stream a __cuda_array_interface__ producer declared, or None.",
-        |s, o| Ok(s.tensor().stream.map(|s| s as i64).into_pyobject(o.py())?.into_any()),
+        |s, o| Ok(s.tensor().stream().map(|s| s as i64).into_pyobject(o.py())?.into_any()),
     ),
     (
         c"__array_interface__",

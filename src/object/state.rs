@@ -35,7 +35,7 @@ impl DLPackObject {
     /// an owner of a collected type): only then can it be part of a reference cycle.
     pub(super) fn references_collectable(&self) -> bool {
         self.producer.is_some()
-            || self.tensor.owner.for_each_object(|object| {
+            || self.tensor.owner().for_each_object(|object| {
                 // SAFETY: the owner's objects are live (it holds references to them).
                 c_int::from(unsafe { python::is_collected(object) })
             }) != 0
@@ -53,7 +53,7 @@ impl DLPackObject {
                 return code;
             }
         }
-        self.tensor.owner.for_each_object(visit)
+        self.tensor.owner().for_each_object(visit)
     }
 
     /// Release what a dying object holds, in place (no copy of its state), on a thread known to

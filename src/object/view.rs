@@ -12,7 +12,7 @@ use super::instance::{new_object, state};
 use super::state::DLPackObject;
 use crate::error::{Error, Result};
 use crate::ffi::DLDevice;
-use crate::tensor::{DType, Device, Layout, Owner, Tensor};
+use crate::tensor::{DType, Device, Layout, Owner, Tensor, TensorParts};
 
 /// Where a view's elements are, what they are, and whether they may be written.
 pub struct Described {
@@ -45,7 +45,7 @@ pub unsafe fn new_view(
         readonly,
     } = described;
     Tensor::check_data(data, &layout)?;
-    let tensor = Tensor {
+    let parts = TensorParts {
         data,
         device: Device::Known(device),
         dtype: element.dtype,
@@ -56,6 +56,8 @@ pub unsafe fn new_view(
         stream: None,
         owner,
     };
+    // SAFETY: this function's contract is the memory invariant for these parts.
+    let tensor = unsafe { Tensor::new(parts) };
     Ok(new_object(py, DLPackObject::new(tensor))?)
 }
 

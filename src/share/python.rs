@@ -65,7 +65,7 @@ fn _share<'py>(
     if let Some(view) = views::share_host(py, tensor, writable)? {
         return SharedHandle::new(view, writable);
     }
-    let device = tensor.device.get()?;
+    let device = tensor.device().get()?;
     Err(Error::buffer(match device.device_type {
         device_type::CUDA => {
             "sharing CUDA memory between processes (CUDA IPC) is not available yet: copy it to \

@@ -46,17 +46,17 @@ pub fn write<'py>(view: &Bound<'py, PyAny>, writable: bool) -> Result<Bound<'py,
         writable,
         lent,
         offset,
-        dtype: tensor.dtype.0,
-        swapped: tensor.swapped,
-        shape: tensor.layout.shape().to_vec(),
-        strides: tensor.layout.byte_strides().to_vec(),
+        dtype: tensor.dtype().0,
+        swapped: tensor.swapped(),
+        shape: tensor.layout().shape().to_vec(),
+        strides: tensor.layout().byte_strides().to_vec(),
     };
     Ok(PyBytes::new(view.py(), &state.encode()))
 }
 
 /// The mapping a handle's view lies in (`None` for a view without elements).
 pub fn mapped_of(tensor: &Tensor) -> Option<&Mapped> {
-    match &tensor.owner {
+    match tensor.owner() {
         Owner::Held(value) => value.downcast_ref::<Mapped>(),
         _ => None,
     }
@@ -64,7 +64,7 @@ pub fn mapped_of(tensor: &Tensor) -> Option<&Mapped> {
 
 /// Where a view's elements start, in bytes into its mapping.
 fn offset_in(tensor: &Tensor, mapped: &Mapped) -> i64 {
-    (tensor.data as usize).wrapping_sub(mapped.base_ptr() as usize) as i64
+    (tensor.data() as usize).wrapping_sub(mapped.base_ptr() as usize) as i64
 }
 
 /// Unpickle a handle: check its state, then open what it names in this process (the segment,

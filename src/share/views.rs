@@ -59,13 +59,13 @@ pub fn share_host<'py>(
     tensor: &Tensor,
     writable: bool,
 ) -> Result<Option<Bound<'py, PyAny>>> {
-    if !tensor.device.get()?.is_host() {
+    if !tensor.device().get()?.is_host() {
         return Ok(None);
     }
-    if !nameable(tensor.dtype) {
-        return Err(unnameable(tensor.dtype));
+    if !nameable(tensor.dtype()) {
+        return Err(unnameable(tensor.dtype()));
     }
-    if writable && tensor.readonly {
+    if writable && tensor.readonly() {
         return Err(Error::value("read-only memory can't be shared writable"));
     }
     if let Some(handle) = find(py, tensor, writable)? {
@@ -107,23 +107,23 @@ fn find<'py>(
     writable: bool,
 ) -> Result<Option<Bound<'py, PyAny>>> {
     let element = Element {
-        dtype: tensor.dtype,
-        swapped: tensor.swapped,
+        dtype: tensor.dtype(),
+        swapped: tensor.swapped(),
     };
-    let (low, high) = tensor.layout.byte_extent(tensor.dtype.itemsize())?;
+    let (low, high) = tensor.layout().byte_extent(tensor.dtype().itemsize())?;
     if low == high {
         return Ok(Some(empty_view(
             py,
             element,
-            tensor.layout.clone(),
+            tensor.layout().clone(),
             !writable,
         )?));
     }
     // Memory behind suboffsets has no address to look up (only a copy can serve it).
-    if tensor.indirect {
+    if tensor.indirect() {
         return Ok(None);
     }
-    let data = tensor.data as usize;
+    let data = tensor.data() as usize;
     let span = |reach: i64| data.checked_add_signed(reach as isize);
     let (Some(first), Some(end)) = (span(low), span(high)) else {
         return Ok(None);
@@ -148,7 +148,7 @@ fn find<'py>(
         mapped,
         offset,
         element,
-        tensor.layout.clone(),
+        tensor.layout().clone(),
         !writable,
     )?;
     Ok(Some(view))
@@ -158,9 +158,9 @@ fn find<'py>(
 /// size, packed densely in the order of its dimensions in memory, with the copy engine: the
 /// read-only view of the copy.
 fn copy<'py>(py: Python<'py>, tensor: &Tensor) -> Result<Bound<'py, PyAny>> {
-    let itemsize = tensor.dtype.itemsize();
-    let shape = tensor.layout.shape();
-    let strides = layout::dense_strides(shape, tensor.layout.byte_strides(), itemsize)?;
+    let itemsize = tensor.dtype().itemsize();
+    let shape = tensor.layout().shape();
+    let strides = layout::dense_strides(shape, tensor.layout().byte_strides(), itemsize)?;
     let dense = Layout::from_byte_strides(shape, Some(&strides), itemsize)?;
     let nbytes = u64::try_from(tensor.nbytes()).map_err(|_| Error::value("negative size"))?;
     // Segments whose handles were released since the lender last looked may be reused now.
@@ -176,21 +176,25 @@ fn copy<'py>(py: Python<'py>, tensor: &Tensor) -> Result<Bound<'py, PyAny>> {
             mapped
         }
     };
-    let mut target = Tensor::owned(
-        mapped.base_ptr().cast(),
-        Device::CPU,
-        tensor.dtype,
-        dense.clone(),
-        Owner::Held(mapped.clone()),
-    );
-    target.swapped = tensor.swapped; // the bytes are shared as they are stored
+    // SAFETY: the mapping, writable and held by the owner, has room for `nbytes` bytes from its
+    // base, which is what `dense` addresses (the tensor's elements packed densely).
+    let mut target = unsafe {
+        Tensor::owned(
+            mapped.base_ptr().cast(),
+            Device::CPU,
+            tensor.dtype(),
+            dense.clone(),
+            Owner::Held(mapped.clone()),
+        )
+    };
+    target.set_swapped(tensor.swapped()); // the bytes are shared as they are stored
     copy::copy_into(py, &target, tensor, None)?;
     drop(target);
     // Never written again until reused: sealed, so no process maps it writable.
     mapped.freeze()?;
     let element = Element {
-        dtype: tensor.dtype,
-        swapped: tensor.swapped,
+        dtype: tensor.dtype(),
+        swapped: tensor.swapped(),
     };
     segment_view(py, mapped, 0, element, dense, true)
 }

@@ -72,6 +72,11 @@ impl AlignedBuffer {
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
+
+    /// The bytes allocated from `as_ptr` (at least the bytes asked for).
+    pub fn size(&self) -> usize {
+        self.layout.size()
+    }
 }
 
 impl Drop for AlignedBuffer {
