@@ -8,6 +8,7 @@ Run from the repository root with the python that has ``dlpack-adapter`` (and to
     python -P bench/bench_sharing.py                      # full run, about three minutes
     python -P bench/bench_sharing.py --quick              # fewer repeats, no 1 GiB
     python -P bench/bench_sharing.py --sizes 4KiB 64MiB   # only these sizes
+    python -P bench/bench_sharing.py --pin-cpu 0          # every process on CPU 0
 
 A float32 array of 4 KiB, 1 MiB, 64 MiB and 1 GiB goes to another process, which reads its first
 element and sends it back as a float; a round trip is timed in the sender from just before the
@@ -60,6 +61,14 @@ messages took nearly twice as long, even after a pause). The tables give the med
 percentile (nearest rank: with fewer than 100 samples that is the largest) in microseconds, and
 each row's median against ours in its group. A row whose library is missing is skipped with a
 printed reason.
+
+A round trip of a small message is mostly two wake-ups, one in each process. Where the receiver
+runs on another CPU, each is a wake-up of an idle CPU, which in a virtual machine can cost tens
+of microseconds and varies with where the scheduler put the two processes: on a 2-CPU VM, the
+same code's kept rows measured 0.8x to 2.3x of each other across runs. ``--pin-cpu N`` runs the
+sender and every receiver on CPU N, so that a round trip is the two processes' own work and two
+context switches on one CPU, and the rows compare the work each method does. (The copies that
+``share`` makes of fresh arrays then have one CPU instead of all.)
 """
 
 from __future__ import annotations
@@ -688,7 +697,16 @@ def main() -> int:
         metavar="METHOD",
         help=f"only these rows: {', '.join(METHODS_BY_KEY)}",
     )
+    parser.add_argument(
+        "--pin-cpu",
+        type=int,
+        metavar="CPU",
+        help="run the sender and every receiver on this one CPU (see the module's doc)",
+    )
     args = parser.parse_args()
+    if args.pin_cpu is not None:
+        # Before any receiver starts: each inherits the sender's affinity.
+        os.sched_setaffinity(0, {args.pin_cpu})
     sizes = args.sizes or [size for size in DEFAULT_SIZES if not (args.quick and size >= GiB)]
     chosen = [cls for cls in METHODS if args.methods is None or cls.key in args.methods]
 
@@ -699,6 +717,7 @@ def main() -> int:
         f"dlpack {dlpack.__version__}, {os.cpu_count()} CPUs, "
         f"{platform.processor() or platform.machine()}, {platform.system()} {platform.release()}, "
         f"default pickle protocol {pickle.DEFAULT_PROTOCOL}"
+        + (f", every process on CPU {args.pin_cpu}" if args.pin_cpu is not None else "")
     )
     if torch is None and TORCH_MISSING:
         print(f"skipped the torch rows: {TORCH_MISSING}")
