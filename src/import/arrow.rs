@@ -9,7 +9,7 @@
 //! tables whose columns share one numeric type (rows x columns) are one copy. Nulls and other
 //! types are refused, naming what.
 
-use std::ffi::{CStr, c_int};
+use std::ffi::{CStr, c_int, c_void};
 
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema, from_ffi};
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
@@ -174,8 +174,19 @@ fn plain_in_place(dtype: DType, array: FFI_ArrowArray) -> Result<Tensor> {
         return Err(Error::value("the Arrow array has no values buffer"));
     }
     let layout = Layout::c_order(&[len], itemsize)?;
-    let parts = TensorParts {
-        data: values.wrapping_add(first).cast_mut().cast(),
+    let data = values.wrapping_add(first).cast_mut().cast();
+    let parts = host_values(data, dtype, layout, Owner::arrow_c(array));
+    // SAFETY: the producer's word, which nothing can check (the C data interface gives no
+    // buffer sizes): per the Arrow C data interface, the values buffer holds the array's
+    // `offset + length` elements in host memory until the array, held by the owner, is
+    // released; read-only here.
+    Ok(unsafe { Tensor::new(parts) })
+}
+
+/// The parts of a tensor of an imported Arrow array's values, on the host, in native order.
+fn host_values(data: *mut c_void, dtype: DType, layout: Layout, owner: Owner) -> TensorParts {
+    TensorParts {
+        data,
         device: Device::CPU,
         dtype,
         layout,
@@ -184,13 +195,8 @@ fn plain_in_place(dtype: DType, array: FFI_ArrowArray) -> Result<Tensor> {
         swapped: false,
         indirect: false,
         stream: None,
-        owner: Owner::arrow_c(array),
-    };
-    // SAFETY: the producer's word, which nothing can check (the C data interface gives no
-    // buffer sizes): per the Arrow C data interface, the values buffer holds the array's
-    // `offset + length` elements in host memory until the array, held by the owner, is
-    // released; read-only here.
-    Ok(unsafe { Tensor::new(parts) })
+        owner,
+    }
 }
 
 /// Call `__arrow_c_stream__()` and import its stream.
@@ -205,7 +211,7 @@ pub fn import_stream_method(method: &Bound<'_, PyAny>) -> Result<Tensor> {
 }
 
 /// The pointer a capsule of `name` holds; a `TypeError` for anything else.
-fn take(obj: &Bound<'_, PyAny>, name: &CStr, what: &str) -> Result<*mut std::ffi::c_void> {
+fn take(obj: &Bound<'_, PyAny>, name: &CStr, what: &str) -> Result<*mut c_void> {
     let capsule = obj.cast::<PyCapsule>().map_err(|_| {
         Error::type_(format!(
             "an Arrow {what} must come in a PyCapsule named {name:?}"
@@ -402,18 +408,7 @@ fn in_place(chunk: ArrayData, values: &Values<'_>, tensor: Option<&TensorShape>)
     let data = buffer.as_ptr().wrapping_add(first).cast_mut().cast();
     let extents: Vec<i64> = values.shape.iter().map(|&n| n as i64).collect();
     let layout = Layout::c_order(&extents, itemsize)?;
-    let parts = TensorParts {
-        data,
-        device: Device::CPU,
-        dtype,
-        layout,
-        // Arrow memory is immutable: consumers may share it, never write it.
-        readonly: true,
-        swapped: false,
-        indirect: false,
-        stream: None,
-        owner: Owner::arrow(chunk),
-    };
+    let parts = host_values(data, dtype, layout, Owner::arrow(chunk));
     // SAFETY: read-only host memory of the chunk's values buffer, which the owner keeps alive:
     // the C-ordered layout's `numel` elements from `first` lie within the buffer (checked just
     // above), on arrow-rs's import of the producer's array (the producer's word for the buffer
