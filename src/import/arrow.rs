@@ -109,9 +109,8 @@ fn stream_error(stream: &mut FFI_ArrowArrayStream, what: &str, code: c_int) -> E
             text.to_string_lossy().into_owned()
         })
     });
-    Error::value(format!(
-        "the Arrow data can't be read: the stream failed to give its {what} (error code \
-         {code}){}",
+    unreadable(format_args!(
+        "the stream failed to give its {what} (error code {code}){}",
         message.map_or_else(String::new, |m| format!(": {m}"))
     ))
 }
@@ -137,8 +136,8 @@ fn from_c(schema: &FFI_ArrowSchema, arrays: Vec<FFI_ArrowArray>) -> Result<Tenso
 }
 
 /// The element type of an array of numbers with no nulls, children, dictionary or extension
-/// type: the common case, which needs no `ArrayData` (arrow-rs's import of one costs about a
-/// microsecond: the type tree, buffers and validation). `None` for anything else.
+/// type: the common case, which needs no `ArrayData` (arrow-rs's import builds the type tree
+/// and the buffers, and validates them). `None` for anything else.
 fn plain_numbers(schema: &FFI_ArrowSchema, array: &FFI_ArrowArray) -> Option<DType> {
     if schema.children().next().is_some()
         || schema.dictionary().is_some()
@@ -233,7 +232,13 @@ fn take_schema(obj: &Bound<'_, PyAny>) -> Result<FFI_ArrowSchema> {
 
 #[cold]
 fn arrow_error(err: arrow_schema::ArrowError) -> Error {
-    Error::value(format!("the Arrow data can't be read: {err}"))
+    unreadable(err)
+}
+
+/// Arrow data we were handed but can't read, and why.
+#[cold]
+fn unreadable(why: impl std::fmt::Display) -> Error {
+    Error::value(format!("the Arrow data can't be read: {why}"))
 }
 
 // -- what the chunks become -------------------------------------------------------------------
