@@ -198,6 +198,19 @@ class DLPackObject:
     def __arrow_c_stream__(self, requested_schema: object = None, /) -> CapsuleType:
         """The Arrow PyCapsule interface: a stream capsule ("arrow_array_stream") of host
         memory, whose one array is the one ``__arrow_c_array__`` gives."""
+    def __arrow_c_device_array__(
+        self, requested_schema: object = None, **kwargs: None
+    ) -> tuple[object, object]:
+        """The Arrow PyCapsule interface's device variant: (schema, device array) capsules
+        ("arrow_schema", "arrow_device_array") of host memory as the CPU's (device id -1, no
+        event); the array is ``__arrow_c_array__``'s. Other keywords must be None
+        (NotImplementedError otherwise)."""
+    def __arrow_c_device_stream__(
+        self, requested_schema: object = None, **kwargs: None
+    ) -> CapsuleType:
+        """The Arrow PyCapsule interface's device variant: a device stream capsule
+        ("arrow_device_array_stream") of host memory (the CPU's), whose one array is the one
+        ``__arrow_c_device_array__`` gives. Other keywords must be None."""
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]:
         """Pickle support: host memory goes out of band with protocol 5 (no copy), in the
         pickle before, and unpickles through ``_from_buffer``; device memory raises

@@ -12,10 +12,12 @@
 //!
 //! ```text
 //! import   one importer per protocol (buffer, array_interface, cuda_array_interface, dlpack,
-//!          numpy's struct); dispatch picks one, protocols caches what a type offers
+//!          numpy's struct, arrow and what its arrays become, arrow_values); dispatch picks
+//!          one, protocols caches what a type offers
 //! tensor   description (Tensor, Device, Exportable) and owner (what keeps the memory alive)
 //! export   policy (what a request gets), capsule, buffer (PEP 3118), interface (numpy's and
-//!          the CUDA array interfaces)
+//!          the CUDA array interfaces), arrow and arrow_stream (the Arrow PyCapsule interface)
+//! arrow_device  the Arrow C Device interface's structs, which arrow-rs doesn't bind
 //! copy     copies between tensors: host, cuda, copyto (the checks both share)
 //! object   DLPackObject: state, behaviour, instance (its CPython memory), pytype (the type and
 //!          entry points), arguments, exchange_api; functions (asdlpack, copyto, _footprint)
@@ -26,6 +28,7 @@
 //! ```
 
 mod api;
+mod arrow_device;
 mod copy;
 mod error;
 mod export;

@@ -1,8 +1,10 @@
 """The Arrow PyCapsule interface in: pyarrow, polars, pandas, DuckDB and nanoarrow columns and
-tables through asdlpack, against what those libraries say the values are."""
+tables through asdlpack, against what those libraries say the values are; their C Device
+interface variants for CPU memory."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import threading
 
@@ -18,6 +20,39 @@ np = need("numpy")
 
 def values(obj):
     return np.from_dlpack(asdlpack(obj))
+
+
+class DeviceOnly:
+    """Forwards only the Arrow C Device interface's methods of ``inner`` (pyarrow, nanoarrow
+    and ours speak them), so that nothing else is read."""
+
+    def __init__(self, inner, edit=None):
+        self._inner, self._edit = inner, edit
+
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        pair = self._inner.__arrow_c_device_array__(requested_schema, **kwargs)
+        if self._edit:
+            self._edit(pair[1], b"arrow_device_array")
+        return pair
+
+    def __arrow_c_device_stream__(self, requested_schema=None, **kwargs):
+        capsule = self._inner.__arrow_c_device_stream__(requested_schema, **kwargs)
+        if self._edit:
+            self._edit(capsule, b"arrow_device_array_stream")
+        return capsule
+
+
+_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_pointer.restype = ctypes.c_void_p
+_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def on_cuda(capsule, name):
+    """Rewrite an exported device array's or stream's device type as CUDA's (2): a producer that
+    says its memory is on a GPU (its device_type field: after the 80-byte ArrowArray in an
+    ArrowDeviceArray, first in an ArrowDeviceArrayStream)."""
+    offset = 88 if name == b"arrow_device_array" else 0
+    ctypes.c_int32.from_address(_pointer(capsule, name) + offset).value = 2
 
 
 def test_primitive_columns_are_served_in_place_with_their_offset():
@@ -188,5 +223,71 @@ def test_release_runs_once_consumed_or_not_on_any_thread():
     assert pa.total_allocated_bytes() > base
     assert np.from_dlpack(obj)[999] == 999.0
     del obj
+    gc.collect()
+    assert pa.total_allocated_bytes() == base
+
+
+def test_the_device_interface_of_cpu_memory_is_read_in_place():
+    na = need("nanoarrow")
+    nd = need("nanoarrow.device")
+    array = pa.array(np.arange(8.0)).slice(2, 4)
+    obj = asdlpack(DeviceOnly(array))
+    assert obj.data_ptr == array.buffers()[1].address + 2 * 8  # in place, offset honoured
+    np.testing.assert_array_equal(np.from_dlpack(obj), [2, 3, 4, 5])
+    # nanoarrow's device arrays (which also speak __arrow_c_array__: the device one is read).
+    device = nd.c_device_array(pa.array([1, 2, 3], pa.int32()))
+    np.testing.assert_array_equal(values(device), [1, 2, 3])
+    np.testing.assert_array_equal(values(nd.c_device_array(na.c_array([1.5], na.float64()))), [1.5])
+    # What the plain interface makes of other arrays, the device one makes too.
+    np.testing.assert_array_equal(values(DeviceOnly(pa.array([True, False]))), [True, False])
+    batch = pa.record_batch({"a": [1.0, 2.0], "b": [3.0, 4.0]})
+    np.testing.assert_array_equal(values(DeviceOnly(batch)), [[1, 3], [2, 4]])
+    with pytest.raises(BufferError, match="1 null"):
+        asdlpack(DeviceOnly(pa.array([1.0, None])))
+    with pytest.raises(TypeError, match="Utf8"):
+        asdlpack(DeviceOnly(pa.array(["x"])))
+    # A device stream (ours: pyarrow and nanoarrow make none) and its raw capsule.
+    source = np.arange(6.0).reshape(2, 3)
+    stream = DeviceOnly(asdlpack(source))
+    np.testing.assert_array_equal(values(stream), source)
+    assert asdlpack(stream).data_ptr == source.ctypes.data
+    capsule = asdlpack(source).__arrow_c_device_stream__()
+    np.testing.assert_array_equal(values(capsule), source)
+
+
+def test_memory_of_another_device_is_refused_before_it_is_read_and_released():
+    def fresh():  # memory from pyarrow's pool, which counts it
+        return pa.array(range(1000), pa.float64())
+
+    base = pa.total_allocated_bytes()
+    for _ in range(50):
+        with pytest.raises(BufferError, match=r"memory of cuda:-1 \(Arrow device type 2\)"):
+            asdlpack(DeviceOnly(fresh(), edit=on_cuda))
+    gc.collect()
+    assert pa.total_allocated_bytes() == base  # each refused array was released
+    source = np.arange(4.0)
+    count = __import__("sys").getrefcount(source)
+    for _ in range(50):
+        with pytest.raises(BufferError, match="device type 2"):
+            asdlpack(DeviceOnly(asdlpack(source), edit=on_cuda))
+    gc.collect()
+    assert __import__("sys").getrefcount(source) == count  # each refused stream was released
+
+
+def test_device_arrays_are_released_once_consumed_or_not():
+    def fresh():
+        return pa.array(range(1000), pa.float64())
+
+    base = pa.total_allocated_bytes()
+    array = fresh()
+    for _ in range(200):
+        asdlpack(DeviceOnly(array))  # never consumed
+        np.from_dlpack(asdlpack(DeviceOnly(array)))  # consumed
+    del array
+    holders = [np.from_dlpack(asdlpack(DeviceOnly(fresh()))) for _ in range(20)]
+    assert pa.total_allocated_bytes() > base
+    thread = threading.Thread(target=holders.clear)  # released on another thread
+    thread.start()
+    thread.join()
     gc.collect()
     assert pa.total_allocated_bytes() == base

@@ -1,5 +1,6 @@
 """The Arrow PyCapsule interface out: a DLPackObject handed to pyarrow, polars, nanoarrow and
-DuckDB as an array (``__arrow_c_array__``) and as a stream (``__arrow_c_stream__``)."""
+DuckDB as an array (``__arrow_c_array__``), as a stream (``__arrow_c_stream__``), and through
+the C Device interface's variants of both (CPU memory)."""
 
 from __future__ import annotations
 
@@ -322,3 +323,136 @@ def test_a_c_consumer_reads_and_releases_on_threads_without_the_interpreter():
     assert first.release is None
     gc.collect()
     assert alive() is None
+
+
+# ---------------------------------------------------------------------------
+# The C Device interface: __arrow_c_device_array__ / __arrow_c_device_stream__ of CPU memory
+# ---------------------------------------------------------------------------
+
+
+class ArrowDeviceArray(ctypes.Structure):
+    _fields_ = [
+        ("array", ArrowArray),
+        ("device_id", ctypes.c_int64),
+        ("device_type", ctypes.c_int32),
+        ("sync_event", ctypes.c_void_p),
+        ("reserved", ctypes.c_int64 * 3),
+    ]
+
+
+class ArrowDeviceArrayStream(ctypes.Structure):
+    _fields_ = [
+        ("device_type", ctypes.c_int32),
+        *[
+            (name, ctypes.c_void_p)
+            for name in ("get_schema", "get_next", "get_last_error", "release", "private")
+        ],
+    ]
+
+
+def test_the_device_array_is_the_array_on_the_cpu():
+    torch = need("torch")
+    na = need("nanoarrow")
+    nd = need("nanoarrow.device")
+    t = torch.arange(6, dtype=torch.float32)
+    obj = asdlpack(t)
+    schema, array = obj.__arrow_c_device_array__()
+    assert (capsule_name(schema), capsule_name(array)) == ("arrow_schema", "arrow_device_array")
+    device = ArrowDeviceArray.from_address(_pointer(array, b"arrow_device_array"))
+    assert (device.device_type, device.device_id, device.sync_event) == (1, -1, None)
+    out = pa.Array._import_from_c_device_capsule(schema, array)
+    assert out.to_pylist() == [0, 1, 2, 3, 4, 5]
+    assert out.buffers()[1].address == t.data_ptr()  # no copy
+    # pyarrow.array() prefers the device variant: the same memory.
+    assert pa.array(obj).buffers()[1].address == t.data_ptr()
+    read = nd.c_device_array(obj)
+    assert (read.device_type, read.device_id) == (nd.DeviceType.CPU, -1)
+    assert na.Array(read.array).to_pylist() == [0, 1, 2, 3, 4, 5]
+    # What the array gives: N-d as a fixed-shape tensor, or nested lists when asked.
+    a = np.arange(6.0).reshape(3, 2)
+    tensor = pa.Array._import_from_c_device_capsule(*asdlpack(a).__arrow_c_device_array__())
+    assert tensor.type.extension_name == "arrow.fixed_shape_tensor"
+    np.testing.assert_array_equal(tensor.to_numpy_ndarray(), a)
+    nested = pa.list_(pa.float64(), 2)
+    out = pa.array(asdlpack(a), type=nested)
+    assert out.type == nested and out.to_pylist() == a.tolist()
+
+
+def test_device_methods_take_future_keywords_only_as_none():
+    obj = asdlpack(np.arange(3.0))
+    for method in (obj.__arrow_c_device_array__, obj.__arrow_c_device_stream__):
+        method(None, sync_event=None)  # a keyword this version lacks, None: taken
+        with pytest.raises(NotImplementedError, match="'stream'"):
+            method(stream=1)
+        with pytest.raises(TypeError, match="at most one"):
+            method(None, None)
+        with pytest.raises(TypeError, match="multiple values"):
+            method(None, requested_schema=None)
+    # The plain methods take no other keyword at all.
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        obj.__arrow_c_array__(stream=None)
+
+
+def test_device_memory_is_refused_by_the_device_variants():
+    obj = asdlpack(CudaArrayInterface(cuda_iface()))
+    for method in (obj.__arrow_c_device_array__, obj.__arrow_c_device_stream__):
+        with pytest.raises(BufferError, match="(?i)cuda"):
+            method()
+    if torch_cuda_available():
+        torch = need("torch")
+        obj = asdlpack(torch.ones(3, device="cuda"))
+        for method in (obj.__arrow_c_device_array__, obj.__arrow_c_device_stream__):
+            with pytest.raises(BufferError, match="CPU memory only"):
+                method()
+
+
+def test_a_c_consumer_reads_the_device_stream_on_threads_without_the_interpreter():
+    source = np.arange(100.0)
+    address, alive = np_data_ptr(source), weakref.ref(source)
+    capsule = asdlpack(source).__arrow_c_device_stream__()
+    assert capsule_name(capsule) == "arrow_device_array_stream"
+    del source
+    held = ArrowDeviceArrayStream.from_address(_pointer(capsule, b"arrow_device_array_stream"))
+    stream = ArrowDeviceArrayStream.from_buffer_copy(held)
+    held.release = None  # moved out, as consumers take it
+    del capsule, held
+    assert stream.device_type == 1
+    first, end = ArrowDeviceArray(), ArrowDeviceArray()
+    at = ctypes.addressof
+
+    def read():
+        assert GET_NEXT(stream.get_next)(at(stream), at(first)) == 0
+        assert GET_NEXT(stream.get_next)(at(stream), at(end)) == 0
+        assert GET_NEXT(stream.get_next)(at(stream), None) == 22  # EINVAL
+        assert b"no ArrowArray" in GET_LAST_ERROR(stream.get_last_error)(at(stream))
+        release = RELEASE(stream.release)
+        release(at(stream))
+        release(at(stream))  # a second release is nothing
+
+    on_thread(read)
+    assert stream.release is None and stream.private is None
+    assert end.array.release is None  # the end of the stream
+    assert (first.device_type, first.device_id, first.sync_event) == (1, -1, None)
+    assert first.array.length == 100 and first.array.buffers[1] == address
+    gc.collect()
+    assert alive() is not None  # the array handed out holds the source
+    on_thread(lambda: RELEASE(first.array.release)(at(first.array)))
+    gc.collect()
+    assert alive() is None
+
+
+def test_device_capsules_never_consumed_are_released_once():
+    source = np.arange(100.0)
+    base = refcount(source)
+    obj = asdlpack(source)
+    for _ in range(300):
+        obj.__arrow_c_device_array__()  # dropped unconsumed
+        obj.__arrow_c_device_stream__()
+        pa.array(obj)  # consumed
+    strided = asdlpack(np.arange(10.0)[::2])  # copies too, dropped on another thread
+    capsules = [strided.__arrow_c_device_stream__() for _ in range(100)]
+    capsules += [obj.__arrow_c_device_array__() for _ in range(100)]
+    on_thread(capsules.clear)
+    del obj
+    gc.collect()
+    assert refcount(source) == base

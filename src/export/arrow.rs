@@ -1,5 +1,6 @@
 //! The Arrow PyCapsule interface out: `__arrow_c_array__` and `__arrow_c_stream__` of host
-//! memory, so that `pyarrow.array(obj)`, `pyarrow.chunked_array(obj)`, `polars.Series(obj)` and
+//! memory, and their device variants (`__arrow_c_device_array__`, `__arrow_c_device_stream__`)
+//! of it as CPU memory, so that `pyarrow.array(obj)`, `pyarrow.chunked_array(obj)`, `polars.Series(obj)` and
 //! other Arrow consumers take a `DLPackObject`. Both give the same one array (the stream is that
 //! array alone, `export::arrow_stream`). A 1-D array of numbers is its memory as it is; N-d
 //! C-ordered memory an `arrow.fixed_shape_tensor` (or nested fixed-size lists, when the
@@ -19,9 +20,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
 
 use super::arrow_stream;
+use crate::arrow_device::FFI_ArrowDeviceArray;
 use crate::copy::to_c_order;
 use crate::error::{Error, Result};
-use crate::import::arrow::arrow_type;
+use crate::import::arrow_values::arrow_type;
 use crate::tensor::Tensor;
 
 /// What keeps exported memory alive: the `DLPackObject`, or a copy of our own.
@@ -82,6 +84,44 @@ pub fn arrow_c_stream<'py>(
     )?)
 }
 
+/// `__arrow_c_device_array__(requested_schema)` of `object`: `__arrow_c_array__`'s array as a
+/// CPU device array (device id -1, no event).
+pub fn arrow_c_device_array<'py>(
+    object: &Bound<'py, PyAny>,
+    tensor: &Tensor,
+    requested_schema: Option<&Bound<'py, PyAny>>,
+) -> Result<Bound<'py, PyTuple>> {
+    let py = object.py();
+    let (array, field) = export(object, tensor, requested_schema, "__arrow_c_device_array__")?;
+    let schema = FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
+    let schema = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
+    let array = FFI_ArrowDeviceArray::cpu(array);
+    let array = PyCapsule::new_with_value(py, array, c"arrow_device_array")?;
+    Ok(PyTuple::new(py, [schema.into_any(), array.into_any()])?)
+}
+
+/// `__arrow_c_device_stream__(requested_schema)` of `object`: a device stream (of the CPU) of
+/// the one array `__arrow_c_device_array__` gives, made now, as `__arrow_c_stream__`'s.
+pub fn arrow_c_device_stream<'py>(
+    object: &Bound<'py, PyAny>,
+    tensor: &Tensor,
+    requested_schema: Option<&Bound<'py, PyAny>>,
+) -> Result<Bound<'py, PyCapsule>> {
+    let (array, field) = export(
+        object,
+        tensor,
+        requested_schema,
+        "__arrow_c_device_stream__",
+    )?;
+    FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
+    let stream = arrow_stream::one_device_array(field, FFI_ArrowDeviceArray::cpu(array));
+    Ok(PyCapsule::new_with_value(
+        object.py(),
+        stream,
+        c"arrow_device_array_stream",
+    )?)
+}
+
 /// The Arrow array of `object`'s memory and its field (type and extension metadata), for
 /// `method` (named in the error for device memory).
 fn export(
@@ -94,8 +134,9 @@ fn export(
     let device = tensor.device().get()?;
     if !device.is_host() {
         return Err(Error::buffer(format!(
-            "memory on {} can't be an Arrow array on the CPU ({method}); copy it to the host \
-             first",
+            "memory on {} can't be an Arrow array on the CPU ({method}), and Arrow device arrays \
+             are made here of CPU memory only: copy it to the host first, or pass it through \
+             DLPack",
             device.name()
         )));
     }

@@ -1,4 +1,5 @@
-//! One Arrow array as an Arrow C stream (`ArrowArrayStream`), for `__arrow_c_stream__`.
+//! One Arrow array as an Arrow C stream, for `__arrow_c_stream__` (`ArrowArrayStream`) and
+//! `__arrow_c_device_stream__` (`ArrowDeviceArrayStream`, the C Device interface's).
 //!
 //! arrow-rs exports streams only of record batches (a struct per batch); a column is one array
 //! of its own type, so the stream's callbacks are ours, over arrow-rs's structs: `get_schema`
@@ -11,7 +12,7 @@
 //! panic is caught and reported as an error code. What the array holds is released where its
 //! own release runs (see `export::arrow`).
 
-use std::ffi::{CString, c_char, c_int};
+use std::ffi::{CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 
@@ -19,52 +20,118 @@ use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 use arrow_schema::Field;
 
+use crate::arrow_device::{FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream};
+
 /// `errno` values the interface returns; the same numbers on every platform CPython runs on
 /// (POSIX systems and the Windows C runtime).
 const EIO: c_int = 5;
 const EINVAL: c_int = 22;
 
+/// The two kinds of C stream, whose callbacks are the same but for the arrays they hand out:
+/// the C stream interface's `ArrowArrayStream` (of `ArrowArray`s) and the C Device interface's
+/// `ArrowDeviceArrayStream` (of `ArrowDeviceArray`s).
+pub trait Kind: Sized {
+    type Array;
+    /// A released array: the end of the stream.
+    fn end() -> Self::Array;
+    fn private_data(&self) -> *mut c_void;
+    fn is_live(&self) -> bool;
+    /// This stream marked released (all NULL).
+    fn released(&self) -> Self;
+}
+
+impl Kind for FFI_ArrowArrayStream {
+    type Array = FFI_ArrowArray;
+    fn end() -> FFI_ArrowArray {
+        FFI_ArrowArray::empty()
+    }
+    fn private_data(&self) -> *mut c_void {
+        FFI_ArrowArrayStream::private_data(self)
+    }
+    fn is_live(&self) -> bool {
+        self.release().is_some()
+    }
+    fn released(&self) -> Self {
+        FFI_ArrowArrayStream::empty()
+    }
+}
+
+impl Kind for FFI_ArrowDeviceArrayStream {
+    type Array = FFI_ArrowDeviceArray;
+    fn end() -> FFI_ArrowDeviceArray {
+        FFI_ArrowDeviceArray::empty()
+    }
+    fn private_data(&self) -> *mut c_void {
+        self.private_data
+    }
+    fn is_live(&self) -> bool {
+        self.release.is_some()
+    }
+    fn released(&self) -> Self {
+        FFI_ArrowDeviceArrayStream::empty(self.device_type)
+    }
+}
+
 /// What the stream owns (its private data), until it is released.
-struct State {
+struct State<K: Kind> {
     field: Field,
     /// The one array, until `get_next` hands it out.
-    array: Option<FFI_ArrowArray>,
+    array: Option<K::Array>,
     /// What `get_last_error` returns.
     last_error: Option<CString>,
 }
 
-/// A stream of `array` alone, whose type and metadata are `field`'s.
-pub fn one_array(field: Field, array: FFI_ArrowArray) -> FFI_ArrowArrayStream {
-    let state = Box::into_raw(Box::new(State {
+fn boxed<K: Kind>(field: Field, array: K::Array) -> *mut c_void {
+    Box::into_raw(Box::new(State::<K> {
         field,
         array: Some(array),
         last_error: None,
-    }));
+    }))
+    .cast()
+}
+
+/// A stream of `array` alone, whose type and metadata are `field`'s.
+pub fn one_array(field: Field, array: FFI_ArrowArray) -> FFI_ArrowArrayStream {
+    let state = boxed::<FFI_ArrowArrayStream>(field, array);
     // SAFETY: the callbacks implement the interface over the `State` boxed above, which the
     // private data owns until `release` frees it (once: it marks the stream released, all
     // callbacks and the private data NULL).
     unsafe {
         FFI_ArrowArrayStream::new_unchecked(
-            Some(get_schema),
-            Some(get_next),
-            Some(get_last_error),
-            Some(release),
-            state.cast(),
+            Some(get_schema::<FFI_ArrowArrayStream>),
+            Some(get_next::<FFI_ArrowArrayStream>),
+            Some(get_last_error::<FFI_ArrowArrayStream>),
+            Some(release::<FFI_ArrowArrayStream>),
+            state,
         )
+    }
+}
+
+/// A device stream of the device array `array` alone (of its device type), whose type and
+/// metadata are `field`'s. As `one_array`'s, its callbacks own the boxed state.
+pub fn one_device_array(field: Field, array: FFI_ArrowDeviceArray) -> FFI_ArrowDeviceArrayStream {
+    FFI_ArrowDeviceArrayStream {
+        device_type: array.device_type,
+        private_data: boxed::<FFI_ArrowDeviceArrayStream>(field, array),
+        get_schema: Some(get_schema::<FFI_ArrowDeviceArrayStream>),
+        get_next: Some(get_next::<FFI_ArrowDeviceArrayStream>),
+        get_last_error: Some(get_last_error::<FFI_ArrowDeviceArrayStream>),
+        release: Some(release::<FFI_ArrowDeviceArrayStream>),
     }
 }
 
 /// The state of `stream`, if it is a live stream of ours.
 ///
 /// # Safety
-/// `stream` is NULL or points to a stream made by `one_array` (moved or not, released or not)
-/// that no other call uses meanwhile (the interface has consumers call one callback at a time).
-unsafe fn state<'a>(stream: *mut FFI_ArrowArrayStream) -> Option<&'a mut State> {
+/// `stream` is NULL or points to a stream of kind `K` made by `one_array` or
+/// `one_device_array` (moved or not, released or not) that no other call uses meanwhile (the
+/// interface has consumers call one callback at a time).
+unsafe fn state<'a, K: Kind>(stream: *mut K) -> Option<&'a mut State<K>> {
     // SAFETY: NULL or a stream, per the contract.
     let stream = unsafe { stream.as_ref() }?;
     // SAFETY: a stream of ours holds its `State` until it is released, and NULL after; no
     // other reference to it exists during this call (the contract).
-    unsafe { stream.private_data().cast::<State>().as_mut() }
+    unsafe { stream.private_data().cast::<State<K>>().as_mut() }
 }
 
 /// Run a callback's body on the state of `stream`: 0 when it succeeds; `EINVAL` when it fails
@@ -73,9 +140,9 @@ unsafe fn state<'a>(stream: *mut FFI_ArrowArrayStream) -> Option<&'a mut State> 
 ///
 /// # Safety
 /// As `state`'s.
-unsafe fn run(
-    stream: *mut FFI_ArrowArrayStream,
-    body: impl FnOnce(&mut State) -> std::result::Result<(), String>,
+unsafe fn run<K: Kind>(
+    stream: *mut K,
+    body: impl FnOnce(&mut State<K>) -> std::result::Result<(), String>,
 ) -> c_int {
     // SAFETY: per the contract.
     let Some(state) = (unsafe { state(stream) }) else {
@@ -102,11 +169,8 @@ unsafe fn run(
 /// # Safety
 /// As the interface calls it: with a stream of ours and an `ArrowSchema` to write (its old
 /// contents are not read).
-unsafe extern "C" fn get_schema(
-    stream: *mut FFI_ArrowArrayStream,
-    out: *mut FFI_ArrowSchema,
-) -> c_int {
-    let body = |state: &mut State| {
+unsafe extern "C" fn get_schema<K: Kind>(stream: *mut K, out: *mut FFI_ArrowSchema) -> c_int {
+    let body = |state: &mut State<K>| {
         if out.is_null() {
             return Err("get_schema was given no ArrowSchema to write".to_owned());
         }
@@ -124,20 +188,17 @@ unsafe extern "C" fn get_schema(
 /// `get_next`: the array, the first time; after it a released array (the end of the stream).
 ///
 /// # Safety
-/// As the interface calls it: with a stream of ours and an `ArrowArray` to write (its old
+/// As the interface calls it: with a stream of ours and an array of its kind to write (its old
 /// contents are not read).
-unsafe extern "C" fn get_next(
-    stream: *mut FFI_ArrowArrayStream,
-    out: *mut FFI_ArrowArray,
-) -> c_int {
-    let body = |state: &mut State| {
+unsafe extern "C" fn get_next<K: Kind>(stream: *mut K, out: *mut K::Array) -> c_int {
+    let body = |state: &mut State<K>| {
         if out.is_null() {
             return Err("get_next was given no ArrowArray to write".to_owned());
         }
-        let array = state.array.take().unwrap_or_else(FFI_ArrowArray::empty);
-        // SAFETY: `out` is the consumer's `ArrowArray`, which we fill without reading or
-        // releasing what it held (the interface's rule for outputs); the array is now the
-        // consumer's to release.
+        let array = state.array.take().unwrap_or_else(K::end);
+        // SAFETY: `out` is the consumer's array, which we fill without reading or releasing
+        // what it held (the interface's rule for outputs); the array is now the consumer's to
+        // release.
         unsafe { out.write(array) };
         Ok(())
     };
@@ -150,7 +211,7 @@ unsafe extern "C" fn get_next(
 ///
 /// # Safety
 /// As the interface calls it: with a stream of ours.
-unsafe extern "C" fn get_last_error(stream: *mut FFI_ArrowArrayStream) -> *const c_char {
+unsafe extern "C" fn get_last_error<K: Kind>(stream: *mut K) -> *const c_char {
     // SAFETY: the interface calls a stream's callbacks with that stream, one call at a time.
     match unsafe { state(stream) } {
         Some(State {
@@ -166,22 +227,23 @@ unsafe extern "C" fn get_last_error(stream: *mut FFI_ArrowArrayStream) -> *const
 ///
 /// # Safety
 /// As the interface calls it: with a stream of ours, or NULL.
-unsafe extern "C" fn release(stream: *mut FFI_ArrowArrayStream) {
+unsafe extern "C" fn release<K: Kind>(stream: *mut K) {
     // SAFETY: NULL or a stream of ours, per the contract, used by no one else during the call.
     let Some(stream) = (unsafe { stream.as_mut() }) else {
         return;
     };
-    if stream.release().is_none() {
+    if !stream.is_live() {
         return;
     }
-    let state = stream.private_data().cast::<State>();
+    let state = stream.private_data().cast::<State<K>>();
+    let released = stream.released();
     // SAFETY: the stream is overwritten as released (all NULL) without dropping what it held:
     // its `Drop` would call this release again, and its state is freed below, once.
-    unsafe { ptr::write(stream, FFI_ArrowArrayStream::empty()) };
+    unsafe { ptr::write(stream, released) };
     if state.is_null() {
         return;
     }
-    // SAFETY: the `State` boxed by `one_array`, which the stream no longer points to.
+    // SAFETY: the `State` boxed by `boxed`, which the stream no longer points to.
     let state = unsafe { Box::from_raw(state) };
     // Releasing the array lets go of the source object (attaching to Python where it can).
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(state))) {

@@ -1,64 +1,120 @@
-//! The Arrow PyCapsule interface in: `__arrow_c_array__` (a schema and an array capsule),
-//! `__arrow_c_stream__` (a stream capsule) and raw stream capsules. One array of plain numbers
-//! (the common case) is read from the C structs through arrow-rs's accessors; anything else
-//! through arrow-rs's import of the C data interface (`ArrayData`: children, offsets, validity).
+//! The Arrow PyCapsule interface in: `__arrow_c_array__` and `__arrow_c_device_array__` (a
+//! schema and an array capsule), `__arrow_c_stream__` and `__arrow_c_device_stream__` (a stream
+//! capsule) and raw stream capsules of either kind. One array of plain numbers (the common case)
+//! is read from the C structs through arrow-rs's accessors; anything else through arrow-rs's
+//! import of the C data interface (`ArrayData`: children, offsets, validity), and becomes what
+//! `arrow_values` says.
 //!
-//! Fixed-width numbers are served in place, an array's offset honoured; a `FixedSizeList` of
-//! them (nested to any depth) is an N-d array, and the `arrow.fixed_shape_tensor` extension
-//! type its tensors in their logical order (`permutation`). Booleans (bits), several chunks and
-//! tables whose columns share one numeric type (rows x columns) are one copy. Nulls and other
-//! types are refused, naming what.
+//! The device variants are read for memory of the CPU (their `ARROW_DEVICE_CPU`); memory of
+//! any other device is refused before anything is read.
 
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema, from_ffi};
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
-use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field};
-use dlpack_core::abi::type_code as tc;
+use dlpack_core::abi::DLDevice;
 use dlpack_core::dtype::DType;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
 
+use super::arrow_values::{element_type, from_chunks, host_values};
+use crate::arrow_device::{ARROW_DEVICE_CPU, FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream};
 use crate::error::{Error, Result};
-use crate::tensor::{AlignedBuffer, Device, Layout, Owner, Tensor, TensorParts};
+use crate::tensor::{Layout, Owner, Tensor};
 
 const SCHEMA: &CStr = c"arrow_schema";
 const ARRAY: &CStr = c"arrow_array";
 const STREAM: &CStr = c"arrow_array_stream";
+const DEVICE_ARRAY: &CStr = c"arrow_device_array";
+const DEVICE_STREAM: &CStr = c"arrow_device_array_stream";
 
-/// Whether `obj` is an Arrow stream capsule.
+/// Whether `obj` is an Arrow stream capsule, plain or device.
 pub fn is_stream_capsule(obj: &Bound<'_, PyAny>) -> bool {
-    obj.cast::<PyCapsule>()
-        .is_ok_and(|capsule| capsule.is_valid_checked(Some(STREAM)))
+    obj.cast::<PyCapsule>().is_ok_and(|capsule| {
+        capsule.is_valid_checked(Some(STREAM)) || capsule.is_valid_checked(Some(DEVICE_STREAM))
+    })
 }
 
-/// Import through `__arrow_c_array__()`.
-pub fn import_array(method: &Bound<'_, PyAny>) -> Result<Tensor> {
+/// Import through `__arrow_c_array__()`, or `__arrow_c_device_array__()` when `device`.
+pub fn import_array(method: &Bound<'_, PyAny>, device: bool) -> Result<Tensor> {
+    let name = if device {
+        "__arrow_c_device_array__"
+    } else {
+        "__arrow_c_array__"
+    };
+    let not_a_pair = || {
+        Error::type_(format!(
+            "{name}() must return a (schema, array) tuple of PyCapsules"
+        ))
+    };
     let pair = method.call0()?;
-    let pair = pair.cast::<PyTuple>().map_err(|_| {
-        Error::type_("__arrow_c_array__() must return a (schema, array) tuple of PyCapsules")
-    })?;
+    let pair = pair.cast::<PyTuple>().map_err(|_| not_a_pair())?;
     if pair.len() != 2 {
-        return Err(Error::type_(
-            "__arrow_c_array__() must return a (schema, array) tuple of PyCapsules",
-        ));
+        return Err(not_a_pair());
     }
     let schema = take_schema(&pair.get_item(0)?)?;
-    let array = take(&pair.get_item(1)?, ARRAY, "array")?;
-    // SAFETY: a capsule named "arrow_array" holds an `ArrowArray` (the interface's rule),
-    // moved out here so that only we release it.
-    let array = unsafe { FFI_ArrowArray::from_raw(array.cast()) };
+    let array = if device {
+        let raw = take(&pair.get_item(1)?, DEVICE_ARRAY, "device array")?;
+        // SAFETY: a capsule named "arrow_device_array" holds an `ArrowDeviceArray` (the
+        // interface's rule), moved out here so that only we release it.
+        let array = unsafe { FFI_ArrowDeviceArray::from_raw(raw.cast()) };
+        on_cpu(array)?
+    } else {
+        let raw = take(&pair.get_item(1)?, ARRAY, "array")?;
+        // SAFETY: a capsule named "arrow_array" holds an `ArrowArray` (the interface's rule),
+        // moved out here so that only we release it.
+        unsafe { FFI_ArrowArray::from_raw(raw.cast()) }
+    };
     from_c(&schema, vec![array])
 }
 
-/// Import through `__arrow_c_stream__()`, or a stream capsule itself.
+/// The array of a device array of CPU memory; memory of any other device is refused (and
+/// released) before it is read.
+fn on_cpu(array: FFI_ArrowDeviceArray) -> Result<FFI_ArrowArray> {
+    if array.device_type == ARROW_DEVICE_CPU {
+        return Ok(array.array);
+    }
+    Err(not_cpu(array.device_type, Some(array.device_id)))
+}
+
+#[cold]
+fn not_cpu(device_type: i32, device_id: Option<i64>) -> Error {
+    let device = match device_id.map(i32::try_from) {
+        Some(Ok(device_id)) => DLDevice {
+            device_type,
+            device_id,
+        }
+        .name(),
+        _ => format!("device type {device_type}"),
+    };
+    Error::buffer(format!(
+        "this Arrow data is in memory of {device} (Arrow device type {device_type}), and the \
+         Arrow device interface is read here for CPU memory only: pass the array through DLPack \
+         (__dlpack__) or the CUDA array interface instead"
+    ))
+}
+
+/// Import through `__arrow_c_stream__()` or `__arrow_c_device_stream__()`, or a stream capsule
+/// of either kind itself.
 pub fn import_stream(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
-    let raw = take(capsule, STREAM, "stream")?;
-    // SAFETY: a capsule named "arrow_array_stream" holds an `ArrowArrayStream`, moved out
-    // here so that only we release it (on drop, once its arrays are read).
-    let mut stream = unsafe { FFI_ArrowArrayStream::from_raw(raw.cast()) };
-    let (schema, arrays) = read_stream(&mut stream)?;
+    let device = capsule
+        .cast::<PyCapsule>()
+        .is_ok_and(|c| c.is_valid_checked(Some(DEVICE_STREAM)));
+    let (schema, arrays) = if device {
+        let raw = take(capsule, DEVICE_STREAM, "device stream")?;
+        // SAFETY: a capsule named "arrow_device_array_stream" holds an
+        // `ArrowDeviceArrayStream`, moved out here so that only we release it (on drop, once
+        // its arrays are read).
+        let mut stream = unsafe { FFI_ArrowDeviceArrayStream::from_raw(raw.cast()) };
+        read_device_stream(&mut stream)?
+    } else {
+        let raw = take(capsule, STREAM, "stream")?;
+        // SAFETY: a capsule named "arrow_array_stream" holds an `ArrowArrayStream`, moved out
+        // here so that only we release it (on drop, once its arrays are read).
+        let mut stream = unsafe { FFI_ArrowArrayStream::from_raw(raw.cast()) };
+        read_stream(&mut stream)?
+    };
     from_c(&schema, arrays)
 }
 
@@ -70,26 +126,82 @@ fn read_stream(
     let (Some(get_schema), Some(get_next), Some(_)) =
         (stream.get_schema(), stream.get_next(), stream.release())
     else {
-        return Err(Error::value(
-            "the Arrow stream is released, or lacks its get_schema or get_next callback",
-        ));
+        return Err(released_stream());
     };
+    let get_last_error = stream.get_last_error();
+    let stream: *mut FFI_ArrowArrayStream = stream;
+    // Each callback is the stream's own, called with the stream it was read from (live: its
+    // release is still set), one call at a time.
+    read_arrays(
+        // SAFETY: as said, with a place for one schema.
+        |schema| unsafe { get_schema(stream, schema) },
+        // SAFETY: as said, with a place for one array.
+        |array| unsafe { get_next(stream, array) },
+        FFI_ArrowArray::empty,
+        FFI_ArrowArray::is_released,
+        // SAFETY: as said, right after a failed call.
+        || get_last_error.map(|get| unsafe { get(stream) }),
+    )
+}
+
+/// A device stream read to its end, as `read_stream`; its arrays must be CPU memory (each is
+/// checked, whatever the stream says, and released if it is not).
+fn read_device_stream(
+    stream: &mut FFI_ArrowDeviceArrayStream,
+) -> Result<(FFI_ArrowSchema, Vec<FFI_ArrowArray>)> {
+    if stream.device_type != ARROW_DEVICE_CPU {
+        return Err(not_cpu(stream.device_type, None));
+    }
+    let (Some(get_schema), Some(get_next), Some(_)) =
+        (stream.get_schema, stream.get_next, stream.release)
+    else {
+        return Err(released_stream());
+    };
+    let get_last_error = stream.get_last_error;
+    let stream: *mut FFI_ArrowDeviceArrayStream = stream;
+    // As in `read_stream`.
+    let (schema, arrays) = read_arrays(
+        // SAFETY: as said there, with a place for one schema.
+        |schema| unsafe { get_schema(stream, schema) },
+        // SAFETY: as said there, with a place for one device array.
+        |array| unsafe { get_next(stream, array) },
+        FFI_ArrowDeviceArray::empty,
+        |array| array.array.is_released(),
+        // SAFETY: as said there, right after a failed call.
+        || get_last_error.map(|get| unsafe { get(stream) }),
+    )?;
+    let arrays = arrays.into_iter().map(on_cpu).collect::<Result<_>>()?;
+    Ok((schema, arrays))
+}
+
+#[cold]
+fn released_stream() -> Error {
+    Error::value("the Arrow stream is released, or lacks its get_schema or get_next callback")
+}
+
+/// Read a stream through its callbacks (each bound to its stream): the schema, then arrays (made
+/// `empty` for the producer to fill) until one `is_end`. A failed call is an error carrying the
+/// producer's message (`last_error`, NULL or a C string valid until the stream's next call).
+fn read_arrays<A>(
+    mut get_schema: impl FnMut(*mut FFI_ArrowSchema) -> c_int,
+    mut get_next: impl FnMut(*mut A) -> c_int,
+    empty: impl Fn() -> A,
+    is_end: impl Fn(&A) -> bool,
+    last_error: impl Fn() -> Option<*const c_char>,
+) -> Result<(FFI_ArrowSchema, Vec<A>)> {
     let mut schema = FFI_ArrowSchema::empty();
-    // SAFETY: the stream's own callback, called with the stream it was read from (live: its
-    // release is still set) and a place for one schema.
-    let code = unsafe { get_schema(stream, &raw mut schema) };
+    let code = get_schema(&raw mut schema);
     if code != 0 {
-        return Err(stream_error(stream, "schema", code));
+        return Err(stream_error(last_error(), "schema", code));
     }
     let mut arrays = Vec::new();
     loop {
-        let mut array = FFI_ArrowArray::empty();
-        // SAFETY: as for `get_schema`, with a place for one array.
-        let code = unsafe { get_next(stream, &raw mut array) };
+        let mut array = empty();
+        let code = get_next(&raw mut array);
         if code != 0 {
-            return Err(stream_error(stream, "next array", code));
+            return Err(stream_error(last_error(), "next array", code));
         }
-        if array.is_released() {
+        if is_end(&array) {
             return Ok((schema, arrays)); // the end of the stream
         }
         arrays.push(array);
@@ -98,16 +210,12 @@ fn read_stream(
 
 /// A stream callback's failure, with the producer's message when it gives one.
 #[cold]
-fn stream_error(stream: &mut FFI_ArrowArrayStream, what: &str, code: c_int) -> Error {
-    let message = stream.get_last_error().and_then(|get_last_error| {
-        // SAFETY: the stream's own callback, called with its stream right after a failed call.
-        let text = unsafe { get_last_error(stream) };
-        (!text.is_null()).then(|| {
-            // SAFETY: a non-null result is a C string the producer keeps until the stream's
-            // next call; it is copied out before one.
-            let text = unsafe { CStr::from_ptr(text) };
-            text.to_string_lossy().into_owned()
-        })
+fn stream_error(message: Option<*const c_char>, what: &str, code: c_int) -> Error {
+    let message = message.filter(|text| !text.is_null()).map(|text| {
+        // SAFETY: a non-null result of `get_last_error` is a C string the producer keeps until
+        // the stream's next call; it is copied out before one.
+        let text = unsafe { CStr::from_ptr(text) };
+        text.to_string_lossy().into_owned()
     });
     unreadable(format_args!(
         "the stream failed to give its {what} (error code {code}){}",
@@ -182,29 +290,22 @@ fn plain_in_place(dtype: DType, array: FFI_ArrowArray) -> Result<Tensor> {
     Ok(unsafe { Tensor::new(parts) })
 }
 
-/// The parts of a tensor of an imported Arrow array's values, on the host, in native order.
-fn host_values(data: *mut c_void, dtype: DType, layout: Layout, owner: Owner) -> TensorParts {
-    TensorParts {
-        data,
-        device: Device::CPU,
-        dtype,
-        layout,
-        // Arrow memory is immutable: consumers may share it, never write it.
-        readonly: true,
-        swapped: false,
-        indirect: false,
-        stream: None,
-        owner,
-    }
-}
-
-/// Call `__arrow_c_stream__()` and import its stream.
-pub fn import_stream_method(method: &Bound<'_, PyAny>) -> Result<Tensor> {
+/// Call `__arrow_c_stream__()`, or `__arrow_c_device_stream__()` when `device`, and import its
+/// stream.
+pub fn import_stream_method(method: &Bound<'_, PyAny>, device: bool) -> Result<Tensor> {
     let capsule = method.call0()?;
-    if !is_stream_capsule(&capsule) {
-        return Err(Error::type_(
-            "__arrow_c_stream__() must return a PyCapsule named \"arrow_array_stream\"",
-        ));
+    let (name, kind) = if device {
+        ("__arrow_c_device_stream__", DEVICE_STREAM)
+    } else {
+        ("__arrow_c_stream__", STREAM)
+    };
+    if !capsule
+        .cast::<PyCapsule>()
+        .is_ok_and(|c| c.is_valid_checked(Some(kind)))
+    {
+        return Err(Error::type_(format!(
+            "{name}() must return a PyCapsule named {kind:?}"
+        )));
     }
     import_stream(&capsule)
 }
@@ -239,356 +340,4 @@ fn arrow_error(err: arrow_schema::ArrowError) -> Error {
 #[cold]
 fn unreadable(why: impl std::fmt::Display) -> Error {
     Error::value(format!("the Arrow data can't be read: {why}"))
-}
-
-// -- what the chunks become -------------------------------------------------------------------
-
-/// The Arrow types DLPack carries and their element types: the one table both directions
-/// (import here, `export::arrow`) read.
-static ELEMENT_TYPES: [(DataType, DType); 12] = [
-    (DataType::Int8, DType::new(tc::INT, 8)),
-    (DataType::Int16, DType::new(tc::INT, 16)),
-    (DataType::Int32, DType::new(tc::INT, 32)),
-    (DataType::Int64, DType::new(tc::INT, 64)),
-    (DataType::UInt8, DType::new(tc::UINT, 8)),
-    (DataType::UInt16, DType::new(tc::UINT, 16)),
-    (DataType::UInt32, DType::new(tc::UINT, 32)),
-    (DataType::UInt64, DType::new(tc::UINT, 64)),
-    (DataType::Float16, DType::new(tc::FLOAT, 16)),
-    (DataType::Float32, DType::new(tc::FLOAT, 32)),
-    (DataType::Float64, DType::new(tc::FLOAT, 64)),
-    (DataType::Boolean, DType::new(tc::BOOL, 8)),
-];
-
-/// The element type of an Arrow primitive type DLPack carries, if it is one.
-pub fn element_type(data_type: &DataType) -> Option<DType> {
-    ELEMENT_TYPES
-        .iter()
-        .find(|(arrow, _)| arrow == data_type)
-        .map(|&(_, dtype)| dtype)
-}
-
-/// The Arrow type of a DLPack element type, if Arrow has one.
-pub fn arrow_type(dtype: DType) -> Option<DataType> {
-    ELEMENT_TYPES
-        .iter()
-        .find(|&&(_, d)| d == dtype)
-        .map(|(arrow, _)| arrow.clone())
-}
-
-/// The values of a chunk: its leaf (primitive) data, the first leaf element it reaches (a
-/// logical index of the leaf, its own offset not added), and its shape (the chunk's length,
-/// then each `FixedSizeList`'s size).
-struct Values<'a> {
-    leaf: &'a ArrayData,
-    start: usize,
-    shape: Vec<usize>,
-}
-
-/// Walk a chunk down its `FixedSizeList`s to the numbers, refusing nulls on the way.
-fn values<'a>(data: &'a ArrayData, column: &str) -> Result<Values<'a>> {
-    let mut shape = vec![data.len()];
-    let (mut node, mut start, mut count) = (data, 0usize, data.len());
-    loop {
-        refuse_nulls(node, start, count, column)?;
-        match node.data_type() {
-            DataType::FixedSizeList(_, size) => {
-                let size = *size as usize;
-                let child = &node.child_data()[0];
-                // `child_data` is the whole child: the list's own offset picks its part.
-                start = (node.offset() + start) * size;
-                count *= size;
-                shape.push(size);
-                node = child;
-            }
-            data_type if element_type(data_type).is_some() => {
-                return Ok(Values {
-                    leaf: node,
-                    start,
-                    shape,
-                });
-            }
-            other => return Err(unsupported(other, column)),
-        }
-    }
-}
-
-fn refuse_nulls(data: &ArrayData, start: usize, count: usize, column: &str) -> Result<()> {
-    let Some(nulls) = data.nulls() else {
-        return Ok(());
-    };
-    let nulls = nulls.slice(start, count).null_count();
-    if nulls > 0 {
-        return Err(Error::buffer(format!(
-            "{column}has {nulls} null{} and DLPack has no nulls: fill them first (fill_null() in \
-             polars and pyarrow.compute, fillna() in pandas)",
-            if nulls == 1 { "" } else { "s" }
-        )));
-    }
-    Ok(())
-}
-
-#[cold]
-fn unsupported(data_type: &DataType, column: &str) -> Error {
-    Error::type_(format!(
-        "{column}is of Arrow type {data_type}, which DLPack can't carry (fixed-width numbers, \
-         booleans and fixed-size lists of them can)"
-    ))
-}
-
-/// A tensor of the chunks of one field: in place for one chunk of numbers, a copy otherwise.
-fn from_chunks(field: &Field, chunks: Vec<ArrayData>) -> Result<Tensor> {
-    if let DataType::Struct(columns) = field.data_type() {
-        return table(columns, &chunks);
-    }
-    let column = "this Arrow array ";
-    let tensor_shape = fixed_shape_tensor(field)?;
-    if let [chunk] = chunks.as_slice()
-        && chunk.data_type() != &DataType::Boolean
-        && !matches!(leaf_type(chunk.data_type()), Some(DataType::Boolean))
-    {
-        let values = values(chunk, column)?;
-        return in_place(chunk.clone(), &values, tensor_shape.as_ref());
-    }
-    // Several chunks, or bits: one C-ordered copy.
-    let mut parts = Vec::with_capacity(chunks.len());
-    for chunk in &chunks {
-        parts.push(values(chunk, column)?);
-    }
-    let leaf_type = match parts.first() {
-        Some(part) => part.leaf.data_type().clone(),
-        None => leaf_type(field.data_type())
-            .cloned()
-            .ok_or_else(|| unsupported(field.data_type(), column))?,
-    };
-    let dtype = element_type(&leaf_type).ok_or_else(|| unsupported(&leaf_type, column))?;
-    let inner: Vec<usize> = fixed_sizes(field.data_type());
-    let rows: usize = parts.iter().map(|p| p.shape[0]).sum();
-    let mut shape = vec![rows];
-    shape.extend(&inner);
-    let bits = leaf_type == DataType::Boolean;
-    let why = match (chunks.len(), bits) {
-        (0, _) => "the Arrow stream has no chunks: a new empty array".to_owned(),
-        (1, _) => "Arrow booleans are bits: one copy makes them bytes".to_owned(),
-        (n, false) => format!("the Arrow stream has {n} chunks: one copy joins them"),
-        (n, true) => format!(
-            "the Arrow stream has {n} chunks of booleans (bits): one copy joins them as bytes"
-        ),
-    };
-    let copy = gather(dtype, &shape, parts.iter().map(|p| (p, p.leaf)), why)?;
-    apply_tensor_shape(copy, tensor_shape.as_ref())
-}
-
-/// The leaf type under any `FixedSizeList`s.
-fn leaf_type(data_type: &DataType) -> Option<&DataType> {
-    match data_type {
-        DataType::FixedSizeList(child, _) => leaf_type(child.data_type()),
-        other => element_type(other).map(|_| other),
-    }
-}
-
-fn fixed_sizes(data_type: &DataType) -> Vec<usize> {
-    let mut sizes = Vec::new();
-    let mut node = data_type;
-    while let DataType::FixedSizeList(child, size) = node {
-        sizes.push(*size as usize);
-        node = child.data_type();
-    }
-    sizes
-}
-
-/// A chunk of numbers, served where it is: the leaf's values buffer from its first element.
-fn in_place(chunk: ArrayData, values: &Values<'_>, tensor: Option<&TensorShape>) -> Result<Tensor> {
-    let leaf = values.leaf;
-    let dtype = element_type(leaf.data_type()).ok_or_else(|| unsupported(leaf.data_type(), ""))?;
-    let itemsize = dtype.itemsize();
-    let buffer = &leaf.buffers()[0];
-    let first = (leaf.offset() + values.start) * itemsize;
-    let numel: usize = values.shape.iter().product();
-    if numel > 0 && first + numel * itemsize > buffer.len() {
-        return Err(Error::value(
-            "the Arrow array's buffer is smaller than its length and offset say",
-        ));
-    }
-    let data = buffer.as_ptr().wrapping_add(first).cast_mut().cast();
-    let extents: Vec<i64> = values.shape.iter().map(|&n| n as i64).collect();
-    let layout = Layout::c_order(&extents, itemsize)?;
-    let parts = host_values(data, dtype, layout, Owner::arrow(chunk));
-    // SAFETY: read-only host memory of the chunk's values buffer, which the owner keeps alive:
-    // the C-ordered layout's `numel` elements from `first` lie within the buffer (checked just
-    // above), on arrow-rs's import of the producer's array (the producer's word for the buffer
-    // itself, which nothing can check).
-    let tensor_of = unsafe { Tensor::new(parts) };
-    apply_tensor_shape(tensor_of, tensor)
-}
-
-/// Copy parts (each with its leaf data) into one C-ordered tensor of `shape`, booleans' bits
-/// into bytes.
-fn gather<'a>(
-    dtype: DType,
-    shape: &[usize],
-    parts: impl Iterator<Item = (&'a Values<'a>, &'a ArrayData)>,
-    why: String,
-) -> Result<Tensor> {
-    let itemsize = dtype.itemsize();
-    let numel: usize = shape.iter().product();
-    let buffer = AlignedBuffer::new(numel * itemsize)?;
-    let mut at = 0usize;
-    for (part, leaf) in parts {
-        let count: usize = part.shape.iter().product();
-        let first = leaf.offset() + part.start;
-        let dst = buffer.as_ptr().wrapping_add(at * itemsize);
-        if leaf.data_type() == &DataType::Boolean {
-            let bits = arrow_buffer::BooleanBuffer::new(leaf.buffers()[0].clone(), first, count);
-            for (k, bit) in bits.iter().enumerate() {
-                // SAFETY: `dst` has room for `count` one-byte elements from here (the buffer
-                // holds every part's elements).
-                unsafe { dst.wrapping_add(k).write(u8::from(bit)) };
-            }
-        } else {
-            let src = &leaf.buffers()[0].as_slice()[first * itemsize..(first + count) * itemsize];
-            // SAFETY: `dst` has room for `count` elements of `itemsize` bytes (as above), and
-            // `src` is another allocation's bytes.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
-        }
-        at += count;
-    }
-    let extents: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
-    Tensor::host_copy(buffer, dtype, Layout::c_order(&extents, itemsize)?, why)
-}
-
-/// A table (a struct array: record batches, data frames) whose columns share one numeric type:
-/// one rows x columns copy.
-fn table(columns: &arrow_schema::Fields, chunks: &[ArrayData]) -> Result<Tensor> {
-    let mut dtype = None;
-    for field in columns.iter() {
-        let column = format!("column {:?} ", field.name());
-        let this = element_type(field.data_type())
-            .ok_or_else(|| unsupported(field.data_type(), &column))?;
-        match dtype {
-            None => dtype = Some((this, field.name().clone())),
-            Some((first, ref name)) if first != this => {
-                return Err(Error::type_(format!(
-                    "column {:?} is {}, column {name:?} {}: a table becomes one array only when \
-                     its columns share one numeric type (cast them first)",
-                    field.name(),
-                    this.name(),
-                    first.name()
-                )));
-            }
-            Some(_) => {}
-        }
-    }
-    let Some((dtype, _)) = dtype else {
-        return Err(Error::type_("a table without columns can't be an array"));
-    };
-    let rows: usize = chunks.iter().map(|c| c.len()).sum();
-    let ncols = columns.len();
-    let itemsize = dtype.itemsize();
-    // Column by column into a column-major copy, then transposed into C order by the copy
-    // engine would be two copies: instead each column is written with the row stride.
-    let buffer = AlignedBuffer::new(rows * ncols * itemsize)?;
-    let mut row0 = 0usize;
-    for chunk in chunks {
-        refuse_nulls(chunk, 0, chunk.len(), "the table ")?;
-        for (j, (field, column)) in columns.iter().zip(chunk.child_data()).enumerate() {
-            let name = format!("column {:?} ", field.name());
-            // A struct's children are whole: the struct's offset picks their rows.
-            let part = values(column, &name)?;
-            let first = column.offset() + part.start + chunk.offset();
-            let leaf = part.leaf;
-            for i in 0..chunk.len() {
-                let dst = buffer
-                    .as_ptr()
-                    .wrapping_add(((row0 + i) * ncols + j) * itemsize);
-                if leaf.data_type() == &DataType::Boolean {
-                    let bit =
-                        arrow_buffer::bit_util::get_bit(leaf.buffers()[0].as_slice(), first + i);
-                    // SAFETY: inside the buffer: row < rows, column < ncols.
-                    unsafe { dst.write(u8::from(bit)) };
-                } else {
-                    let src = &leaf.buffers()[0].as_slice()[(first + i) * itemsize..][..itemsize];
-                    // SAFETY: as above; `src` is another allocation's bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, itemsize) };
-                }
-            }
-        }
-        row0 += chunk.len();
-    }
-    let layout = Layout::c_order(&[rows as i64, ncols as i64], itemsize)?;
-    let why = format!("an Arrow table of {ncols} columns: one rows x columns copy");
-    Tensor::host_copy(buffer, dtype, layout, why)
-}
-
-/// The `arrow.fixed_shape_tensor` extension type's tensors: physical shape and permutation.
-struct TensorShape {
-    shape: Vec<usize>,
-    permutation: Option<Vec<usize>>,
-}
-
-fn fixed_shape_tensor(field: &Field) -> Result<Option<TensorShape>> {
-    let metadata = field.metadata();
-    if metadata.get("ARROW:extension:name").map(String::as_str) != Some("arrow.fixed_shape_tensor")
-    {
-        return Ok(None);
-    }
-    let bad = || Error::value("an arrow.fixed_shape_tensor type with unreadable metadata");
-    let json = metadata.get("ARROW:extension:metadata").ok_or_else(bad)?;
-    let parsed: serde_json::Value = serde_json::from_str(json).map_err(|_| bad())?;
-    let list = |key: &str| -> Result<Option<Vec<usize>>> {
-        match parsed.get(key) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(serde_json::Value::Array(items)) => items
-                .iter()
-                .map(|v| v.as_u64().map(|n| n as usize).ok_or_else(bad))
-                .collect::<Result<Vec<_>>>()
-                .map(Some),
-            Some(_) => Err(bad()),
-        }
-    };
-    let shape = list("shape")?.ok_or_else(bad)?;
-    let permutation = list("permutation")?;
-    if let Some(p) = &permutation {
-        let mut sorted = p.clone();
-        sorted.sort_unstable();
-        if sorted != (0..shape.len()).collect::<Vec<_>>() {
-            return Err(bad());
-        }
-    }
-    Ok(Some(TensorShape { shape, permutation }))
-}
-
-/// Reshape a tensor of rows x (flat tensor elements) to rows x the tensors' logical shape.
-fn apply_tensor_shape(tensor: Tensor, shape: Option<&TensorShape>) -> Result<Tensor> {
-    let Some(TensorShape { shape, permutation }) = shape else {
-        return Ok(tensor);
-    };
-    if !tensor.layout().is_c_contiguous() {
-        return Err(Error::runtime(
-            "internal error: an arrow.fixed_shape_tensor's rows are not in C order",
-        ));
-    }
-    let rows = tensor.layout().shape()[0];
-    let per_row: usize = shape.iter().product();
-    if tensor.layout().shape()[1..].iter().product::<i64>() as usize != per_row {
-        return Err(Error::value(
-            "an arrow.fixed_shape_tensor whose shape doesn't match its list size",
-        ));
-    }
-    let itemsize = tensor.dtype().itemsize() as i64;
-    let mut physical: Vec<i64> = vec![rows];
-    physical.extend(shape.iter().map(|&n| n as i64));
-    let c = Layout::c_order(&physical, itemsize as usize)?;
-    let (mut extents, mut strides) = (vec![rows], vec![c.byte_strides()[0]]);
-    for k in 0..shape.len() {
-        // Logical dimension k is physical dimension permutation[k].
-        let p = permutation.as_ref().map_or(k, |perm| perm[k]);
-        extents.push(physical[p + 1]);
-        strides.push(c.byte_strides()[p + 1]);
-    }
-    let layout = Layout::from_byte_strides(&extents, Some(&strides), itemsize as usize)?;
-    // SAFETY: the tensor is C-ordered, `rows` x `per_row` elements (both checked above), so its
-    // elements fill the bytes from its data up to `rows * per_row` items; `layout` reaches the
-    // same elements in another order (the physical C order, permuted).
-    Ok(unsafe { tensor.with_layout(layout) })
 }

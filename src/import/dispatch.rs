@@ -91,21 +91,49 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
         // A type that declares the Arrow interface is served through what it declares: its
         // instances are not asked for protocols it lacks (a failed lookup on a polars Series
         // runs its `__getattr__`, several microseconds each).
-        let instance_lookups =
-            protocols.dynamic && !protocols.arrow_array && !protocols.arrow_stream;
+        let instance_lookups = protocols.dynamic && !protocols.arrow;
         if on_type || instance_lookups {
             Ok(obj.getattr_opt(name)?)
         } else {
             Ok(None) // neither the type nor (lacking a __dict__ or __getattr__) the instance has it
         }
     };
-    // The Arrow PyCapsule interface, array first: `None` for an object without it.
+    // The Arrow PyCapsule interface, arrays before streams and each device variant first (as
+    // pyarrow reads them: it says where the memory is): `None` for an object without it.
     let arrow_import = || -> Result<Option<Tensor>> {
-        if let Some(method) = attr(intern!(py, "__arrow_c_array__"), protocols.arrow_array)? {
-            return arrow::import_array(&method).map(Some);
+        let arrays = [
+            (
+                intern!(py, "__arrow_c_device_array__"),
+                protocols.arrow_device_array,
+                true,
+            ),
+            (
+                intern!(py, "__arrow_c_array__"),
+                protocols.arrow_array,
+                false,
+            ),
+        ];
+        for (name, declared, device) in arrays {
+            if let Some(method) = attr(name, declared)? {
+                return arrow::import_array(&method, device).map(Some);
+            }
         }
-        if let Some(method) = attr(intern!(py, "__arrow_c_stream__"), protocols.arrow_stream)? {
-            return arrow::import_stream_method(&method).map(Some);
+        let streams = [
+            (
+                intern!(py, "__arrow_c_device_stream__"),
+                protocols.arrow_device_stream,
+                true,
+            ),
+            (
+                intern!(py, "__arrow_c_stream__"),
+                protocols.arrow_stream,
+                false,
+            ),
+        ];
+        for (name, declared, device) in streams {
+            if let Some(method) = attr(name, declared)? {
+                return arrow::import_stream_method(&method, device).map(Some);
+            }
         }
         Ok(None)
     };
@@ -142,7 +170,7 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
             Err(_) if protocols.torch && is_nested(obj) => return Err(nested_tensor()),
             // Arrow arrays' own DLPack export refuses much the Arrow interface serves
             // (booleans, fixed-size lists, any validity bitmap), with errors of its own types.
-            Err(_) if protocols.arrow_array || protocols.arrow_stream => {
+            Err(_) if protocols.arrow => {
                 let tensor =
                     arrow_import()?.ok_or_else(|| Error::type_("the Arrow interface went away"))?;
                 return Ok(Imported {
@@ -194,7 +222,7 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
         (Ok(None), None) => Err(Error::type_(format!(
             "asdlpack() needs an object that supports DLPack (__dlpack__ or a DLPack capsule), \
              the CUDA array interface (__cuda_array_interface__), the Arrow PyCapsule interface \
-             (__arrow_c_array__ / __arrow_c_stream__), the array interface (__array_interface__ \
+             (__arrow_c_array__ / __arrow_c_stream__ and their device variants), the array interface (__array_interface__ \
              / __array_struct__), the buffer protocol or numpy's __array__; {} supports none",
             array_interface::type_name(obj)
         ))),

@@ -20,8 +20,12 @@ pub struct Protocols {
     pub array_interface: bool,
     pub arrow_array: bool,
     pub arrow_stream: bool,
+    pub arrow_device_array: bool,
+    pub arrow_device_stream: bool,
     /// numpy's `__array__`, the last resort.
     pub numpy_array: bool,
+    /// The type declares any of the Arrow PyCapsule interface's four methods.
+    pub arrow: bool,
     /// The type's DLPack C exchange API table (major version 1).
     pub exchange_api: Option<ExchangeApi>,
     /// A torch tensor type: its C exchange API exports tensors its `__dlpack__` refuses
@@ -95,14 +99,17 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         .getattr(intern!(py, "__dictoffset__"))
         .and_then(|v| v.extract::<isize>())
         .unwrap_or(1);
-    Protocols {
+    let mut protocols = Protocols {
         dlpack: has(intern!(py, "__dlpack__")),
         cuda_array_interface: has(intern!(py, "__cuda_array_interface__")),
         array_struct: has(intern!(py, "__array_struct__")),
         array_interface: has(intern!(py, "__array_interface__")),
         arrow_array: has(intern!(py, "__arrow_c_array__")),
         arrow_stream: has(intern!(py, "__arrow_c_stream__")),
+        arrow_device_array: has(intern!(py, "__arrow_c_device_array__")),
+        arrow_device_stream: has(intern!(py, "__arrow_c_device_stream__")),
         numpy_array: has(intern!(py, "__array__")),
+        arrow: false,
         exchange_api: exchange_api(ty),
         ndarray: super::numpy::is_ndarray_type(ty),
         numpy_masked: is_numpy_masked_array_type(ty),
@@ -115,7 +122,12 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
                 .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
         }),
         dynamic: heap_type || dict_offset != 0 || has(intern!(py, "__getattr__")),
-    }
+    };
+    protocols.arrow = protocols.arrow_array
+        || protocols.arrow_stream
+        || protocols.arrow_device_array
+        || protocols.arrow_device_stream;
+    protocols
 }
 
 /// The `DLPackExchangeAPI` a type publishes in `__dlpack_c_exchange_api__` (a capsule named

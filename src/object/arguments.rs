@@ -298,7 +298,9 @@ pub unsafe fn versioned_minor(py: Python<'_>, max_version: *mut PyObject) -> Opt
 
 /// The one optional argument of a method taking `(self, NAME=None)`, positional or by name
 /// (`__arrow_c_array__(requested_schema=None)`, `__arrow_c_stream__`); `None` when absent or
-/// None.
+/// None. With `future_keywords` (the Arrow device methods' `**kwargs`), other keywords are
+/// taken when None, as the Arrow PyCapsule interface asks, and are a `NotImplementedError`
+/// otherwise (as pyarrow's).
 ///
 /// # Safety
 /// As CPython passes fast-call arguments, holding the GIL; the value borrows the caller's.
@@ -309,6 +311,7 @@ pub unsafe fn optional_argument<'a, 'py>(
     kwnames: *mut PyObject,
     function: &str,
     name: &str,
+    future_keywords: bool,
 ) -> PyResult<Option<Borrowed<'a, 'py, PyAny>>> {
     let keywords = if kwnames.is_null() {
         0
@@ -316,30 +319,46 @@ pub unsafe fn optional_argument<'a, 'py>(
         // SAFETY: `kwnames` is a tuple.
         unsafe { python::tuple_size(kwnames) }
     };
-    if nargs + keywords > 1 {
+    if nargs > 1 || (nargs + keywords > 1 && !future_keywords) {
         return Err(PyTypeError::new_err(format!(
             "{function}() takes at most one argument ({} given)",
             nargs + keywords
         )));
     }
-    if keywords == 1 {
-        // SAFETY: with one keyword, `kwnames` holds one name.
-        let given = unsafe { python::tuple_item(kwnames, 0) };
+    // The fast-call arguments: `nargs` positional values, then one per keyword name, live
+    // objects the caller holds for the call ("as said" below).
+    let value_at = |k: Py_ssize_t| {
+        // SAFETY: as said, `k` is below their count.
+        let value = unsafe { *args.wrapping_offset(k) };
+        // SAFETY: as said.
+        unsafe { Borrowed::from_ptr(py, value) }
+    };
+    let mut value = (nargs == 1).then(|| value_at(0));
+    for k in 0..keywords {
+        // SAFETY: `k` is below the tuple's size.
+        let given = unsafe { python::tuple_item(kwnames, k) };
         // SAFETY: a live str, borrowed from the tuple.
         let given = unsafe { Bound::from_borrowed_ptr(py, given) };
-        if !given.cast::<PyString>().is_ok_and(|n| n == name) {
+        let given_value = value_at(nargs + k);
+        if given.cast::<PyString>().is_ok_and(|n| n == name) {
+            if value.is_some() {
+                return Err(PyTypeError::new_err(format!(
+                    "{function}() got multiple values for argument '{name}'"
+                )));
+            }
+            value = Some(given_value);
+        } else if !future_keywords {
             return Err(PyTypeError::new_err(format!(
                 "{function}() got an unexpected keyword argument '{}'",
                 given.str()?
             )));
+        } else if !given_value.is_none() {
+            return Err(pyo3::exceptions::PyNotImplementedError::new_err(format!(
+                "{function}() got keyword argument '{}', which it doesn't support yet (only \
+                 None)",
+                given.str()?
+            )));
         }
     }
-    if nargs + keywords == 0 {
-        return Ok(None);
-    }
-    // SAFETY: the one argument, positional or keyword, is the first value.
-    let value = unsafe { *args };
-    // SAFETY: a live object the caller holds for the call.
-    let value = unsafe { Borrowed::from_ptr(py, value) };
-    Ok((!value.is_none()).then_some(value))
+    Ok(value.filter(|v| !v.is_none()))
 }

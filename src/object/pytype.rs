@@ -22,7 +22,6 @@ use crate::export::policy::{self, Request};
 use crate::export::{arrow, buffer, capsule};
 use crate::ffi::python::{self, Py_ssize_t, PyObject, PyTypeObject};
 use crate::import::array_interface::to_i64;
-use crate::tensor::Tensor;
 
 /// The `DLPackObject` type, created on first use (module initialisation).
 pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
@@ -253,78 +252,58 @@ unsafe extern "C" fn reduce_ex_entry(
     })
 }
 
-/// An Arrow export's result, as a Python object.
-type ArrowExport = for<'py> fn(
-    &Bound<'py, PyAny>,
-    &Tensor,
-    Option<&Bound<'py, PyAny>>,
-) -> Result<Bound<'py, PyAny>>;
+/// The Arrow PyCapsule interface's methods, told apart by their entry's const parameter.
+const ARROW_ARRAY: u8 = 0;
+const ARROW_STREAM: u8 = 1;
+const ARROW_DEVICE_ARRAY: u8 = 2;
+const ARROW_DEVICE_STREAM: u8 = 3;
 
-/// The Arrow methods' entry: `(requested_schema=None)`, read for method `name`, then `export`.
+/// The Arrow methods' entry: `(requested_schema=None)` (and, for the device ones, `**kwargs`
+/// that are None), then the export `METHOD` names: see `export::arrow`.
 ///
 /// # Safety
 /// As for any method's entry point: CPython calls it holding the GIL, on a live instance of our
 /// type, with live fast-call arguments it holds for the call.
-unsafe fn arrow_entry(
+unsafe extern "C" fn arrow_entry<const METHOD: u8>(
     object: *mut PyObject,
     args: *const *mut PyObject,
     nargs: Py_ssize_t,
     kwnames: *mut PyObject,
-    name: &'static str,
-    export: ArrowExport,
 ) -> *mut PyObject {
+    let name = match METHOD {
+        ARROW_ARRAY => "__arrow_c_array__",
+        ARROW_STREAM => "__arrow_c_stream__",
+        ARROW_DEVICE_ARRAY => "__arrow_c_device_array__",
+        _ => "__arrow_c_device_stream__",
+    };
+    let device = matches!(METHOD, ARROW_DEVICE_ARRAY | ARROW_DEVICE_STREAM);
     entry(ptr::null_mut(), |py| {
         // SAFETY: per the contract.
         let requested = unsafe {
-            arguments::optional_argument(py, args, nargs, kwnames, name, "requested_schema")?
+            arguments::optional_argument(
+                py,
+                args,
+                nargs,
+                kwnames,
+                name,
+                "requested_schema",
+                device,
+            )?
         };
         // SAFETY: as above.
         let slf = unsafe { Borrowed::from_ptr(py, object) };
         // SAFETY: CPython calls methods on live instances of their type.
         let state = unsafe { state_unchecked(object) };
         let requested = requested.map(|r| r.to_owned());
-        Ok(export(&slf, state.tensor(), requested.as_ref())?.into_ptr())
+        let (tensor, requested) = (state.tensor(), requested.as_ref());
+        let exported = match METHOD {
+            ARROW_ARRAY => arrow::arrow_c_array(&slf, tensor, requested)?.into_any(),
+            ARROW_STREAM => arrow::arrow_c_stream(&slf, tensor, requested)?.into_any(),
+            ARROW_DEVICE_ARRAY => arrow::arrow_c_device_array(&slf, tensor, requested)?.into_any(),
+            _ => arrow::arrow_c_device_stream(&slf, tensor, requested)?.into_any(),
+        };
+        Ok(exported.into_ptr())
     })
-}
-
-/// `__arrow_c_array__(requested_schema=None)`: see `export::arrow`.
-unsafe extern "C" fn arrow_c_array_entry(
-    object: *mut PyObject,
-    args: *const *mut PyObject,
-    nargs: Py_ssize_t,
-    kwnames: *mut PyObject,
-) -> *mut PyObject {
-    // SAFETY: CPython calls this method's entry as `arrow_entry` asks.
-    unsafe {
-        arrow_entry(
-            object,
-            args,
-            nargs,
-            kwnames,
-            "__arrow_c_array__",
-            |o, t, r| Ok(arrow::arrow_c_array(o, t, r)?.into_any()),
-        )
-    }
-}
-
-/// `__arrow_c_stream__(requested_schema=None)`: see `export::arrow`.
-unsafe extern "C" fn arrow_c_stream_entry(
-    object: *mut PyObject,
-    args: *const *mut PyObject,
-    nargs: Py_ssize_t,
-    kwnames: *mut PyObject,
-) -> *mut PyObject {
-    // SAFETY: CPython calls this method's entry as `arrow_entry` asks.
-    unsafe {
-        arrow_entry(
-            object,
-            args,
-            nargs,
-            kwnames,
-            "__arrow_c_stream__",
-            |o, t, r| Ok(arrow::arrow_c_stream(o, t, r)?.into_any()),
-        )
-    }
 }
 
 unsafe extern "C" fn repr_entry(object: *mut PyObject) -> *mut PyObject {
@@ -496,7 +475,7 @@ fn create_type(py: Python<'_>) -> PyResult<*mut PyTypeObject> {
         python::PyMethodDef {
             ml_name: c"__arrow_c_array__".as_ptr(),
             ml_meth: python::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: arrow_c_array_entry,
+                PyCFunctionFastWithKeywords: arrow_entry::<ARROW_ARRAY>,
             },
             ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
             ml_doc: c"__arrow_c_array__($self, requested_schema=None, /)\n--\n\nThe Arrow PyCapsule interface: (schema, array) capsules of host memory. 1-D numbers as they are; N-d C-ordered memory as an arrow.fixed_shape_tensor, or nested fixed-size lists when requested; other layouts one C-ordered copy.".as_ptr(),
@@ -504,10 +483,26 @@ fn create_type(py: Python<'_>) -> PyResult<*mut PyTypeObject> {
         python::PyMethodDef {
             ml_name: c"__arrow_c_stream__".as_ptr(),
             ml_meth: python::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: arrow_c_stream_entry,
+                PyCFunctionFastWithKeywords: arrow_entry::<ARROW_STREAM>,
             },
             ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
             ml_doc: c"__arrow_c_stream__($self, requested_schema=None, /)\n--\n\nThe Arrow PyCapsule interface: a stream capsule of host memory, whose one array is the one __arrow_c_array__ gives.".as_ptr(),
+        },
+        python::PyMethodDef {
+            ml_name: c"__arrow_c_device_array__".as_ptr(),
+            ml_meth: python::PyMethodDefPointer {
+                PyCFunctionFastWithKeywords: arrow_entry::<ARROW_DEVICE_ARRAY>,
+            },
+            ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
+            ml_doc: c"__arrow_c_device_array__($self, requested_schema=None, **kwargs)\n--\n\nThe Arrow PyCapsule interface's device variant: (schema, device array) capsules of host memory, as the CPU's (device id -1, no event); the array is __arrow_c_array__'s. Other keywords must be None.".as_ptr(),
+        },
+        python::PyMethodDef {
+            ml_name: c"__arrow_c_device_stream__".as_ptr(),
+            ml_meth: python::PyMethodDefPointer {
+                PyCFunctionFastWithKeywords: arrow_entry::<ARROW_DEVICE_STREAM>,
+            },
+            ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
+            ml_doc: c"__arrow_c_device_stream__($self, requested_schema=None, **kwargs)\n--\n\nThe Arrow PyCapsule interface's device variant: a device stream capsule of host memory (the CPU's), whose one array is the one __arrow_c_device_array__ gives. Other keywords must be None.".as_ptr(),
         },
         python::PyMethodDef::zeroed(),
     ]));

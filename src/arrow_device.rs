@@ -1,0 +1,145 @@
+//! The Arrow C Device data interface's two structs, `ArrowDeviceArray` and
+//! `ArrowDeviceArrayStream`. arrow-rs binds the C data and stream interfaces but not these (as
+//! of arrow-rs 60), so they are declared here as `arrow/c/abi.h` has them, over arrow-rs's own
+//! `FFI_ArrowArray` and `FFI_ArrowSchema`; their layout is checked against the header's below.
+//!
+//! Device types are DLPack's device type codes (the interface keeps them equal).
+
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr;
+
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+
+/// `ARROW_DEVICE_CPU`: memory the CPU reads directly, as with the plain C data interface.
+pub const ARROW_DEVICE_CPU: i32 = 1;
+
+/// An `ArrowDeviceArray`: an `ArrowArray` whose buffers are memory of one device, and the event
+/// (for CUDA, a `CUevent*`) a consumer waits on before reading it. The array's own `release`
+/// releases everything, event included: dropping this drops (releases) the array.
+#[repr(C)]
+#[derive(Debug)]
+#[allow(non_camel_case_types, reason = "named as arrow-rs names its C structs")]
+pub struct FFI_ArrowDeviceArray {
+    pub array: FFI_ArrowArray,
+    pub device_id: i64,
+    pub device_type: i32,
+    pub sync_event: *mut c_void,
+    pub reserved: [i64; 3],
+}
+
+// SAFETY: the interface lets whichever thread holds an array release it; `sync_event` is only
+// carried, never used here.
+unsafe impl Send for FFI_ArrowDeviceArray {}
+
+impl FFI_ArrowDeviceArray {
+    /// A CPU device array of `array` (device id -1: the CPU has no number; no event).
+    pub fn cpu(array: FFI_ArrowArray) -> Self {
+        Self {
+            array,
+            device_id: -1,
+            device_type: ARROW_DEVICE_CPU,
+            sync_event: ptr::null_mut(),
+            reserved: [0; 3],
+        }
+    }
+
+    /// A released device array: what `get_next` writes at the end of a stream.
+    pub fn empty() -> Self {
+        Self {
+            array: FFI_ArrowArray::empty(),
+            device_id: 0,
+            device_type: 0,
+            sync_event: ptr::null_mut(),
+            reserved: [0; 3],
+        }
+    }
+
+    /// Move the device array at `raw` out, leaving it released (its array's `release` NULL),
+    /// as the interface moves structs.
+    ///
+    /// # Safety
+    /// `raw` points to a valid `ArrowDeviceArray`, live or released, writable.
+    pub unsafe fn from_raw(raw: *mut Self) -> Self {
+        // SAFETY: a valid device array, per the contract, which we may read and write.
+        let raw = unsafe { &mut *raw };
+        let (device_id, device_type, sync_event) = (raw.device_id, raw.device_type, raw.sync_event);
+        // SAFETY: its array is a valid `ArrowArray`, which arrow-rs moves out and marks released.
+        let array = unsafe { FFI_ArrowArray::from_raw(&raw mut raw.array) };
+        Self {
+            array,
+            device_id,
+            device_type,
+            sync_event,
+            reserved: [0; 3],
+        }
+    }
+}
+
+/// An `ArrowDeviceArrayStream`: an `ArrowArrayStream` whose arrays are `ArrowDeviceArray`s of
+/// one device type. Dropping a live stream releases it.
+#[repr(C)]
+#[derive(Debug)]
+#[allow(non_camel_case_types, reason = "named as arrow-rs names its C structs")]
+pub struct FFI_ArrowDeviceArrayStream {
+    pub device_type: i32,
+    pub get_schema: Option<unsafe extern "C" fn(*mut Self, *mut FFI_ArrowSchema) -> c_int>,
+    pub get_next: Option<unsafe extern "C" fn(*mut Self, *mut FFI_ArrowDeviceArray) -> c_int>,
+    pub get_last_error: Option<unsafe extern "C" fn(*mut Self) -> *const c_char>,
+    pub release: Option<unsafe extern "C" fn(*mut Self)>,
+    pub private_data: *mut c_void,
+}
+
+// SAFETY: as for arrays: the interface lets whichever thread holds a stream use and release it
+// (one call at a time).
+unsafe impl Send for FFI_ArrowDeviceArrayStream {}
+
+impl FFI_ArrowDeviceArrayStream {
+    /// A released stream (all NULL), of `device_type`.
+    pub fn empty(device_type: i32) -> Self {
+        Self {
+            device_type,
+            get_schema: None,
+            get_next: None,
+            get_last_error: None,
+            release: None,
+            private_data: ptr::null_mut(),
+        }
+    }
+
+    /// Move the stream at `raw` out, leaving it released.
+    ///
+    /// # Safety
+    /// `raw` points to a valid `ArrowDeviceArrayStream`, live or released, writable.
+    pub unsafe fn from_raw(raw: *mut Self) -> Self {
+        // SAFETY: a valid stream, per the contract: read, then marked released (its `release`
+        // NULL, below), so that only the copy releases it.
+        let stream = unsafe { ptr::read(raw) };
+        // SAFETY: writable, per the contract.
+        unsafe { (*raw).release = None };
+        stream
+    }
+}
+
+impl Drop for FFI_ArrowDeviceArrayStream {
+    fn drop(&mut self) {
+        if let Some(release) = self.release {
+            // SAFETY: a live stream's own release, called once: it marks the stream released.
+            unsafe { release(self) };
+        }
+    }
+}
+
+// The header's layout (64-bit platforms): `ArrowArray` is 80 bytes.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<FFI_ArrowArray>() == 80);
+    assert!(offset_of!(FFI_ArrowDeviceArray, device_id) == 80);
+    assert!(offset_of!(FFI_ArrowDeviceArray, device_type) == 88);
+    assert!(offset_of!(FFI_ArrowDeviceArray, sync_event) == 96);
+    assert!(offset_of!(FFI_ArrowDeviceArray, reserved) == 104);
+    assert!(size_of::<FFI_ArrowDeviceArray>() == 128);
+    assert!(offset_of!(FFI_ArrowDeviceArrayStream, get_schema) == 8);
+    assert!(offset_of!(FFI_ArrowDeviceArrayStream, private_data) == 40);
+    assert!(size_of::<FFI_ArrowDeviceArrayStream>() == 48);
+};

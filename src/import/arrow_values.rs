@@ -1,0 +1,381 @@
+//! What Arrow arrays become (see `arrow` for how they are read): one chunk of numbers in place,
+//! an array's offset honoured; `FixedSizeList`s of them (nested to any depth) N-d, and the
+//! `arrow.fixed_shape_tensor` extension type its tensors in their logical order (`permutation`).
+//! Booleans (bits), several chunks and tables whose columns share one numeric type (rows x
+//! columns) are one copy. Nulls and other types are refused, naming what.
+
+use std::ffi::c_void;
+
+use arrow_data::ArrayData;
+use arrow_schema::{DataType, Field};
+use dlpack_core::abi::type_code as tc;
+use dlpack_core::dtype::DType;
+
+use crate::error::{Error, Result};
+use crate::tensor::{AlignedBuffer, Device, Layout, Owner, Tensor, TensorParts};
+
+/// The parts of a tensor of an imported Arrow array's values, on the host, in native order.
+pub fn host_values(data: *mut c_void, dtype: DType, layout: Layout, owner: Owner) -> TensorParts {
+    TensorParts {
+        data,
+        device: Device::CPU,
+        dtype,
+        layout,
+        // Arrow memory is immutable: consumers may share it, never write it.
+        readonly: true,
+        swapped: false,
+        indirect: false,
+        stream: None,
+        owner,
+    }
+}
+
+/// The Arrow types DLPack carries and their element types: the one table both directions
+/// (import here, `export::arrow`) read.
+static ELEMENT_TYPES: [(DataType, DType); 12] = [
+    (DataType::Int8, DType::new(tc::INT, 8)),
+    (DataType::Int16, DType::new(tc::INT, 16)),
+    (DataType::Int32, DType::new(tc::INT, 32)),
+    (DataType::Int64, DType::new(tc::INT, 64)),
+    (DataType::UInt8, DType::new(tc::UINT, 8)),
+    (DataType::UInt16, DType::new(tc::UINT, 16)),
+    (DataType::UInt32, DType::new(tc::UINT, 32)),
+    (DataType::UInt64, DType::new(tc::UINT, 64)),
+    (DataType::Float16, DType::new(tc::FLOAT, 16)),
+    (DataType::Float32, DType::new(tc::FLOAT, 32)),
+    (DataType::Float64, DType::new(tc::FLOAT, 64)),
+    (DataType::Boolean, DType::new(tc::BOOL, 8)),
+];
+
+/// The element type of an Arrow primitive type DLPack carries, if it is one.
+pub fn element_type(data_type: &DataType) -> Option<DType> {
+    ELEMENT_TYPES
+        .iter()
+        .find(|(arrow, _)| arrow == data_type)
+        .map(|&(_, dtype)| dtype)
+}
+
+/// The Arrow type of a DLPack element type, if Arrow has one.
+pub fn arrow_type(dtype: DType) -> Option<DataType> {
+    ELEMENT_TYPES
+        .iter()
+        .find(|&&(_, d)| d == dtype)
+        .map(|(arrow, _)| arrow.clone())
+}
+
+/// The values of a chunk: its leaf (primitive) data, the first leaf element it reaches (a
+/// logical index of the leaf, its own offset not added), and its shape (the chunk's length,
+/// then each `FixedSizeList`'s size).
+struct Values<'a> {
+    leaf: &'a ArrayData,
+    start: usize,
+    shape: Vec<usize>,
+}
+
+/// Walk a chunk down its `FixedSizeList`s to the numbers, refusing nulls on the way.
+fn values<'a>(data: &'a ArrayData, column: &str) -> Result<Values<'a>> {
+    let mut shape = vec![data.len()];
+    let (mut node, mut start, mut count) = (data, 0usize, data.len());
+    loop {
+        refuse_nulls(node, start, count, column)?;
+        match node.data_type() {
+            DataType::FixedSizeList(_, size) => {
+                let size = *size as usize;
+                let child = &node.child_data()[0];
+                // `child_data` is the whole child: the list's own offset picks its part.
+                start = (node.offset() + start) * size;
+                count *= size;
+                shape.push(size);
+                node = child;
+            }
+            data_type if element_type(data_type).is_some() => {
+                return Ok(Values {
+                    leaf: node,
+                    start,
+                    shape,
+                });
+            }
+            other => return Err(unsupported(other, column)),
+        }
+    }
+}
+
+fn refuse_nulls(data: &ArrayData, start: usize, count: usize, column: &str) -> Result<()> {
+    let Some(nulls) = data.nulls() else {
+        return Ok(());
+    };
+    let nulls = nulls.slice(start, count).null_count();
+    if nulls > 0 {
+        return Err(Error::buffer(format!(
+            "{column}has {nulls} null{} and DLPack has no nulls: fill them first (fill_null() in \
+             polars and pyarrow.compute, fillna() in pandas)",
+            if nulls == 1 { "" } else { "s" }
+        )));
+    }
+    Ok(())
+}
+
+#[cold]
+fn unsupported(data_type: &DataType, column: &str) -> Error {
+    Error::type_(format!(
+        "{column}is of Arrow type {data_type}, which DLPack can't carry (fixed-width numbers, \
+         booleans and fixed-size lists of them can)"
+    ))
+}
+
+/// A tensor of the chunks of one field: in place for one chunk of numbers, a copy otherwise.
+pub fn from_chunks(field: &Field, chunks: Vec<ArrayData>) -> Result<Tensor> {
+    if let DataType::Struct(columns) = field.data_type() {
+        return table(columns, &chunks);
+    }
+    let column = "this Arrow array ";
+    let tensor_shape = fixed_shape_tensor(field)?;
+    if let [chunk] = chunks.as_slice()
+        && chunk.data_type() != &DataType::Boolean
+        && !matches!(leaf_type(chunk.data_type()), Some(DataType::Boolean))
+    {
+        let values = values(chunk, column)?;
+        return in_place(chunk.clone(), &values, tensor_shape.as_ref());
+    }
+    // Several chunks, or bits: one C-ordered copy.
+    let mut parts = Vec::with_capacity(chunks.len());
+    for chunk in &chunks {
+        parts.push(values(chunk, column)?);
+    }
+    let leaf_type = match parts.first() {
+        Some(part) => part.leaf.data_type().clone(),
+        None => leaf_type(field.data_type())
+            .cloned()
+            .ok_or_else(|| unsupported(field.data_type(), column))?,
+    };
+    let dtype = element_type(&leaf_type).ok_or_else(|| unsupported(&leaf_type, column))?;
+    let inner: Vec<usize> = fixed_sizes(field.data_type());
+    let rows: usize = parts.iter().map(|p| p.shape[0]).sum();
+    let mut shape = vec![rows];
+    shape.extend(&inner);
+    let bits = leaf_type == DataType::Boolean;
+    let why = match (chunks.len(), bits) {
+        (0, _) => "the Arrow stream has no chunks: a new empty array".to_owned(),
+        (1, _) => "Arrow booleans are bits: one copy makes them bytes".to_owned(),
+        (n, false) => format!("the Arrow stream has {n} chunks: one copy joins them"),
+        (n, true) => format!(
+            "the Arrow stream has {n} chunks of booleans (bits): one copy joins them as bytes"
+        ),
+    };
+    let copy = gather(dtype, &shape, parts.iter().map(|p| (p, p.leaf)), why)?;
+    apply_tensor_shape(copy, tensor_shape.as_ref())
+}
+
+/// The leaf type under any `FixedSizeList`s.
+fn leaf_type(data_type: &DataType) -> Option<&DataType> {
+    match data_type {
+        DataType::FixedSizeList(child, _) => leaf_type(child.data_type()),
+        other => element_type(other).map(|_| other),
+    }
+}
+
+fn fixed_sizes(data_type: &DataType) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    let mut node = data_type;
+    while let DataType::FixedSizeList(child, size) = node {
+        sizes.push(*size as usize);
+        node = child.data_type();
+    }
+    sizes
+}
+
+/// A chunk of numbers, served where it is: the leaf's values buffer from its first element.
+fn in_place(chunk: ArrayData, values: &Values<'_>, tensor: Option<&TensorShape>) -> Result<Tensor> {
+    let leaf = values.leaf;
+    let dtype = element_type(leaf.data_type()).ok_or_else(|| unsupported(leaf.data_type(), ""))?;
+    let itemsize = dtype.itemsize();
+    let buffer = &leaf.buffers()[0];
+    let first = (leaf.offset() + values.start) * itemsize;
+    let numel: usize = values.shape.iter().product();
+    if numel > 0 && first + numel * itemsize > buffer.len() {
+        return Err(Error::value(
+            "the Arrow array's buffer is smaller than its length and offset say",
+        ));
+    }
+    let data = buffer.as_ptr().wrapping_add(first).cast_mut().cast();
+    let extents: Vec<i64> = values.shape.iter().map(|&n| n as i64).collect();
+    let layout = Layout::c_order(&extents, itemsize)?;
+    let parts = host_values(data, dtype, layout, Owner::arrow(chunk));
+    // SAFETY: read-only host memory of the chunk's values buffer, which the owner keeps alive:
+    // the C-ordered layout's `numel` elements from `first` lie within the buffer (checked just
+    // above), on arrow-rs's import of the producer's array (the producer's word for the buffer
+    // itself, which nothing can check).
+    let tensor_of = unsafe { Tensor::new(parts) };
+    apply_tensor_shape(tensor_of, tensor)
+}
+
+/// Copy parts (each with its leaf data) into one C-ordered tensor of `shape`, booleans' bits
+/// into bytes.
+fn gather<'a>(
+    dtype: DType,
+    shape: &[usize],
+    parts: impl Iterator<Item = (&'a Values<'a>, &'a ArrayData)>,
+    why: String,
+) -> Result<Tensor> {
+    let itemsize = dtype.itemsize();
+    let numel: usize = shape.iter().product();
+    let buffer = AlignedBuffer::new(numel * itemsize)?;
+    let mut at = 0usize;
+    for (part, leaf) in parts {
+        let count: usize = part.shape.iter().product();
+        let first = leaf.offset() + part.start;
+        let dst = buffer.as_ptr().wrapping_add(at * itemsize);
+        if leaf.data_type() == &DataType::Boolean {
+            let bits = arrow_buffer::BooleanBuffer::new(leaf.buffers()[0].clone(), first, count);
+            for (k, bit) in bits.iter().enumerate() {
+                // SAFETY: `dst` has room for `count` one-byte elements from here (the buffer
+                // holds every part's elements).
+                unsafe { dst.wrapping_add(k).write(u8::from(bit)) };
+            }
+        } else {
+            let src = &leaf.buffers()[0].as_slice()[first * itemsize..(first + count) * itemsize];
+            // SAFETY: `dst` has room for `count` elements of `itemsize` bytes (as above), and
+            // `src` is another allocation's bytes.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        }
+        at += count;
+    }
+    let extents: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
+    Tensor::host_copy(buffer, dtype, Layout::c_order(&extents, itemsize)?, why)
+}
+
+/// A table (a struct array: record batches, data frames) whose columns share one numeric type:
+/// one rows x columns copy.
+fn table(columns: &arrow_schema::Fields, chunks: &[ArrayData]) -> Result<Tensor> {
+    let mut dtype = None;
+    for field in columns.iter() {
+        let column = format!("column {:?} ", field.name());
+        let this = element_type(field.data_type())
+            .ok_or_else(|| unsupported(field.data_type(), &column))?;
+        match dtype {
+            None => dtype = Some((this, field.name().clone())),
+            Some((first, ref name)) if first != this => {
+                return Err(Error::type_(format!(
+                    "column {:?} is {}, column {name:?} {}: a table becomes one array only when \
+                     its columns share one numeric type (cast them first)",
+                    field.name(),
+                    this.name(),
+                    first.name()
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    let Some((dtype, _)) = dtype else {
+        return Err(Error::type_("a table without columns can't be an array"));
+    };
+    let rows: usize = chunks.iter().map(|c| c.len()).sum();
+    let ncols = columns.len();
+    let itemsize = dtype.itemsize();
+    // Column by column into a column-major copy, then transposed into C order by the copy
+    // engine would be two copies: instead each column is written with the row stride.
+    let buffer = AlignedBuffer::new(rows * ncols * itemsize)?;
+    let mut row0 = 0usize;
+    for chunk in chunks {
+        refuse_nulls(chunk, 0, chunk.len(), "the table ")?;
+        for (j, (field, column)) in columns.iter().zip(chunk.child_data()).enumerate() {
+            let name = format!("column {:?} ", field.name());
+            // A struct's children are whole: the struct's offset picks their rows.
+            let part = values(column, &name)?;
+            let first = column.offset() + part.start + chunk.offset();
+            let leaf = part.leaf;
+            for i in 0..chunk.len() {
+                let dst = buffer
+                    .as_ptr()
+                    .wrapping_add(((row0 + i) * ncols + j) * itemsize);
+                if leaf.data_type() == &DataType::Boolean {
+                    let bit =
+                        arrow_buffer::bit_util::get_bit(leaf.buffers()[0].as_slice(), first + i);
+                    // SAFETY: inside the buffer: row < rows, column < ncols.
+                    unsafe { dst.write(u8::from(bit)) };
+                } else {
+                    let src = &leaf.buffers()[0].as_slice()[(first + i) * itemsize..][..itemsize];
+                    // SAFETY: as above; `src` is another allocation's bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, itemsize) };
+                }
+            }
+        }
+        row0 += chunk.len();
+    }
+    let layout = Layout::c_order(&[rows as i64, ncols as i64], itemsize)?;
+    let why = format!("an Arrow table of {ncols} columns: one rows x columns copy");
+    Tensor::host_copy(buffer, dtype, layout, why)
+}
+
+/// The `arrow.fixed_shape_tensor` extension type's tensors: physical shape and permutation.
+struct TensorShape {
+    shape: Vec<usize>,
+    permutation: Option<Vec<usize>>,
+}
+
+fn fixed_shape_tensor(field: &Field) -> Result<Option<TensorShape>> {
+    let metadata = field.metadata();
+    if metadata.get("ARROW:extension:name").map(String::as_str) != Some("arrow.fixed_shape_tensor")
+    {
+        return Ok(None);
+    }
+    let bad = || Error::value("an arrow.fixed_shape_tensor type with unreadable metadata");
+    let json = metadata.get("ARROW:extension:metadata").ok_or_else(bad)?;
+    let parsed: serde_json::Value = serde_json::from_str(json).map_err(|_| bad())?;
+    let list = |key: &str| -> Result<Option<Vec<usize>>> {
+        match parsed.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_u64().map(|n| n as usize).ok_or_else(bad))
+                .collect::<Result<Vec<_>>>()
+                .map(Some),
+            Some(_) => Err(bad()),
+        }
+    };
+    let shape = list("shape")?.ok_or_else(bad)?;
+    let permutation = list("permutation")?;
+    if let Some(p) = &permutation {
+        let mut sorted = p.clone();
+        sorted.sort_unstable();
+        if sorted != (0..shape.len()).collect::<Vec<_>>() {
+            return Err(bad());
+        }
+    }
+    Ok(Some(TensorShape { shape, permutation }))
+}
+
+/// Reshape a tensor of rows x (flat tensor elements) to rows x the tensors' logical shape.
+fn apply_tensor_shape(tensor: Tensor, shape: Option<&TensorShape>) -> Result<Tensor> {
+    let Some(TensorShape { shape, permutation }) = shape else {
+        return Ok(tensor);
+    };
+    if !tensor.layout().is_c_contiguous() {
+        return Err(Error::runtime(
+            "internal error: an arrow.fixed_shape_tensor's rows are not in C order",
+        ));
+    }
+    let rows = tensor.layout().shape()[0];
+    let per_row: usize = shape.iter().product();
+    if tensor.layout().shape()[1..].iter().product::<i64>() as usize != per_row {
+        return Err(Error::value(
+            "an arrow.fixed_shape_tensor whose shape doesn't match its list size",
+        ));
+    }
+    let itemsize = tensor.dtype().itemsize() as i64;
+    let mut physical: Vec<i64> = vec![rows];
+    physical.extend(shape.iter().map(|&n| n as i64));
+    let c = Layout::c_order(&physical, itemsize as usize)?;
+    let (mut extents, mut strides) = (vec![rows], vec![c.byte_strides()[0]]);
+    for k in 0..shape.len() {
+        // Logical dimension k is physical dimension permutation[k].
+        let p = permutation.as_ref().map_or(k, |perm| perm[k]);
+        extents.push(physical[p + 1]);
+        strides.push(c.byte_strides()[p + 1]);
+    }
+    let layout = Layout::from_byte_strides(&extents, Some(&strides), itemsize as usize)?;
+    // SAFETY: the tensor is C-ordered, `rows` x `per_row` elements (both checked above), so its
+    // elements fill the bytes from its data up to `rows * per_row` items; `layout` reaches the
+    // same elements in another order (the physical C order, permuted).
+    Ok(unsafe { tensor.with_layout(layout) })
+}
