@@ -291,3 +291,26 @@ def test_device_arrays_are_released_once_consumed_or_not():
     thread.join()
     gc.collect()
     assert pa.total_allocated_bytes() == base
+
+
+def test_a_capsule_of_the_wrong_kind_is_a_type_error():
+    array = pa.array([1.0, 2.0])
+
+    class Mixed:  # plain capsules from the device methods, and the other way round
+        def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+            return array.__arrow_c_array__()
+
+        def __arrow_c_device_stream__(self, requested_schema=None, **kwargs):
+            return pa.chunked_array([array]).__arrow_c_stream__()
+
+    class NotACapsule:
+        def __arrow_c_stream__(self, requested_schema=None):
+            return 1
+
+    with pytest.raises(TypeError, match='device array must come in a PyCapsule named "arrow_dev'):
+        asdlpack(Mixed())
+    with pytest.raises(TypeError, match='stream must come in a PyCapsule named "arrow_array_st'):
+        asdlpack(NotACapsule())
+    del Mixed.__arrow_c_device_array__
+    with pytest.raises(TypeError, match='named "arrow_device_array_stream"'):
+        asdlpack(Mixed())

@@ -95,12 +95,22 @@ fn not_cpu(device_type: i32, device_id: Option<i64>) -> Error {
     ))
 }
 
-/// Import through `__arrow_c_stream__()` or `__arrow_c_device_stream__()`, or a stream capsule
-/// of either kind itself.
+/// Import a stream capsule, plain or device (given as itself).
 pub fn import_stream(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
     let device = capsule
         .cast::<PyCapsule>()
         .is_ok_and(|c| c.is_valid_checked(Some(DEVICE_STREAM)));
+    stream_capsule(capsule, device)
+}
+
+/// Import through `__arrow_c_stream__()`, or `__arrow_c_device_stream__()` when `device`.
+pub fn import_stream_method(method: &Bound<'_, PyAny>, device: bool) -> Result<Tensor> {
+    stream_capsule(&method.call0()?, device)
+}
+
+/// The stream a capsule holds (a device stream when `device`): its arrays read, then it is
+/// released; a `TypeError` for anything but a capsule of that kind.
+fn stream_capsule(capsule: &Bound<'_, PyAny>, device: bool) -> Result<Tensor> {
     let (schema, arrays) = if device {
         let raw = take(capsule, DEVICE_STREAM, "device stream")?;
         // SAFETY: a capsule named "arrow_device_array_stream" holds an
@@ -290,38 +300,15 @@ fn plain_in_place(dtype: DType, array: FFI_ArrowArray) -> Result<Tensor> {
     Ok(unsafe { Tensor::new(parts) })
 }
 
-/// Call `__arrow_c_stream__()`, or `__arrow_c_device_stream__()` when `device`, and import its
-/// stream.
-pub fn import_stream_method(method: &Bound<'_, PyAny>, device: bool) -> Result<Tensor> {
-    let capsule = method.call0()?;
-    let (name, kind) = if device {
-        ("__arrow_c_device_stream__", DEVICE_STREAM)
-    } else {
-        ("__arrow_c_stream__", STREAM)
-    };
-    if !capsule
-        .cast::<PyCapsule>()
-        .is_ok_and(|c| c.is_valid_checked(Some(kind)))
-    {
-        return Err(Error::type_(format!(
-            "{name}() must return a PyCapsule named {kind:?}"
-        )));
-    }
-    import_stream(&capsule)
-}
-
 /// The pointer a capsule of `name` holds; a `TypeError` for anything else.
 fn take(obj: &Bound<'_, PyAny>, name: &CStr, what: &str) -> Result<*mut c_void> {
-    let capsule = obj.cast::<PyCapsule>().map_err(|_| {
+    let wrong = || {
         Error::type_(format!(
             "an Arrow {what} must come in a PyCapsule named {name:?}"
         ))
-    })?;
-    let pointer = capsule.pointer_checked(Some(name)).map_err(|_| {
-        Error::type_(format!(
-            "an Arrow {what} must come in a PyCapsule named {name:?}"
-        ))
-    })?;
+    };
+    let capsule = obj.cast::<PyCapsule>().map_err(|_| wrong())?;
+    let pointer = capsule.pointer_checked(Some(name)).map_err(|_| wrong())?;
     Ok(pointer.as_ptr())
 }
 
