@@ -17,7 +17,8 @@
 //! tensor   description (Tensor, Device, Exportable) and owner (what keeps the memory alive)
 //! export   policy (what a request gets), capsule, buffer (PEP 3118), interface (numpy's and
 //!          the CUDA array interfaces), arrow and arrow_stream (the Arrow PyCapsule interface)
-//! arrow_device  the Arrow C Device interface's structs, which arrow-rs doesn't bind
+//! arrow_c  the Arrow PyCapsule interface's methods and capsule names, and the C Device
+//!          interface's structs, which arrow-rs doesn't bind
 //! copy     copies between tensors: host, cuda, copyto (the checks both share)
 //! object   DLPackObject: state, behaviour, instance (its CPython memory), pytype (the type and
 //!          entry points), arguments, exchange_api; functions (asdlpack, copyto, _footprint)
@@ -28,7 +29,7 @@
 //! ```
 
 mod api;
-mod arrow_device;
+mod arrow_c;
 mod copy;
 mod error;
 mod export;

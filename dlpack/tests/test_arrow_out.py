@@ -290,46 +290,6 @@ _pointer.restype = ctypes.c_void_p
 _pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
-def test_a_c_consumer_reads_and_releases_on_threads_without_the_interpreter():
-    source = np.arange(100.0)
-    address, alive = np_data_ptr(source), weakref.ref(source)
-    capsule = asdlpack(source).__arrow_c_stream__()
-    del source
-    # Moved out of the capsule, as consumers take it: the capsule then releases nothing.
-    held = ArrowArrayStream.from_address(_pointer(capsule, b"arrow_array_stream"))
-    stream = ArrowArrayStream.from_buffer_copy(held)
-    held.release = None
-    del capsule, held
-    first, end = ArrowArray(), ArrowArray()
-    at = ctypes.addressof
-
-    def read():
-        assert GET_LAST_ERROR(stream.get_last_error)(at(stream)) is None
-        assert GET_NEXT(stream.get_next)(at(stream), at(first)) == 0
-        assert GET_NEXT(stream.get_next)(at(stream), at(end)) == 0
-        assert GET_NEXT(stream.get_next)(at(stream), None) == 22  # EINVAL
-        assert b"no ArrowArray" in GET_LAST_ERROR(stream.get_last_error)(at(stream))
-        release = RELEASE(stream.release)
-        release(at(stream))
-        release(at(stream))  # a second release is nothing
-
-    on_thread(read)
-    assert stream.release is None and stream.private is None
-    assert end.release is None  # the end of the stream
-    assert first.length == 100 and first.buffers[1] == address
-    gc.collect()
-    assert alive() is not None  # the array handed out holds the source
-    on_thread(lambda: RELEASE(first.release)(at(first)))
-    assert first.release is None
-    gc.collect()
-    assert alive() is None
-
-
-# ---------------------------------------------------------------------------
-# The C Device interface: __arrow_c_device_array__ / __arrow_c_device_stream__ of CPU memory
-# ---------------------------------------------------------------------------
-
-
 class ArrowDeviceArray(ctypes.Structure):
     _fields_ = [
         ("array", ArrowArray),
@@ -348,6 +308,58 @@ class ArrowDeviceArrayStream(ctypes.Structure):
             for name in ("get_schema", "get_next", "get_last_error", "release", "private")
         ],
     ]
+
+
+@pytest.mark.parametrize("device", [False, True], ids=["stream", "device_stream"])
+def test_a_c_consumer_reads_and_releases_on_threads_without_the_interpreter(device):
+    source = np.arange(100.0)
+    address, alive = np_data_ptr(source), weakref.ref(source)
+    obj = asdlpack(source)
+    if device:
+        capsule, name = obj.__arrow_c_device_stream__(), b"arrow_device_array_stream"
+        Stream, Array = ArrowDeviceArrayStream, ArrowDeviceArray
+    else:
+        capsule, name = obj.__arrow_c_stream__(), b"arrow_array_stream"
+        Stream, Array = ArrowArrayStream, ArrowArray
+    assert capsule_name(capsule) == name.decode()
+    del source, obj
+    # Moved out of the capsule, as consumers take it: the capsule then releases nothing.
+    held = Stream.from_address(_pointer(capsule, name))
+    stream = Stream.from_buffer_copy(held)
+    held.release = None
+    del capsule, held
+    first, end = Array(), Array()
+    at = ctypes.addressof
+
+    def read():
+        assert GET_LAST_ERROR(stream.get_last_error)(at(stream)) is None
+        assert GET_NEXT(stream.get_next)(at(stream), at(first)) == 0
+        assert GET_NEXT(stream.get_next)(at(stream), at(end)) == 0
+        assert GET_NEXT(stream.get_next)(at(stream), None) == 22  # EINVAL
+        assert b"no ArrowArray" in GET_LAST_ERROR(stream.get_last_error)(at(stream))
+        release = RELEASE(stream.release)
+        release(at(stream))
+        release(at(stream))  # a second release is nothing
+
+    on_thread(read)
+    assert stream.release is None and stream.private is None
+    if device:  # the CPU's, the array inside
+        assert stream.device_type == 1
+        assert (first.device_type, first.device_id, first.sync_event) == (1, -1, None)
+        first, end = first.array, end.array
+    assert end.release is None  # the end of the stream
+    assert first.length == 100 and first.buffers[1] == address
+    gc.collect()
+    assert alive() is not None  # the array handed out holds the source
+    on_thread(lambda: RELEASE(first.release)(at(first)))
+    assert first.release is None
+    gc.collect()
+    assert alive() is None
+
+
+# ---------------------------------------------------------------------------
+# The C Device interface: __arrow_c_device_array__ / __arrow_c_device_stream__ of CPU memory
+# ---------------------------------------------------------------------------
 
 
 def test_the_device_array_is_the_array_on_the_cpu():
@@ -404,41 +416,6 @@ def test_device_memory_is_refused_by_the_device_variants():
         for method in (obj.__arrow_c_device_array__, obj.__arrow_c_device_stream__):
             with pytest.raises(BufferError, match="CPU memory only"):
                 method()
-
-
-def test_a_c_consumer_reads_the_device_stream_on_threads_without_the_interpreter():
-    source = np.arange(100.0)
-    address, alive = np_data_ptr(source), weakref.ref(source)
-    capsule = asdlpack(source).__arrow_c_device_stream__()
-    assert capsule_name(capsule) == "arrow_device_array_stream"
-    del source
-    held = ArrowDeviceArrayStream.from_address(_pointer(capsule, b"arrow_device_array_stream"))
-    stream = ArrowDeviceArrayStream.from_buffer_copy(held)
-    held.release = None  # moved out, as consumers take it
-    del capsule, held
-    assert stream.device_type == 1
-    first, end = ArrowDeviceArray(), ArrowDeviceArray()
-    at = ctypes.addressof
-
-    def read():
-        assert GET_NEXT(stream.get_next)(at(stream), at(first)) == 0
-        assert GET_NEXT(stream.get_next)(at(stream), at(end)) == 0
-        assert GET_NEXT(stream.get_next)(at(stream), None) == 22  # EINVAL
-        assert b"no ArrowArray" in GET_LAST_ERROR(stream.get_last_error)(at(stream))
-        release = RELEASE(stream.release)
-        release(at(stream))
-        release(at(stream))  # a second release is nothing
-
-    on_thread(read)
-    assert stream.release is None and stream.private is None
-    assert end.array.release is None  # the end of the stream
-    assert (first.device_type, first.device_id, first.sync_event) == (1, -1, None)
-    assert first.array.length == 100 and first.array.buffers[1] == address
-    gc.collect()
-    assert alive() is not None  # the array handed out holds the source
-    on_thread(lambda: RELEASE(first.array.release)(at(first.array)))
-    gc.collect()
-    assert alive() is None
 
 
 def test_device_capsules_never_consumed_are_released_once():

@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
 
 use super::arrow_stream;
-use crate::arrow_device::FFI_ArrowDeviceArray;
+use crate::arrow_c::{FFI_ArrowDeviceArray, Method, SCHEMA};
 use crate::copy::to_c_order;
 use crate::error::{Error, Result};
 use crate::import::arrow_values::arrow_type;
@@ -51,75 +51,38 @@ impl Drop for Held {
     }
 }
 
-/// `__arrow_c_array__(requested_schema)` of `object`, whose tensor is `tensor`.
-pub fn arrow_c_array<'py>(
+/// What `method(requested_schema)` of `object`, whose tensor is `tensor`, returns: (schema,
+/// array) capsules from the array methods, a stream capsule from the stream ones. All four give
+/// the same one array (the device ones as the CPU's: device id -1, no event); a stream is of
+/// that array alone, made now (a copy, where there is one, is made here, on the caller's
+/// thread). A capsule no consumer takes releases what it holds.
+pub fn export_method<'py>(
     object: &Bound<'py, PyAny>,
     tensor: &Tensor,
     requested_schema: Option<&Bound<'py, PyAny>>,
-) -> Result<Bound<'py, PyTuple>> {
+    method: Method,
+) -> Result<Bound<'py, PyAny>> {
     let py = object.py();
-    let (array, field) = export(object, tensor, requested_schema, "__arrow_c_array__")?;
+    let (array, field) = export(object, tensor, requested_schema, method.name())?;
+    // Written now for the arrays; a stream writes its own on each `get_schema`, and this one
+    // shows that it can.
     let schema = FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
-    let schema = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
-    let array = PyCapsule::new_with_value(py, array, c"arrow_array")?;
-    Ok(PyTuple::new(py, [schema.into_any(), array.into_any()])?)
-}
-
-/// `__arrow_c_stream__(requested_schema)` of `object`, whose tensor is `tensor`: a stream of the
-/// one array `__arrow_c_array__` gives, made now (a copy, where there is one, is made here, on
-/// the caller's thread). The capsule releases the stream if no consumer takes it.
-pub fn arrow_c_stream<'py>(
-    object: &Bound<'py, PyAny>,
-    tensor: &Tensor,
-    requested_schema: Option<&Bound<'py, PyAny>>,
-) -> Result<Bound<'py, PyCapsule>> {
-    let (array, field) = export(object, tensor, requested_schema, "__arrow_c_stream__")?;
-    // The stream writes its schema on each `get_schema`: one written now shows that it can be.
-    FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
-    let stream = arrow_stream::one_array(field, array);
-    Ok(PyCapsule::new_with_value(
-        object.py(),
-        stream,
-        c"arrow_array_stream",
-    )?)
-}
-
-/// `__arrow_c_device_array__(requested_schema)` of `object`: `__arrow_c_array__`'s array as a
-/// CPU device array (device id -1, no event).
-pub fn arrow_c_device_array<'py>(
-    object: &Bound<'py, PyAny>,
-    tensor: &Tensor,
-    requested_schema: Option<&Bound<'py, PyAny>>,
-) -> Result<Bound<'py, PyTuple>> {
-    let py = object.py();
-    let (array, field) = export(object, tensor, requested_schema, "__arrow_c_device_array__")?;
-    let schema = FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
-    let schema = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
-    let array = FFI_ArrowDeviceArray::cpu(array);
-    let array = PyCapsule::new_with_value(py, array, c"arrow_device_array")?;
-    Ok(PyTuple::new(py, [schema.into_any(), array.into_any()])?)
-}
-
-/// `__arrow_c_device_stream__(requested_schema)` of `object`: a device stream (of the CPU) of
-/// the one array `__arrow_c_device_array__` gives, made now, as `__arrow_c_stream__`'s.
-pub fn arrow_c_device_stream<'py>(
-    object: &Bound<'py, PyAny>,
-    tensor: &Tensor,
-    requested_schema: Option<&Bound<'py, PyAny>>,
-) -> Result<Bound<'py, PyCapsule>> {
-    let (array, field) = export(
-        object,
-        tensor,
-        requested_schema,
-        "__arrow_c_device_stream__",
-    )?;
-    FFI_ArrowSchema::try_from(&field).map_err(arrow_error)?;
-    let stream = arrow_stream::one_device_array(field, FFI_ArrowDeviceArray::cpu(array));
-    Ok(PyCapsule::new_with_value(
-        object.py(),
-        stream,
-        c"arrow_device_array_stream",
-    )?)
+    let capsule = match method {
+        Method::Array => PyCapsule::new_with_value(py, array, method.capsule())?,
+        Method::DeviceArray => {
+            PyCapsule::new_with_value(py, FFI_ArrowDeviceArray::cpu(array), method.capsule())?
+        }
+        Method::Stream => {
+            let stream = arrow_stream::one_array(field, array);
+            return Ok(PyCapsule::new_with_value(py, stream, method.capsule())?.into_any());
+        }
+        Method::DeviceStream => {
+            let stream = arrow_stream::one_device_array(field, FFI_ArrowDeviceArray::cpu(array));
+            return Ok(PyCapsule::new_with_value(py, stream, method.capsule())?.into_any());
+        }
+    };
+    let schema = PyCapsule::new_with_value(py, schema, SCHEMA)?;
+    Ok(PyTuple::new(py, [schema.into_any(), capsule.into_any()])?.into_any())
 }
 
 /// The Arrow array of `object`'s memory and its field (type and extension metadata), for
@@ -243,7 +206,7 @@ fn requested_nested(
         .cast::<PyCapsule>()
         .map_err(|_| Error::type_("requested_schema must be a PyCapsule named \"arrow_schema\""))?;
     let pointer = capsule
-        .pointer_checked(Some(c"arrow_schema"))
+        .pointer_checked(Some(SCHEMA))
         .map_err(|_| Error::type_("requested_schema must be a PyCapsule named \"arrow_schema\""))?;
     // SAFETY: a capsule of this name holds an `ArrowSchema`, which we only read (the consumer
     // keeps and releases it).

@@ -19,49 +19,51 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
 
 use super::arrow_values::{element_type, from_chunks, host_values};
-use crate::arrow_device::{ARROW_DEVICE_CPU, FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream};
+use crate::arrow_c::{
+    ARROW_DEVICE_CPU, FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, Method, SCHEMA,
+};
 use crate::error::{Error, Result};
 use crate::tensor::{Layout, Owner, Tensor};
 
-const SCHEMA: &CStr = c"arrow_schema";
-const ARRAY: &CStr = c"arrow_array";
-const STREAM: &CStr = c"arrow_array_stream";
-const DEVICE_ARRAY: &CStr = c"arrow_device_array";
-const DEVICE_STREAM: &CStr = c"arrow_device_array_stream";
-
-/// Whether `obj` is an Arrow stream capsule, plain or device.
-pub fn is_stream_capsule(obj: &Bound<'_, PyAny>) -> bool {
-    obj.cast::<PyCapsule>().is_ok_and(|capsule| {
-        capsule.is_valid_checked(Some(STREAM)) || capsule.is_valid_checked(Some(DEVICE_STREAM))
-    })
+/// The stream method whose capsule `obj` is, if it is an Arrow stream capsule (plain or
+/// device).
+pub fn stream_capsule_kind(obj: &Bound<'_, PyAny>) -> Option<Method> {
+    let capsule = obj.cast::<PyCapsule>().ok()?;
+    [Method::Stream, Method::DeviceStream]
+        .into_iter()
+        .find(|method| capsule.is_valid_checked(Some(method.capsule())))
 }
 
-/// Import through `__arrow_c_array__()`, or `__arrow_c_device_array__()` when `device`.
-pub fn import_array(method: &Bound<'_, PyAny>, device: bool) -> Result<Tensor> {
-    let name = if device {
-        "__arrow_c_device_array__"
-    } else {
-        "__arrow_c_array__"
-    };
+/// Import through `method`: an object's bound Arrow method `arrow`.
+pub fn import_method(method: &Bound<'_, PyAny>, arrow: Method) -> Result<Tensor> {
+    let returned = method.call0()?;
+    match arrow {
+        Method::Array | Method::DeviceArray => array_pair(&returned, arrow),
+        Method::Stream | Method::DeviceStream => import_stream(&returned, arrow),
+    }
+}
+
+/// The (schema, array) capsules an array method returned.
+fn array_pair(pair: &Bound<'_, PyAny>, method: Method) -> Result<Tensor> {
     let not_a_pair = || {
         Error::type_(format!(
-            "{name}() must return a (schema, array) tuple of PyCapsules"
+            "{}() must return a (schema, array) tuple of PyCapsules",
+            method.name()
         ))
     };
-    let pair = method.call0()?;
     let pair = pair.cast::<PyTuple>().map_err(|_| not_a_pair())?;
     if pair.len() != 2 {
         return Err(not_a_pair());
     }
     let schema = take_schema(&pair.get_item(0)?)?;
-    let array = if device {
-        let raw = take(&pair.get_item(1)?, DEVICE_ARRAY, "device array")?;
+    let array = if method.is_device() {
+        let raw = take(&pair.get_item(1)?, method.capsule(), "device array")?;
         // SAFETY: a capsule named "arrow_device_array" holds an `ArrowDeviceArray` (the
         // interface's rule), moved out here so that only we release it.
         let array = unsafe { FFI_ArrowDeviceArray::from_raw(raw.cast()) };
         on_cpu(array)?
     } else {
-        let raw = take(&pair.get_item(1)?, ARRAY, "array")?;
+        let raw = take(&pair.get_item(1)?, method.capsule(), "array")?;
         // SAFETY: a capsule named "arrow_array" holds an `ArrowArray` (the interface's rule),
         // moved out here so that only we release it.
         unsafe { FFI_ArrowArray::from_raw(raw.cast()) }
@@ -95,31 +97,18 @@ fn not_cpu(device_type: i32, device_id: Option<i64>) -> Error {
     ))
 }
 
-/// Import a stream capsule, plain or device (given as itself).
-pub fn import_stream(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
-    let device = capsule
-        .cast::<PyCapsule>()
-        .is_ok_and(|c| c.is_valid_checked(Some(DEVICE_STREAM)));
-    stream_capsule(capsule, device)
-}
-
-/// Import through `__arrow_c_stream__()`, or `__arrow_c_device_stream__()` when `device`.
-pub fn import_stream_method(method: &Bound<'_, PyAny>, device: bool) -> Result<Tensor> {
-    stream_capsule(&method.call0()?, device)
-}
-
-/// The stream a capsule holds (a device stream when `device`): its arrays read, then it is
-/// released; a `TypeError` for anything but a capsule of that kind.
-fn stream_capsule(capsule: &Bound<'_, PyAny>, device: bool) -> Result<Tensor> {
-    let (schema, arrays) = if device {
-        let raw = take(capsule, DEVICE_STREAM, "device stream")?;
+/// Import a stream capsule of `method`'s kind: its arrays read, then the stream released; a
+/// `TypeError` for anything but a capsule of that kind.
+pub fn import_stream(capsule: &Bound<'_, PyAny>, method: Method) -> Result<Tensor> {
+    let (schema, arrays) = if method.is_device() {
+        let raw = take(capsule, method.capsule(), "device stream")?;
         // SAFETY: a capsule named "arrow_device_array_stream" holds an
         // `ArrowDeviceArrayStream`, moved out here so that only we release it (on drop, once
         // its arrays are read).
         let mut stream = unsafe { FFI_ArrowDeviceArrayStream::from_raw(raw.cast()) };
         read_device_stream(&mut stream)?
     } else {
-        let raw = take(capsule, STREAM, "stream")?;
+        let raw = take(capsule, method.capsule(), "stream")?;
         // SAFETY: a capsule named "arrow_array_stream" holds an `ArrowArrayStream`, moved out
         // here so that only we release it (on drop, once its arrays are read).
         let mut stream = unsafe { FFI_ArrowArrayStream::from_raw(raw.cast()) };

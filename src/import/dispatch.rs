@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use super::{array_interface, arrow, buffer, cuda_array_interface, dlpack, numpy, protocols};
+use crate::arrow_c::Method;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -60,9 +61,9 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
             producer: None,
         });
     }
-    if arrow::is_stream_capsule(obj) {
+    if let Some(kind) = arrow::stream_capsule_kind(obj) {
         return Ok(Imported {
-            tensor: arrow::import_stream(obj)?,
+            tensor: arrow::import_stream(obj, kind)?,
             producer: None,
         });
     }
@@ -98,41 +99,13 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
             Ok(None) // neither the type nor (lacking a __dict__ or __getattr__) the instance has it
         }
     };
-    // The Arrow PyCapsule interface, arrays before streams and each device variant first (as
-    // pyarrow reads them: it says where the memory is): `None` for an object without it.
+    // The Arrow PyCapsule interface, its methods in `Method::ALL`'s order: `None` for an object
+    // without it.
     let arrow_import = || -> Result<Option<Tensor>> {
-        let arrays = [
-            (
-                intern!(py, "__arrow_c_device_array__"),
-                protocols.arrow_device_array,
-                true,
-            ),
-            (
-                intern!(py, "__arrow_c_array__"),
-                protocols.arrow_array,
-                false,
-            ),
-        ];
-        for (name, declared, device) in arrays {
-            if let Some(method) = attr(name, declared)? {
-                return arrow::import_array(&method, device).map(Some);
-            }
-        }
-        let streams = [
-            (
-                intern!(py, "__arrow_c_device_stream__"),
-                protocols.arrow_device_stream,
-                true,
-            ),
-            (
-                intern!(py, "__arrow_c_stream__"),
-                protocols.arrow_stream,
-                false,
-            ),
-        ];
-        for (name, declared, device) in streams {
-            if let Some(method) = attr(name, declared)? {
-                return arrow::import_stream_method(&method, device).map(Some);
+        for method in Method::ALL {
+            let declared = protocols.arrow_methods[method as usize];
+            if let Some(bound) = attr(protocols::arrow_name(py, method), declared)? {
+                return arrow::import_method(&bound, method).map(Some);
             }
         }
         Ok(None)

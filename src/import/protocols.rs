@@ -5,9 +5,11 @@
 use std::sync::Mutex;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyType};
+use pyo3::sync::Interned;
+use pyo3::types::{PyCapsule, PyString, PyType};
 
 use super::address_map::AddressMap;
+use crate::arrow_c::Method;
 use crate::ffi::python;
 use crate::ffi::{CAPSULE_EXCHANGE_API, DLPACK_MAJOR_VERSION, DLPackExchangeAPI};
 use pyo3::intern;
@@ -18,10 +20,8 @@ pub struct Protocols {
     pub cuda_array_interface: bool,
     pub array_struct: bool,
     pub array_interface: bool,
-    pub arrow_array: bool,
-    pub arrow_stream: bool,
-    pub arrow_device_array: bool,
-    pub arrow_device_stream: bool,
+    /// The Arrow PyCapsule interface's methods the type declares, indexed by `Method as usize`.
+    pub arrow_methods: [bool; 4],
     /// numpy's `__array__`, the last resort.
     pub numpy_array: bool,
     /// The type declares any of the Arrow PyCapsule interface's four methods.
@@ -104,10 +104,7 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         cuda_array_interface: has(intern!(py, "__cuda_array_interface__")),
         array_struct: has(intern!(py, "__array_struct__")),
         array_interface: has(intern!(py, "__array_interface__")),
-        arrow_array: has(intern!(py, "__arrow_c_array__")),
-        arrow_stream: has(intern!(py, "__arrow_c_stream__")),
-        arrow_device_array: has(intern!(py, "__arrow_c_device_array__")),
-        arrow_device_stream: has(intern!(py, "__arrow_c_device_stream__")),
+        arrow_methods: Method::ALL.map(|_| false),
         numpy_array: has(intern!(py, "__array__")),
         arrow: false,
         exchange_api: exchange_api(ty),
@@ -123,11 +120,24 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         }),
         dynamic: heap_type || dict_offset != 0 || has(intern!(py, "__getattr__")),
     };
-    protocols.arrow = protocols.arrow_array
-        || protocols.arrow_stream
-        || protocols.arrow_device_array
-        || protocols.arrow_device_stream;
+    for method in Method::ALL {
+        protocols.arrow_methods[method as usize] = has(arrow_name(py, method));
+    }
+    protocols.arrow = protocols.arrow_methods.contains(&true);
     protocols
+}
+
+/// The Arrow methods' names, interned once, indexed by `Method as usize`.
+static ARROW_NAMES: [Interned; 4] = [
+    Interned::new(Method::Array.name()),
+    Interned::new(Method::Stream.name()),
+    Interned::new(Method::DeviceArray.name()),
+    Interned::new(Method::DeviceStream.name()),
+];
+
+/// The name of an Arrow method, as an interned Python string.
+pub fn arrow_name(py: Python<'_>, method: Method) -> &Bound<'_, PyString> {
+    ARROW_NAMES[method as usize].get(py)
 }
 
 /// The `DLPackExchangeAPI` a type publishes in `__dlpack_c_exchange_api__` (a capsule named

@@ -17,6 +17,7 @@ use pyo3::types::{PyBool, PyModule, PyString, PyType};
 use super::instance::{self, Instance, dealloc, state_unchecked, traverse};
 use super::state::DLPackObject;
 use super::{arguments, exchange_api, functions, pickling};
+use crate::arrow_c::Method;
 use crate::error::Result;
 use crate::export::policy::{self, Request};
 use crate::export::{arrow, buffer, capsule};
@@ -252,14 +253,8 @@ unsafe extern "C" fn reduce_ex_entry(
     })
 }
 
-/// The Arrow PyCapsule interface's methods, told apart by their entry's const parameter.
-const ARROW_ARRAY: u8 = 0;
-const ARROW_STREAM: u8 = 1;
-const ARROW_DEVICE_ARRAY: u8 = 2;
-const ARROW_DEVICE_STREAM: u8 = 3;
-
 /// The Arrow methods' entry: `(requested_schema=None)` (and, for the device ones, `**kwargs`
-/// that are None), then the export `METHOD` names: see `export::arrow`.
+/// that are None), then the export of the method numbered `METHOD`: see `export::arrow`.
 ///
 /// # Safety
 /// As for any method's entry point: CPython calls it holding the GIL, on a live instance of our
@@ -270,13 +265,7 @@ unsafe extern "C" fn arrow_entry<const METHOD: u8>(
     nargs: Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    let name = match METHOD {
-        ARROW_ARRAY => "__arrow_c_array__",
-        ARROW_STREAM => "__arrow_c_stream__",
-        ARROW_DEVICE_ARRAY => "__arrow_c_device_array__",
-        _ => "__arrow_c_device_stream__",
-    };
-    let device = matches!(METHOD, ARROW_DEVICE_ARRAY | ARROW_DEVICE_STREAM);
+    let method = Method::from_u8(METHOD);
     entry(ptr::null_mut(), |py| {
         // SAFETY: per the contract.
         let requested = unsafe {
@@ -285,9 +274,9 @@ unsafe extern "C" fn arrow_entry<const METHOD: u8>(
                 args,
                 nargs,
                 kwnames,
-                name,
+                method.name(),
                 "requested_schema",
-                device,
+                method.is_device(),
             )?
         };
         // SAFETY: as above.
@@ -295,13 +284,7 @@ unsafe extern "C" fn arrow_entry<const METHOD: u8>(
         // SAFETY: CPython calls methods on live instances of their type.
         let state = unsafe { state_unchecked(object) };
         let requested = requested.map(|r| r.to_owned());
-        let (tensor, requested) = (state.tensor(), requested.as_ref());
-        let exported = match METHOD {
-            ARROW_ARRAY => arrow::arrow_c_array(&slf, tensor, requested)?.into_any(),
-            ARROW_STREAM => arrow::arrow_c_stream(&slf, tensor, requested)?.into_any(),
-            ARROW_DEVICE_ARRAY => arrow::arrow_c_device_array(&slf, tensor, requested)?.into_any(),
-            _ => arrow::arrow_c_device_stream(&slf, tensor, requested)?.into_any(),
-        };
+        let exported = arrow::export_method(&slf, state.tensor(), requested.as_ref(), method)?;
         Ok(exported.into_ptr())
     })
 }
@@ -445,6 +428,19 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 17] = [
     ),
 ];
 
+/// The method definition of Arrow method `METHOD` (see `arrow_entry`), with its docstring
+/// (whose first line is its signature).
+fn arrow_method<const METHOD: u8>(doc: &'static CStr) -> python::PyMethodDef {
+    python::PyMethodDef {
+        ml_name: Method::from_u8(METHOD).c_name().as_ptr(),
+        ml_meth: python::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: arrow_entry::<METHOD>,
+        },
+        ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
+        ml_doc: doc.as_ptr(),
+    }
+}
+
 /// Create the type (once per process: the definitions it points to are leaked).
 fn create_type(py: Python<'_>) -> PyResult<*mut PyTypeObject> {
     let methods: &'static mut [python::PyMethodDef] = Box::leak(Box::new([
@@ -472,38 +468,18 @@ fn create_type(py: Python<'_>) -> PyResult<*mut PyTypeObject> {
             ml_flags: python::METH_O,
             ml_doc: c"__reduce_ex__($self, protocol, /)\n--\n\nPickle support: host memory is pickled as an out-of-band buffer with protocol 5 (no copy), in-band before; device memory can't be pickled.".as_ptr(),
         },
-        python::PyMethodDef {
-            ml_name: c"__arrow_c_array__".as_ptr(),
-            ml_meth: python::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: arrow_entry::<ARROW_ARRAY>,
-            },
-            ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
-            ml_doc: c"__arrow_c_array__($self, requested_schema=None, /)\n--\n\nThe Arrow PyCapsule interface: (schema, array) capsules of host memory. 1-D numbers as they are; N-d C-ordered memory as an arrow.fixed_shape_tensor, or nested fixed-size lists when requested; other layouts one C-ordered copy.".as_ptr(),
-        },
-        python::PyMethodDef {
-            ml_name: c"__arrow_c_stream__".as_ptr(),
-            ml_meth: python::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: arrow_entry::<ARROW_STREAM>,
-            },
-            ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
-            ml_doc: c"__arrow_c_stream__($self, requested_schema=None, /)\n--\n\nThe Arrow PyCapsule interface: a stream capsule of host memory, whose one array is the one __arrow_c_array__ gives.".as_ptr(),
-        },
-        python::PyMethodDef {
-            ml_name: c"__arrow_c_device_array__".as_ptr(),
-            ml_meth: python::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: arrow_entry::<ARROW_DEVICE_ARRAY>,
-            },
-            ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
-            ml_doc: c"__arrow_c_device_array__($self, requested_schema=None, **kwargs)\n--\n\nThe Arrow PyCapsule interface's device variant: (schema, device array) capsules of host memory, as the CPU's (device id -1, no event); the array is __arrow_c_array__'s. Other keywords must be None.".as_ptr(),
-        },
-        python::PyMethodDef {
-            ml_name: c"__arrow_c_device_stream__".as_ptr(),
-            ml_meth: python::PyMethodDefPointer {
-                PyCFunctionFastWithKeywords: arrow_entry::<ARROW_DEVICE_STREAM>,
-            },
-            ml_flags: python::METH_FASTCALL | python::METH_KEYWORDS,
-            ml_doc: c"__arrow_c_device_stream__($self, requested_schema=None, **kwargs)\n--\n\nThe Arrow PyCapsule interface's device variant: a device stream capsule of host memory (the CPU's), whose one array is the one __arrow_c_device_array__ gives. Other keywords must be None.".as_ptr(),
-        },
+        arrow_method::<{ Method::Array as u8 }>(
+            c"__arrow_c_array__($self, requested_schema=None, /)\n--\n\nThe Arrow PyCapsule interface: (schema, array) capsules of host memory. 1-D numbers as they are; N-d C-ordered memory as an arrow.fixed_shape_tensor, or nested fixed-size lists when requested; other layouts one C-ordered copy.",
+        ),
+        arrow_method::<{ Method::Stream as u8 }>(
+            c"__arrow_c_stream__($self, requested_schema=None, /)\n--\n\nThe Arrow PyCapsule interface: a stream capsule of host memory, whose one array is the one __arrow_c_array__ gives.",
+        ),
+        arrow_method::<{ Method::DeviceArray as u8 }>(
+            c"__arrow_c_device_array__($self, requested_schema=None, **kwargs)\n--\n\nThe Arrow PyCapsule interface's device variant: (schema, device array) capsules of host memory, as the CPU's (device id -1, no event); the array is __arrow_c_array__'s. Other keywords must be None.",
+        ),
+        arrow_method::<{ Method::DeviceStream as u8 }>(
+            c"__arrow_c_device_stream__($self, requested_schema=None, **kwargs)\n--\n\nThe Arrow PyCapsule interface's device variant: a device stream capsule of host memory (the CPU's), whose one array is the one __arrow_c_device_array__ gives. Other keywords must be None.",
+        ),
         python::PyMethodDef::zeroed(),
     ]));
     let getset: &'static mut [python::PyGetSetDef] = Box::leak(

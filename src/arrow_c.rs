@@ -1,14 +1,84 @@
-//! The Arrow C Device data interface's two structs, `ArrowDeviceArray` and
-//! `ArrowDeviceArrayStream`. arrow-rs binds the C data and stream interfaces but not these (as
-//! of arrow-rs 60), so they are declared here as `arrow/c/abi.h` has them, over arrow-rs's own
-//! `FFI_ArrowArray` and `FFI_ArrowSchema`; their layout is checked against the header's below.
-//!
-//! Device types are DLPack's device type codes (the interface keeps them equal).
+//! What both directions of the Arrow PyCapsule interface share: its four methods and the names
+//! of their capsules, and the Arrow C Device data interface's two structs, `ArrowDeviceArray`
+//! and `ArrowDeviceArrayStream`. arrow-rs binds the C data and stream interfaces but not these
+//! (as of arrow-rs 60), so they are declared here as `arrow/c/abi.h` has them, over arrow-rs's
+//! own `FFI_ArrowArray` and `FFI_ArrowSchema`; their layout is checked against the header's
+//! below. Device types are DLPack's device type codes (the interface keeps them equal).
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr;
 
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+
+/// The capsule of an `ArrowSchema`.
+pub const SCHEMA: &CStr = c"arrow_schema";
+
+/// The Arrow PyCapsule interface's methods, by which an object gives its Arrow data; a
+/// `DLPackObject`'s entry for each is told apart by its number (`as u8`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Method {
+    /// `__arrow_c_array__`: (schema, array) capsules.
+    Array,
+    /// `__arrow_c_stream__`: a stream capsule.
+    Stream,
+    /// `__arrow_c_device_array__`: (schema, device array) capsules.
+    DeviceArray,
+    /// `__arrow_c_device_stream__`: a device stream capsule.
+    DeviceStream,
+}
+
+impl Method {
+    /// In the order a consumer asks for them: arrays before streams, each device variant
+    /// first (as pyarrow reads them: it says where the memory is).
+    pub const ALL: [Method; 4] = [
+        Method::DeviceArray,
+        Method::Array,
+        Method::DeviceStream,
+        Method::Stream,
+    ];
+
+    pub fn from_u8(number: u8) -> Method {
+        match number {
+            0 => Method::Array,
+            1 => Method::Stream,
+            2 => Method::DeviceArray,
+            _ => Method::DeviceStream,
+        }
+    }
+
+    /// Its name, a C string (for a method definition).
+    pub const fn c_name(self) -> &'static CStr {
+        match self {
+            Method::Array => c"__arrow_c_array__",
+            Method::Stream => c"__arrow_c_stream__",
+            Method::DeviceArray => c"__arrow_c_device_array__",
+            Method::DeviceStream => c"__arrow_c_device_stream__",
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self.c_name().to_str() {
+            Ok(name) => name,
+            Err(_) => panic!("an ASCII name"),
+        }
+    }
+
+    /// The name of the capsule of its array or stream.
+    pub fn capsule(self) -> &'static CStr {
+        match self {
+            Method::Array => c"arrow_array",
+            Method::Stream => c"arrow_array_stream",
+            Method::DeviceArray => c"arrow_device_array",
+            Method::DeviceStream => c"arrow_device_array_stream",
+        }
+    }
+
+    /// One of the C Device interface's: its `**kwargs` are taken when None.
+    pub fn is_device(self) -> bool {
+        matches!(self, Method::DeviceArray | Method::DeviceStream)
+    }
+}
 
 /// `ARROW_DEVICE_CPU`: memory the CPU reads directly, as with the plain C data interface.
 pub const ARROW_DEVICE_CPU: i32 = 1;
