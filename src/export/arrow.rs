@@ -1,11 +1,11 @@
 //! The Arrow PyCapsule interface out: `__arrow_c_array__` and `__arrow_c_stream__` of host
 //! memory, and their device variants (`__arrow_c_device_array__`, `__arrow_c_device_stream__`)
-//! of it as CPU memory, so that `pyarrow.array(obj)`, `pyarrow.chunked_array(obj)`, `polars.Series(obj)` and
-//! other Arrow consumers take a `DLPackObject`. Both give the same one array (the stream is that
-//! array alone, `export::arrow_stream`). A 1-D array of numbers is its memory as it is; N-d
-//! C-ordered memory an `arrow.fixed_shape_tensor` (or nested fixed-size lists, when the
-//! consumer asks for them); other layouts one C-ordered copy, booleans one copy into bits. The
-//! Arrow array keeps the source alive (a reference to the object, released by Python's own
+//! of it as CPU memory, so that `pyarrow.array(obj)`, `pyarrow.chunked_array(obj)`,
+//! `polars.Series(obj)` and other Arrow consumers take a `DLPackObject`. All give the same one
+//! array (a stream is that array alone, `export::arrow_stream`). A 1-D array of numbers is its
+//! memory as it is; N-d C-ordered memory an `arrow.fixed_shape_tensor` (or nested fixed-size
+//! lists, when the consumer asks for them); other layouts one C-ordered copy, booleans one copy
+//! into bits. The Arrow array keeps the source alive (a reference to the object, released by Python's own
 //! rules when the consumer lets go on a thread without the interpreter).
 
 use std::panic::AssertUnwindSafe;

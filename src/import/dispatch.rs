@@ -195,8 +195,9 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
         (Ok(None), None) => Err(Error::type_(format!(
             "asdlpack() needs an object that supports DLPack (__dlpack__ or a DLPack capsule), \
              the CUDA array interface (__cuda_array_interface__), the Arrow PyCapsule interface \
-             (__arrow_c_array__ / __arrow_c_stream__ and their device variants), the array interface (__array_interface__ \
-             / __array_struct__), the buffer protocol or numpy's __array__; {} supports none",
+             (__arrow_c_array__ / __arrow_c_stream__ and their device variants), the array \
+             interface (__array_interface__ / __array_struct__), the buffer protocol or numpy's \
+             __array__; {} supports none",
             array_interface::type_name(obj)
         ))),
     }

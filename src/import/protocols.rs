@@ -99,14 +99,18 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         .getattr(intern!(py, "__dictoffset__"))
         .and_then(|v| v.extract::<isize>())
         .unwrap_or(1);
-    let mut protocols = Protocols {
+    let mut arrow_methods = [false; 4];
+    for method in Method::ALL {
+        arrow_methods[method as usize] = has(arrow_name(py, method));
+    }
+    Protocols {
         dlpack: has(intern!(py, "__dlpack__")),
         cuda_array_interface: has(intern!(py, "__cuda_array_interface__")),
         array_struct: has(intern!(py, "__array_struct__")),
         array_interface: has(intern!(py, "__array_interface__")),
-        arrow_methods: Method::ALL.map(|_| false),
+        arrow_methods,
         numpy_array: has(intern!(py, "__array__")),
-        arrow: false,
+        arrow: arrow_methods.contains(&true),
         exchange_api: exchange_api(ty),
         ndarray: super::numpy::is_ndarray_type(ty),
         numpy_masked: is_numpy_masked_array_type(ty),
@@ -119,12 +123,7 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
                 .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
         }),
         dynamic: heap_type || dict_offset != 0 || has(intern!(py, "__getattr__")),
-    };
-    for method in Method::ALL {
-        protocols.arrow_methods[method as usize] = has(arrow_name(py, method));
     }
-    protocols.arrow = protocols.arrow_methods.contains(&true);
-    protocols
 }
 
 /// The Arrow methods' names, interned once, indexed by `Method as usize`.
