@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import textwrap
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,6 +21,7 @@ from ._helpers import (
     need,
     np_data_ptr,
     refcount,
+    run_python,
     torch_cuda_available,
 )
 
@@ -433,3 +435,25 @@ def test_device_capsules_never_consumed_are_released_once():
     del obj
     gc.collect()
     assert refcount(source) == base
+
+
+def test_arrow_exports_alive_at_exit_are_left_without_a_crash():
+    # Consumers' arrays, streams and capsules never consumed, of every kind, still held when the
+    # interpreter finalizes: their releases run then, or later without it. Run in a child, as a
+    # failure is a crash.
+    script = textwrap.dedent(
+        """
+        import numpy as np, pyarrow as pa
+        from dlpack import asdlpack
+        obj = asdlpack(np.arange(10.0))
+        strided = asdlpack(np.arange(10.0)[::2])
+        keep = [pa.array(obj), pa.chunked_array(strided), obj.__arrow_c_array__(),
+                obj.__arrow_c_stream__(), obj.__arrow_c_device_array__(),
+                strided.__arrow_c_device_stream__(),
+                pa.Array._import_from_c_device_capsule(*strided.__arrow_c_device_array__())]
+        keep.append(keep)  # a cycle, left for the collector at exit
+        print("ok")
+        """
+    )
+    done = run_python("-c", script)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
