@@ -9,6 +9,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr;
 
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 
 /// The capsule of an `ArrowSchema`.
 pub const SCHEMA: &CStr = c"arrow_schema";
@@ -152,9 +153,9 @@ impl FFI_ArrowDeviceArray {
 #[allow(non_camel_case_types, reason = "named as arrow-rs names its C structs")]
 pub struct FFI_ArrowDeviceArrayStream {
     pub device_type: i32,
-    pub get_schema: Option<unsafe extern "C" fn(*mut Self, *mut FFI_ArrowSchema) -> c_int>,
-    pub get_next: Option<unsafe extern "C" fn(*mut Self, *mut FFI_ArrowDeviceArray) -> c_int>,
-    pub get_last_error: Option<unsafe extern "C" fn(*mut Self) -> *const c_char>,
+    pub get_schema: Option<GetSchema<Self>>,
+    pub get_next: Option<GetNext<Self, FFI_ArrowDeviceArray>>,
+    pub get_last_error: Option<GetLastError<Self>>,
     pub release: Option<unsafe extern "C" fn(*mut Self)>,
     pub private_data: *mut c_void,
 }
@@ -196,6 +197,86 @@ impl Drop for FFI_ArrowDeviceArrayStream {
             // SAFETY: a live stream's own release, called once: it marks the stream released.
             unsafe { release(self) };
         }
+    }
+}
+
+/// A stream callback that writes a schema, as `get_schema`.
+pub type GetSchema<S> = unsafe extern "C" fn(*mut S, *mut FFI_ArrowSchema) -> c_int;
+/// A stream callback that writes an array of the stream's kind, as `get_next`.
+pub type GetNext<S, A> = unsafe extern "C" fn(*mut S, *mut A) -> c_int;
+/// A stream callback that returns its last error's message or NULL, as `get_last_error`.
+pub type GetLastError<S> = unsafe extern "C" fn(*mut S) -> *const c_char;
+
+/// The two kinds of C stream, alike but for the arrays they hand out: the C stream interface's
+/// `ArrowArrayStream` (of `ArrowArray`s) and the C Device interface's `ArrowDeviceArrayStream`
+/// (of `ArrowDeviceArray`s). Read by the importer, made by the exporter.
+pub trait StreamKind: Sized {
+    type Array;
+    /// A released array: what `get_next` writes at the end of the stream.
+    fn end() -> Self::Array;
+    fn is_end(array: &Self::Array) -> bool;
+    fn get_schema(&self) -> Option<GetSchema<Self>>;
+    fn get_next(&self) -> Option<GetNext<Self, Self::Array>>;
+    fn get_last_error(&self) -> Option<GetLastError<Self>>;
+    fn private_data(&self) -> *mut c_void;
+    fn is_live(&self) -> bool;
+    /// This stream marked released (all NULL).
+    fn released(&self) -> Self;
+}
+
+impl StreamKind for FFI_ArrowArrayStream {
+    type Array = FFI_ArrowArray;
+    fn end() -> FFI_ArrowArray {
+        FFI_ArrowArray::empty()
+    }
+    fn is_end(array: &FFI_ArrowArray) -> bool {
+        array.is_released()
+    }
+    fn get_schema(&self) -> Option<GetSchema<Self>> {
+        FFI_ArrowArrayStream::get_schema(self)
+    }
+    fn get_next(&self) -> Option<GetNext<Self, FFI_ArrowArray>> {
+        FFI_ArrowArrayStream::get_next(self)
+    }
+    fn get_last_error(&self) -> Option<GetLastError<Self>> {
+        FFI_ArrowArrayStream::get_last_error(self)
+    }
+    fn private_data(&self) -> *mut c_void {
+        FFI_ArrowArrayStream::private_data(self)
+    }
+    fn is_live(&self) -> bool {
+        self.release().is_some()
+    }
+    fn released(&self) -> Self {
+        FFI_ArrowArrayStream::empty()
+    }
+}
+
+impl StreamKind for FFI_ArrowDeviceArrayStream {
+    type Array = FFI_ArrowDeviceArray;
+    fn end() -> FFI_ArrowDeviceArray {
+        FFI_ArrowDeviceArray::empty()
+    }
+    fn is_end(array: &FFI_ArrowDeviceArray) -> bool {
+        array.array.is_released()
+    }
+    fn get_schema(&self) -> Option<GetSchema<Self>> {
+        self.get_schema
+    }
+    fn get_next(&self) -> Option<GetNext<Self, FFI_ArrowDeviceArray>> {
+        self.get_next
+    }
+    fn get_last_error(&self) -> Option<GetLastError<Self>> {
+        self.get_last_error
+    }
+    fn private_data(&self) -> *mut c_void {
+        self.private_data
+    }
+    fn is_live(&self) -> bool {
+        self.release.is_some()
+    }
+    fn released(&self) -> Self {
+        FFI_ArrowDeviceArrayStream::empty(self.device_type)
     }
 }
 

@@ -20,60 +20,15 @@ use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 use arrow_schema::Field;
 
-use crate::arrow_c::{FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream};
+use crate::arrow_c::{FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, StreamKind};
 
 /// `errno` values the interface returns; the same numbers on every platform CPython runs on
 /// (POSIX systems and the Windows C runtime).
 const EIO: c_int = 5;
 const EINVAL: c_int = 22;
 
-/// The two kinds of C stream, whose callbacks are the same but for the arrays they hand out:
-/// the C stream interface's `ArrowArrayStream` (of `ArrowArray`s) and the C Device interface's
-/// `ArrowDeviceArrayStream` (of `ArrowDeviceArray`s).
-pub trait Kind: Sized {
-    type Array;
-    /// A released array: the end of the stream.
-    fn end() -> Self::Array;
-    fn private_data(&self) -> *mut c_void;
-    fn is_live(&self) -> bool;
-    /// This stream marked released (all NULL).
-    fn released(&self) -> Self;
-}
-
-impl Kind for FFI_ArrowArrayStream {
-    type Array = FFI_ArrowArray;
-    fn end() -> FFI_ArrowArray {
-        FFI_ArrowArray::empty()
-    }
-    fn private_data(&self) -> *mut c_void {
-        FFI_ArrowArrayStream::private_data(self)
-    }
-    fn is_live(&self) -> bool {
-        self.release().is_some()
-    }
-    fn released(&self) -> Self {
-        FFI_ArrowArrayStream::empty()
-    }
-}
-
-impl Kind for FFI_ArrowDeviceArrayStream {
-    type Array = FFI_ArrowDeviceArray;
-    fn end() -> FFI_ArrowDeviceArray {
-        FFI_ArrowDeviceArray::empty()
-    }
-    fn private_data(&self) -> *mut c_void {
-        self.private_data
-    }
-    fn is_live(&self) -> bool {
-        self.release.is_some()
-    }
-    fn released(&self) -> Self {
-        FFI_ArrowDeviceArrayStream::empty(self.device_type)
-    }
-}
-
 /// What the stream owns (its private data), until it is released.
-struct State<K: Kind> {
+struct State<K: StreamKind> {
     field: Field,
     /// The one array, until `get_next` hands it out.
     array: Option<K::Array>,
@@ -81,7 +36,7 @@ struct State<K: Kind> {
     last_error: Option<CString>,
 }
 
-fn boxed<K: Kind>(field: Field, array: K::Array) -> *mut c_void {
+fn boxed<K: StreamKind>(field: Field, array: K::Array) -> *mut c_void {
     Box::into_raw(Box::new(State::<K> {
         field,
         array: Some(array),
@@ -126,7 +81,7 @@ pub fn one_device_array(field: Field, array: FFI_ArrowDeviceArray) -> FFI_ArrowD
 /// `stream` is NULL or points to a stream of kind `K` made by `one_array` or
 /// `one_device_array` (moved or not, released or not) that no other call uses meanwhile (the
 /// interface has consumers call one callback at a time).
-unsafe fn state<'a, K: Kind>(stream: *mut K) -> Option<&'a mut State<K>> {
+unsafe fn state<'a, K: StreamKind>(stream: *mut K) -> Option<&'a mut State<K>> {
     // SAFETY: NULL or a stream, per the contract.
     let stream = unsafe { stream.as_ref() }?;
     // SAFETY: a stream of ours holds its `State` until it is released, and NULL after; no
@@ -140,7 +95,7 @@ unsafe fn state<'a, K: Kind>(stream: *mut K) -> Option<&'a mut State<K>> {
 ///
 /// # Safety
 /// As `state`'s.
-unsafe fn run<K: Kind>(
+unsafe fn run<K: StreamKind>(
     stream: *mut K,
     body: impl FnOnce(&mut State<K>) -> std::result::Result<(), String>,
 ) -> c_int {
@@ -169,7 +124,7 @@ unsafe fn run<K: Kind>(
 /// # Safety
 /// As the interface calls it: with a stream of ours and an `ArrowSchema` to write (its old
 /// contents are not read).
-unsafe extern "C" fn get_schema<K: Kind>(stream: *mut K, out: *mut FFI_ArrowSchema) -> c_int {
+unsafe extern "C" fn get_schema<K: StreamKind>(stream: *mut K, out: *mut FFI_ArrowSchema) -> c_int {
     let body = |state: &mut State<K>| {
         if out.is_null() {
             return Err("get_schema was given no ArrowSchema to write".to_owned());
@@ -190,7 +145,7 @@ unsafe extern "C" fn get_schema<K: Kind>(stream: *mut K, out: *mut FFI_ArrowSche
 /// # Safety
 /// As the interface calls it: with a stream of ours and an array of its kind to write (its old
 /// contents are not read).
-unsafe extern "C" fn get_next<K: Kind>(stream: *mut K, out: *mut K::Array) -> c_int {
+unsafe extern "C" fn get_next<K: StreamKind>(stream: *mut K, out: *mut K::Array) -> c_int {
     let body = |state: &mut State<K>| {
         if out.is_null() {
             return Err("get_next was given no ArrowArray to write".to_owned());
@@ -211,7 +166,7 @@ unsafe extern "C" fn get_next<K: Kind>(stream: *mut K, out: *mut K::Array) -> c_
 ///
 /// # Safety
 /// As the interface calls it: with a stream of ours.
-unsafe extern "C" fn get_last_error<K: Kind>(stream: *mut K) -> *const c_char {
+unsafe extern "C" fn get_last_error<K: StreamKind>(stream: *mut K) -> *const c_char {
     // SAFETY: the interface calls a stream's callbacks with that stream, one call at a time.
     match unsafe { state(stream) } {
         Some(State {
@@ -227,7 +182,7 @@ unsafe extern "C" fn get_last_error<K: Kind>(stream: *mut K) -> *const c_char {
 ///
 /// # Safety
 /// As the interface calls it: with a stream of ours, or NULL.
-unsafe extern "C" fn release<K: Kind>(stream: *mut K) {
+unsafe extern "C" fn release<K: StreamKind>(stream: *mut K) {
     // SAFETY: NULL or a stream of ours, per the contract, used by no one else during the call.
     let Some(stream) = (unsafe { stream.as_mut() }) else {
         return;

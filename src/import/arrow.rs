@@ -20,7 +20,7 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
 
 use super::arrow_values::{element_type, from_chunks, host_values};
 use crate::arrow_c::{
-    ARROW_DEVICE_CPU, FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, Method, SCHEMA,
+    ARROW_DEVICE_CPU, FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, Method, SCHEMA, StreamKind,
 };
 use crate::error::{Error, Result};
 use crate::tensor::{Layout, Owner, Tensor};
@@ -106,7 +106,14 @@ pub fn import_stream(capsule: &Bound<'_, PyAny>, method: Method) -> Result<Tenso
         // `ArrowDeviceArrayStream`, moved out here so that only we release it (on drop, once
         // its arrays are read).
         let mut stream = unsafe { FFI_ArrowDeviceArrayStream::from_raw(raw.cast()) };
-        read_device_stream(&mut stream)?
+        // The stream's device, then each array's (whatever the stream says): memory of another
+        // device is refused and released.
+        if stream.device_type != ARROW_DEVICE_CPU {
+            return Err(not_cpu(stream.device_type, None));
+        }
+        let (schema, arrays) = read_stream(&mut stream)?;
+        let arrays = arrays.into_iter().map(on_cpu).collect::<Result<_>>()?;
+        (schema, arrays)
     } else {
         let raw = take(capsule, method.capsule(), "stream")?;
         // SAFETY: a capsule named "arrow_array_stream" holds an `ArrowArrayStream`, moved out
@@ -117,90 +124,38 @@ pub fn import_stream(capsule: &Bound<'_, PyAny>, method: Method) -> Result<Tenso
     from_c(&schema, arrays)
 }
 
-/// A stream read to its end: its schema and every array, as the producer wrote them. The
-/// arrays stand alone (the interface's rule), so the stream can be released after.
-fn read_stream(
-    stream: &mut FFI_ArrowArrayStream,
-) -> Result<(FFI_ArrowSchema, Vec<FFI_ArrowArray>)> {
-    let (Some(get_schema), Some(get_next), Some(_)) =
-        (stream.get_schema(), stream.get_next(), stream.release())
+/// A stream of either kind read to its end: its schema and every array, as the producer wrote
+/// them. The arrays stand alone (the interface's rule), so the stream can be released after. A
+/// failed call is an error carrying the producer's message.
+fn read_stream<K: StreamKind>(stream: &mut K) -> Result<(FFI_ArrowSchema, Vec<K::Array>)> {
+    let (Some(get_schema), Some(get_next), true) =
+        (stream.get_schema(), stream.get_next(), stream.is_live())
     else {
-        return Err(released_stream());
+        return Err(Error::value(
+            "the Arrow stream is released, or lacks its get_schema or get_next callback",
+        ));
     };
     let get_last_error = stream.get_last_error();
-    let stream: *mut FFI_ArrowArrayStream = stream;
+    let stream: *mut K = stream;
     // Each callback is the stream's own, called with the stream it was read from (live: its
-    // release is still set), one call at a time.
-    read_arrays(
-        // SAFETY: as said, with a place for one schema.
-        |schema| unsafe { get_schema(stream, schema) },
-        // SAFETY: as said, with a place for one array.
-        |array| unsafe { get_next(stream, array) },
-        FFI_ArrowArray::empty,
-        FFI_ArrowArray::is_released,
-        // SAFETY: as said, right after a failed call.
-        || get_last_error.map(|get| unsafe { get(stream) }),
-    )
-}
-
-/// A device stream read to its end, as `read_stream`; its arrays must be CPU memory (each is
-/// checked, whatever the stream says, and released if it is not).
-fn read_device_stream(
-    stream: &mut FFI_ArrowDeviceArrayStream,
-) -> Result<(FFI_ArrowSchema, Vec<FFI_ArrowArray>)> {
-    if stream.device_type != ARROW_DEVICE_CPU {
-        return Err(not_cpu(stream.device_type, None));
-    }
-    let (Some(get_schema), Some(get_next), Some(_)) =
-        (stream.get_schema, stream.get_next, stream.release)
-    else {
-        return Err(released_stream());
-    };
-    let get_last_error = stream.get_last_error;
-    let stream: *mut FFI_ArrowDeviceArrayStream = stream;
-    // As in `read_stream`.
-    let (schema, arrays) = read_arrays(
-        // SAFETY: as said there, with a place for one schema.
-        |schema| unsafe { get_schema(stream, schema) },
-        // SAFETY: as said there, with a place for one device array.
-        |array| unsafe { get_next(stream, array) },
-        FFI_ArrowDeviceArray::empty,
-        |array| array.array.is_released(),
-        // SAFETY: as said there, right after a failed call.
-        || get_last_error.map(|get| unsafe { get(stream) }),
-    )?;
-    let arrays = arrays.into_iter().map(on_cpu).collect::<Result<_>>()?;
-    Ok((schema, arrays))
-}
-
-#[cold]
-fn released_stream() -> Error {
-    Error::value("the Arrow stream is released, or lacks its get_schema or get_next callback")
-}
-
-/// Read a stream through its callbacks (each bound to its stream): the schema, then arrays (made
-/// `empty` for the producer to fill) until one `is_end`. A failed call is an error carrying the
-/// producer's message (`last_error`, NULL or a C string valid until the stream's next call).
-fn read_arrays<A>(
-    mut get_schema: impl FnMut(*mut FFI_ArrowSchema) -> c_int,
-    mut get_next: impl FnMut(*mut A) -> c_int,
-    empty: impl Fn() -> A,
-    is_end: impl Fn(&A) -> bool,
-    last_error: impl Fn() -> Option<*const c_char>,
-) -> Result<(FFI_ArrowSchema, Vec<A>)> {
+    // release is still set), one call at a time ("as said" below).
+    // SAFETY: as said, right after a failed call.
+    let last_error = || get_last_error.map(|get| unsafe { get(stream) });
     let mut schema = FFI_ArrowSchema::empty();
-    let code = get_schema(&raw mut schema);
+    // SAFETY: as said, with a place for one schema.
+    let code = unsafe { get_schema(stream, &raw mut schema) };
     if code != 0 {
         return Err(stream_error(last_error(), "schema", code));
     }
     let mut arrays = Vec::new();
     loop {
-        let mut array = empty();
-        let code = get_next(&raw mut array);
+        let mut array = K::end();
+        // SAFETY: as said, with a place for one array of the stream's kind.
+        let code = unsafe { get_next(stream, &raw mut array) };
         if code != 0 {
             return Err(stream_error(last_error(), "next array", code));
         }
-        if is_end(&array) {
+        if K::is_end(&array) {
             return Ok((schema, arrays)); // the end of the stream
         }
         arrays.push(array);
