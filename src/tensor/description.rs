@@ -154,40 +154,23 @@ impl Tensor {
         stream: Option<isize>,
         owner: Owner,
     ) {
-        // Each field: its place in `dst`, then its value, written once. Per the contract, the
-        // fields of `dst` lie in memory we may write ("as said" below).
-        // SAFETY: as said.
-        let data_field = unsafe { &raw mut (*dst).data };
-        // SAFETY: as said.
-        unsafe { data_field.write(data) };
-        // SAFETY: as said.
-        let device_field = unsafe { &raw mut (*dst).device };
-        // SAFETY: as said.
-        unsafe { device_field.write(device) };
-        // SAFETY: as said.
-        let dtype_field = unsafe { &raw mut (*dst).dtype };
-        // SAFETY: as said.
-        unsafe { dtype_field.write(dtype) };
-        // SAFETY: as said.
-        let readonly_field = unsafe { &raw mut (*dst).readonly };
-        // SAFETY: as said.
-        unsafe { readonly_field.write(readonly) };
-        // SAFETY: as said.
-        let swapped_field = unsafe { &raw mut (*dst).swapped };
-        // SAFETY: as said.
-        unsafe { swapped_field.write(swapped) };
-        // SAFETY: as said.
-        let indirect_field = unsafe { &raw mut (*dst).indirect };
-        // SAFETY: as said.
-        unsafe { indirect_field.write(indirect) };
-        // SAFETY: as said.
-        let stream_field = unsafe { &raw mut (*dst).stream };
-        // SAFETY: as said.
-        unsafe { stream_field.write(stream) };
-        // SAFETY: as said.
-        let owner_field = unsafe { &raw mut (*dst).owner };
-        // SAFETY: as said.
-        unsafe { owner_field.write(owner) };
+        // Each field: its place in `dst`, then its value, written once.
+        macro_rules! write_field {
+            ($field:ident) => {{
+                // SAFETY: per the contract, the fields of `dst` lie in memory we may write.
+                let place = unsafe { &raw mut (*dst).$field };
+                // SAFETY: as above; `write` drops nothing (the field holds nothing yet).
+                unsafe { place.write($field) };
+            }};
+        }
+        write_field!(data);
+        write_field!(device);
+        write_field!(dtype);
+        write_field!(readonly);
+        write_field!(swapped);
+        write_field!(indirect);
+        write_field!(stream);
+        write_field!(owner);
     }
 
     /// Every field of `Tensor`, named so that adding one fails to compile here: the in-place
