@@ -1,9 +1,9 @@
 //! What both directions of the Arrow PyCapsule interface share: its four methods and the names
-//! of their capsules, and the Arrow C Device data interface's two structs, `ArrowDeviceArray`
-//! and `ArrowDeviceArrayStream`. arrow-rs binds the C data and stream interfaces but not these
-//! (as of arrow-rs 60), so they are declared here as `arrow/c/abi.h` has them, over arrow-rs's
-//! own `FFI_ArrowArray` and `FFI_ArrowSchema`; their layout is checked against the header's
-//! below. Device types are DLPack's device type codes (the interface keeps them equal).
+//! of their capsules, the two kinds of C stream (`StreamKind`), and the Arrow C Device data
+//! interface's two structs, `ArrowDeviceArray` and `ArrowDeviceArrayStream`. arrow-rs binds the
+//! C data and stream interfaces but not these (as of arrow-rs 60), so they are declared here as
+//! `arrow/c/abi.h` has them, over arrow-rs's own `FFI_ArrowArray` and `FFI_ArrowSchema`; their
+//! layout is checked against the header's below. Device types are DLPack's device type codes (the interface keeps them equal).
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr;
