@@ -294,3 +294,68 @@ const _: () = {
     assert!(offset_of!(FFI_ArrowDeviceArrayStream, private_data) == 40);
     assert!(size_of::<FFI_ArrowDeviceArrayStream>() == 48);
 };
+
+/// The fields of an `ArrowSchema`, as the header declares them, to check a producer's schema
+/// before anything reads it: arrow-rs keeps its struct's fields private, and its accessors
+/// assert (a panic) on exactly the lies a check must refuse (a NULL format, a NULL child).
+/// Only ever read through `SchemaFields::of`; its pointers are the producer's word.
+#[repr(C)]
+pub struct SchemaFields {
+    pub format: *const c_char,
+    pub name: *const c_char,
+    pub metadata: *const c_char,
+    pub flags: i64,
+    pub n_children: i64,
+    pub children: *const *const FFI_ArrowSchema,
+    pub dictionary: *const FFI_ArrowSchema,
+    pub release: Option<unsafe extern "C" fn(*mut FFI_ArrowSchema)>,
+    pub private_data: *mut c_void,
+}
+
+impl SchemaFields {
+    pub fn of(schema: &FFI_ArrowSchema) -> &SchemaFields {
+        // SAFETY: both are the header's `ArrowSchema`, `#[repr(C)]` with the same fields
+        // (sizes and offsets asserted below), all plain data that any bits make valid; read
+        // only, for as long as the borrow of `schema`.
+        unsafe { &*std::ptr::from_ref(schema).cast::<SchemaFields>() }
+    }
+}
+
+/// The fields of an `ArrowArray`, as the header declares them, to check a producer's array
+/// before anything reads it (as `SchemaFields`, for the same reason).
+#[repr(C)]
+pub struct ArrayFields {
+    pub length: i64,
+    pub null_count: i64,
+    pub offset: i64,
+    pub n_buffers: i64,
+    pub n_children: i64,
+    pub buffers: *const *const c_void,
+    pub children: *const *const FFI_ArrowArray,
+    pub dictionary: *const FFI_ArrowArray,
+    pub release: Option<unsafe extern "C" fn(*mut FFI_ArrowArray)>,
+    pub private_data: *mut c_void,
+}
+
+impl ArrayFields {
+    pub fn of(array: &FFI_ArrowArray) -> &ArrayFields {
+        // SAFETY: as in `SchemaFields::of`: the same `#[repr(C)]` struct of plain data.
+        unsafe { &*std::ptr::from_ref(array).cast::<ArrayFields>() }
+    }
+}
+
+// The header's layout (64-bit platforms), which arrow-rs's structs follow: the views above
+// read the same bytes.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    use std::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<SchemaFields>() == size_of::<FFI_ArrowSchema>());
+    assert!(align_of::<SchemaFields>() == align_of::<FFI_ArrowSchema>());
+    assert!(size_of::<SchemaFields>() == 72);
+    assert!(offset_of!(SchemaFields, n_children) == 32);
+    assert!(offset_of!(SchemaFields, release) == 56);
+    assert!(size_of::<ArrayFields>() == size_of::<FFI_ArrowArray>());
+    assert!(align_of::<ArrayFields>() == align_of::<FFI_ArrowArray>());
+    assert!(offset_of!(ArrayFields, buffers) == 40);
+    assert!(offset_of!(ArrayFields, release) == 64);
+};

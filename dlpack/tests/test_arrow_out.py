@@ -14,6 +14,16 @@ import pytest
 
 from dlpack import asdlpack
 
+from ._arrow_c import (
+    GET_LAST_ERROR,
+    GET_NEXT,
+    RELEASE,
+    ArrowArray,
+    ArrowArrayStream,
+    ArrowDeviceArray,
+    ArrowDeviceArrayStream,
+)
+from ._arrow_c import capsule_pointer as _pointer
 from ._helpers import (
     CudaArrayInterface,
     capsule_name,
@@ -266,52 +276,8 @@ def test_streams_never_consumed_are_released_once():
     assert refcount(source) == base
 
 
-# The C structs a C consumer sees, to drive the stream as one does: from threads that don't hold
-# the interpreter (ctypes lets go of it during foreign calls).
-class ArrowArray(ctypes.Structure):
-    _fields_ = [
-        *[(name, ctypes.c_int64) for name in ("length", "null_count", "offset")],
-        *[(name, ctypes.c_int64) for name in ("n_buffers", "n_children")],
-        ("buffers", ctypes.POINTER(ctypes.c_void_p)),
-        *[(name, ctypes.c_void_p) for name in ("children", "dictionary", "release", "private")],
-    ]
-
-
-class ArrowArrayStream(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_void_p)
-        for name in ("get_schema", "get_next", "get_last_error", "release", "private")
-    ]
-
-
-GET_NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-GET_LAST_ERROR = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)
-RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_pointer.restype = ctypes.c_void_p
-_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-
-class ArrowDeviceArray(ctypes.Structure):
-    _fields_ = [
-        ("array", ArrowArray),
-        ("device_id", ctypes.c_int64),
-        ("device_type", ctypes.c_int32),
-        ("sync_event", ctypes.c_void_p),
-        ("reserved", ctypes.c_int64 * 3),
-    ]
-
-
-class ArrowDeviceArrayStream(ctypes.Structure):
-    _fields_ = [
-        ("device_type", ctypes.c_int32),
-        *[
-            (name, ctypes.c_void_p)
-            for name in ("get_schema", "get_next", "get_last_error", "release", "private")
-        ],
-    ]
-
-
+# The stream is driven as a C consumer does: from threads that don't hold the interpreter
+# (ctypes lets go of it during foreign calls).
 @pytest.mark.parametrize("device", [False, True], ids=["stream", "device_stream"])
 def test_a_c_consumer_reads_and_releases_on_threads_without_the_interpreter(device):
     source = np.arange(100.0)

@@ -23,6 +23,7 @@ use super::arrow_stream;
 use crate::arrow_c::{FFI_ArrowDeviceArray, Method, SCHEMA};
 use crate::copy::to_c_order;
 use crate::error::{Error, Result};
+use crate::import::arrow_check;
 use crate::import::arrow_values::arrow_type;
 use crate::tensor::Tensor;
 
@@ -116,13 +117,34 @@ fn export(
             "a 0-d array is no Arrow array (Arrow arrays have a length): reshape it to (1,)",
         ));
     };
+    // Arrow's list sizes are 32-bit: a row of more elements has no Arrow type.
+    let list_size = |size: u128| {
+        i32::try_from(size).map_err(|_| {
+            Error::value(format!(
+                "rows of shape {inner:?} hold {size} elements, more than an Arrow fixed-size \
+                 list can (2**31 - 1): reshape the array so that each row holds fewer"
+            ))
+        })
+    };
+    let sizes = inner
+        .iter()
+        .map(|&n| list_size(n as u128))
+        .collect::<Result<Vec<i32>>>()?;
+    let row_size = list_size(
+        inner
+            .iter()
+            .fold(1u128, |a, &n| a.saturating_mul(n as u128)),
+    )?;
     let nested = match requested_schema {
         None => false,
-        Some(requested) => requested_nested(requested, &leaf_type, inner)?,
+        Some(requested) => requested_nested(requested, &leaf_type, &sizes)?,
     };
     // The memory, C-ordered in native byte order: the tensor's own, or a copy (whose buffer
     // stays where it is when the copy moves into `Held`).
-    let in_place = tensor.layout().is_c_contiguous() && tensor.exportable().is_ok();
+    // Arrow buffers are aligned to their elements (arrow-rs refuses others): a misaligned
+    // source is copied, as other layouts are.
+    let aligned = (tensor.data() as usize).is_multiple_of(tensor.dtype().itemsize().max(1));
+    let in_place = tensor.layout().is_c_contiguous() && tensor.exportable().is_ok() && aligned;
     let (data, held) = if in_place {
         (
             tensor.data(),
@@ -156,18 +178,16 @@ fn export(
     } else if nested {
         let mut data = leaf;
         let mut item = Field::new("item", leaf_type, true);
-        for (level, &size) in inner.iter().enumerate().rev() {
+        for (level, &size) in sizes.iter().enumerate().rev() {
             let len = shape[..=level].iter().product::<usize>();
-            let list = DataType::FixedSizeList(Arc::new(item), size as i32);
+            let list = DataType::FixedSizeList(Arc::new(item), size);
             data = fixed_size_list(list.clone(), len, data)?;
             item = Field::new("item", list, true);
         }
         let data_type = item.data_type().clone();
         (data, Field::new("", data_type, false))
     } else {
-        let size: usize = inner.iter().product();
-        let list =
-            DataType::FixedSizeList(Arc::new(Field::new("item", leaf_type, true)), size as i32);
+        let list = DataType::FixedSizeList(Arc::new(Field::new("item", leaf_type, true)), row_size);
         let data = fixed_size_list(list.clone(), rows, leaf)?;
         let metadata = [
             (
@@ -197,11 +217,7 @@ fn fixed_size_list(data_type: DataType, len: usize, child: ArrayData) -> Result<
 
 /// Whether the consumer's requested schema asks for nested fixed-size lists rather than the
 /// tensor extension type; a `ValueError` for any other request that isn't what we give.
-fn requested_nested(
-    requested: &Bound<'_, PyAny>,
-    leaf: &DataType,
-    inner: &[usize],
-) -> Result<bool> {
+fn requested_nested(requested: &Bound<'_, PyAny>, leaf: &DataType, inner: &[i32]) -> Result<bool> {
     let capsule = requested
         .cast::<PyCapsule>()
         .map_err(|_| Error::type_("requested_schema must be a PyCapsule named \"arrow_schema\""))?;
@@ -211,10 +227,10 @@ fn requested_nested(
     // SAFETY: a capsule of this name holds an `ArrowSchema`, which we only read (the consumer
     // keeps and releases it).
     let schema = unsafe { &*pointer.as_ptr().cast::<FFI_ArrowSchema>() };
-    let field = Field::try_from(schema).map_err(arrow_error)?;
+    let field = arrow_check::readable(schema)?;
     let mut nested = leaf.clone();
     for &size in inner.iter().rev() {
-        nested = DataType::FixedSizeList(Arc::new(Field::new("item", nested, true)), size as i32);
+        nested = DataType::FixedSizeList(Arc::new(Field::new("item", nested, true)), size);
     }
     let is_extension = field.metadata().contains_key("ARROW:extension:name");
     if !is_extension && same_type(field.data_type(), &nested) {

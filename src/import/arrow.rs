@@ -10,14 +10,16 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 
-use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema, from_ffi};
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema, from_ffi_and_data_type};
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
-use arrow_schema::{DataType, Field};
+use arrow_schema::DataType;
 use dlpack_core::abi::DLDevice;
+use dlpack_core::available;
 use dlpack_core::dtype::DType;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
 
+use super::arrow_check::{self, Array, Schema};
 use super::arrow_values::{element_type, from_chunks, host_values};
 use crate::arrow_c::{
     ARROW_DEVICE_CPU, FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, Method, SCHEMA, StreamKind,
@@ -68,6 +70,8 @@ fn array_pair(pair: &Bound<'_, PyAny>, method: Method) -> Result<Tensor> {
         // moved out here so that only we release it.
         unsafe { FFI_ArrowArray::from_raw(raw.cast()) }
     };
+    let schema = arrow_check::schema(&schema)?;
+    let array = arrow_check::array(&schema, array)?;
     from_c(&schema, vec![array])
 }
 
@@ -111,23 +115,26 @@ pub fn import_stream(capsule: &Bound<'_, PyAny>, method: Method) -> Result<Tenso
         if stream.device_type != ARROW_DEVICE_CPU {
             return Err(not_cpu(stream.device_type, None));
         }
-        let (schema, arrays) = read_stream(&mut stream)?;
-        let arrays = arrays.into_iter().map(on_cpu).collect::<Result<_>>()?;
-        (schema, arrays)
+        read_stream(&mut stream, on_cpu)?
     } else {
         let raw = take(capsule, method.capsule(), "stream")?;
         // SAFETY: a capsule named "arrow_array_stream" holds an `ArrowArrayStream`, moved out
         // here so that only we release it (on drop, once its arrays are read).
         let mut stream = unsafe { FFI_ArrowArrayStream::from_raw(raw.cast()) };
-        read_stream(&mut stream)?
+        read_stream(&mut stream, Ok)?
     };
     from_c(&schema, arrays)
 }
 
-/// A stream of either kind read to its end: its schema and every array, as the producer wrote
-/// them. The arrays stand alone (the interface's rule), so the stream can be released after. A
-/// failed call is an error carrying the producer's message.
-fn read_stream<K: StreamKind>(stream: &mut K) -> Result<(FFI_ArrowSchema, Vec<K::Array>)> {
+/// A stream of either kind read to its end: its schema and every array (each made a host
+/// array by `host`), checked as they come. The arrays stand alone (the interface's rule), so
+/// the stream can be released after. A failed call is an error carrying the producer's
+/// message; a stream whose arrays pass the memory this process can still have is a
+/// `MemoryError`, before the producer (which holds them all) runs out of it.
+fn read_stream<K: StreamKind>(
+    stream: &mut K,
+    host: impl Fn(K::Array) -> Result<FFI_ArrowArray>,
+) -> Result<(Schema, Vec<Array>)> {
     let (Some(get_schema), Some(get_next), true) =
         (stream.get_schema(), stream.get_next(), stream.is_live())
     else {
@@ -137,20 +144,25 @@ fn read_stream<K: StreamKind>(stream: &mut K) -> Result<(FFI_ArrowSchema, Vec<K:
     };
     let get_last_error = stream.get_last_error();
     let stream: *mut K = stream;
-    // Each callback is the stream's own, called with the stream it was read from (live: its
-    // release is still set), one call at a time ("as said" below).
-    // SAFETY: as said, right after a failed call.
-    let last_error = || get_last_error.map(|get| unsafe { get(stream) });
+    // SAFETY (for each callback call below): each is the stream's own, called with the stream
+    // it was read from, which is live (its release is set, checked above) until the caller
+    // drops it after this returns, and one call at a time (this thread, in turn).
+    let last_error = || {
+        // SAFETY: see above; right after a failed call, as the interface allows.
+        get_last_error.map(|get| unsafe { get(stream) })
+    };
     let mut schema = FFI_ArrowSchema::empty();
-    // SAFETY: as said, with a place for one schema.
+    // SAFETY: see above; `schema` is a place for one schema, released when dropped.
     let code = unsafe { get_schema(stream, &raw mut schema) };
     if code != 0 {
         return Err(stream_error(last_error(), "schema", code));
     }
+    let schema = arrow_check::schema(&schema)?;
     let mut arrays = Vec::new();
+    let mut limit = StreamLimit::default();
     loop {
         let mut array = K::end();
-        // SAFETY: as said, with a place for one array of the stream's kind.
+        // SAFETY: see above; `array` is a place for one array of the stream's kind.
         let code = unsafe { get_next(stream, &raw mut array) };
         if code != 0 {
             return Err(stream_error(last_error(), "next array", code));
@@ -158,7 +170,42 @@ fn read_stream<K: StreamKind>(stream: &mut K) -> Result<(FFI_ArrowSchema, Vec<K:
         if K::is_end(&array) {
             return Ok((schema, arrays)); // the end of the stream
         }
+        let array = arrow_check::array(&schema, host(array)?)?;
+        limit.add(arrays.len() + 1, &array, &schema)?;
         arrays.push(array);
+    }
+}
+
+/// The memory a stream's arrays hold, checked against what this process can still have each
+/// time it has grown by a step (reading the limits costs tens of microseconds).
+#[derive(Default)]
+struct StreamLimit {
+    bytes: u64,
+    next_check: u64,
+}
+
+impl StreamLimit {
+    fn add(&mut self, arrays: usize, array: &Array, schema: &Schema) -> Result<()> {
+        let this = arrow_check::span_bytes(array, schema) + size_of::<FFI_ArrowArray>() as u64;
+        self.bytes = self.bytes.saturating_add(this);
+        if self.bytes < self.next_check.max(available::CHECK_FROM) {
+            return Ok(());
+        }
+        self.next_check = self.bytes + (self.bytes / 8).max(available::CHECK_FROM);
+        match available::available() {
+            Some(free) if self.bytes > free.bytes => {
+                Err(Error::Core(crate::error::CoreError::memory(format!(
+                    "the Arrow stream's {arrays} arrays read so far hold {} ({} bytes), more \
+                     than the {} this process can still have ({}): it is read whole (its \
+                     chunks joined in one copy), so pass it in parts",
+                    available::human(self.bytes),
+                    self.bytes,
+                    available::human(free.bytes),
+                    free.source
+                ))))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -177,70 +224,62 @@ fn stream_error(message: Option<*const c_char>, what: &str, code: c_int) -> Erro
     ))
 }
 
-/// The arrays of one schema (one from `__arrow_c_array__`, a stream's chunks): one array of
-/// plain numbers in place from the C structs alone, anything else through arrow-rs's import.
-fn from_c(schema: &FFI_ArrowSchema, arrays: Vec<FFI_ArrowArray>) -> Result<Tensor> {
-    let arrays = match <[FFI_ArrowArray; 1]>::try_from(arrays) {
-        Ok([array]) => match plain_numbers(schema, &array) {
+/// The arrays of one schema (one from `__arrow_c_array__`, a stream's chunks), each checked
+/// against it: one array of plain numbers in place from the C structs alone, anything else
+/// through arrow-rs's import.
+fn from_c(schema: &Schema, arrays: Vec<Array>) -> Result<Tensor> {
+    let arrays = match <[Array; 1]>::try_from(arrays) {
+        Ok([array]) => match plain_numbers(schema, array.get()) {
             Some(dtype) => return plain_in_place(dtype, array),
             None => vec![array],
         },
         Err(arrays) => arrays,
     };
-    let field = Field::try_from(schema).map_err(arrow_error)?;
+    let field = schema.field();
     let chunks = arrays
         .into_iter()
-        // SAFETY: each array is the producer's, of this schema (the interface pairs them).
-        .map(|array| unsafe { from_ffi(array, schema) })
+        // SAFETY: each array passed `arrow_check::array` against this field's type: its
+        // lengths, offsets, buffers and children are what the type needs; the bytes each buffer
+        // holds are the producer's word.
+        .map(|array| unsafe {
+            from_ffi_and_data_type(array.into_inner(), field.data_type().clone())
+        })
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(arrow_error)?;
-    from_chunks(&field, chunks)
+    from_chunks(field, chunks)
 }
 
 /// The element type of an array of numbers with no nulls, children, dictionary or extension
 /// type: the common case, which needs no `ArrayData` (arrow-rs's import builds the type tree
-/// and the buffers, and validates them). `None` for anything else.
-fn plain_numbers(schema: &FFI_ArrowSchema, array: &FFI_ArrowArray) -> Option<DType> {
-    if schema.children().next().is_some()
-        || schema.dictionary().is_some()
-        || !schema.metadata().is_ok_and(|m| m.is_empty())
-        || array.num_children() != 0
-        || array.dictionary().is_some()
-        || array.num_buffers() != 2
-    {
+/// and the buffers). `None` for anything else.
+fn plain_numbers(schema: &Schema, array: &FFI_ArrowArray) -> Option<DType> {
+    let field = schema.field();
+    if !field.metadata().is_empty() {
         return None;
     }
+    let data_type = field.data_type();
     // A validity bitmap with nulls, or an unknown count, is left to `values`, which counts
     // them in the array's range.
     if array.null_count_opt() != Some(0) && !array.buffer(0).is_null() {
         return None;
     }
-    let data_type = DataType::try_from(schema).ok()?;
-    element_type(&data_type).filter(|_| data_type != DataType::Boolean)
+    element_type(data_type).filter(|_| *data_type != DataType::Boolean)
 }
 
 /// One array of plain numbers served where it is: its values from the array's offset.
-fn plain_in_place(dtype: DType, array: FFI_ArrowArray) -> Result<Tensor> {
+fn plain_in_place(dtype: DType, array: Array) -> Result<Tensor> {
+    let array = array.into_inner();
     let itemsize = dtype.itemsize();
-    let (Ok(len), Some(first)) = (
-        i64::try_from(array.len()),
-        array.offset().checked_mul(itemsize),
-    ) else {
-        return Err(Error::value(
-            "the Arrow array's length or offset is out of range",
-        ));
-    };
-    let values = array.buffer(1);
-    if values.is_null() && len != 0 {
-        return Err(Error::value("the Arrow array has no values buffer"));
-    }
+    // In range: checked with the array (`arrow_check`), and a NULL buffer only when empty.
+    let len = array.len() as i64;
+    let first = array.offset() * itemsize;
     let layout = Layout::c_order(&[len], itemsize)?;
-    let data = values.wrapping_add(first).cast_mut().cast();
+    let data = array.buffer(1).wrapping_add(first).cast_mut().cast();
     let parts = host_values(data, dtype, layout, Owner::arrow_c(array));
     // SAFETY: the producer's word, which nothing can check (the C data interface gives no
     // buffer sizes): per the Arrow C data interface, the values buffer holds the array's
     // `offset + length` elements in host memory until the array, held by the owner, is
-    // released; read-only here.
+    // released (a range of addresses that exists: `arrow_check`); read-only here.
     Ok(unsafe { Tensor::new(parts) })
 }
 

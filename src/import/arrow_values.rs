@@ -116,7 +116,7 @@ fn refuse_nulls(data: &ArrayData, start: usize, count: usize, column: &str) -> R
 }
 
 #[cold]
-fn unsupported(data_type: &DataType, column: &str) -> Error {
+pub fn unsupported(data_type: &DataType, column: &str) -> Error {
     Error::type_(format!(
         "{column}is of Arrow type {data_type}, which DLPack can't carry (fixed-width numbers, \
          booleans and fixed-size lists of them can)"
@@ -150,7 +150,7 @@ pub fn from_chunks(field: &Field, chunks: Vec<ArrayData>) -> Result<Tensor> {
     };
     let dtype = element_type(&leaf_type).ok_or_else(|| unsupported(&leaf_type, column))?;
     let inner: Vec<usize> = fixed_sizes(field.data_type());
-    let rows: usize = parts.iter().map(|p| p.shape[0]).sum();
+    let rows = total_rows(parts.iter().map(|p| p.shape[0]))?;
     let mut shape = vec![rows];
     shape.extend(&inner);
     let bits = leaf_type == DataType::Boolean;
@@ -209,6 +209,29 @@ fn in_place(chunk: ArrayData, values: &Values<'_>, tensor: Option<&TensorShape>)
     apply_tensor_shape(tensor_of, tensor)
 }
 
+/// The rows of several chunks together; a `MemoryError` past what any memory holds.
+fn total_rows(rows: impl Iterator<Item = usize>) -> Result<usize> {
+    rows.into_iter()
+        .try_fold(0usize, usize::checked_add)
+        .ok_or_else(|| too_large("the chunks' rows together"))
+}
+
+#[cold]
+fn too_large(what: &str) -> Error {
+    Error::Core(crate::error::CoreError::memory(format!(
+        "can't copy Arrow data: {what} pass the address space"
+    )))
+}
+
+/// The bytes of a C-ordered copy of `shape`; a `MemoryError` for sizes no memory holds.
+fn copy_bytes(shape: &[usize], itemsize: usize) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(itemsize, |bytes, &n| bytes.checked_mul(n))
+        .filter(|&bytes| bytes <= isize::MAX as usize)
+        .ok_or_else(|| too_large(&format!("the {shape:?} elements")))
+}
+
 /// Copy parts (each with its leaf data) into one C-ordered tensor of `shape`, booleans' bits
 /// into bytes.
 fn gather<'a>(
@@ -218,8 +241,7 @@ fn gather<'a>(
     why: String,
 ) -> Result<Tensor> {
     let itemsize = dtype.itemsize();
-    let numel: usize = shape.iter().product();
-    let buffer = AlignedBuffer::new(numel * itemsize)?;
+    let buffer = AlignedBuffer::new(copy_bytes(shape, itemsize)?)?;
     let mut at = 0usize;
     for (part, leaf) in parts {
         let count: usize = part.shape.iter().product();
@@ -244,9 +266,9 @@ fn gather<'a>(
     Tensor::host_copy(buffer, dtype, Layout::c_order(&extents, itemsize)?, why)
 }
 
-/// A table (a struct array: record batches, data frames) whose columns share one numeric type:
-/// one rows x columns copy.
-fn table(columns: &arrow_schema::Fields, chunks: &[ArrayData]) -> Result<Tensor> {
+/// The element type a table's columns share; a `TypeError` naming the column that differs, or
+/// one of a type DLPack can't carry.
+pub fn table_dtype(columns: &arrow_schema::Fields) -> Result<DType> {
     let mut dtype = None;
     for field in columns.iter() {
         let column = format!("column {:?} ", field.name());
@@ -266,15 +288,22 @@ fn table(columns: &arrow_schema::Fields, chunks: &[ArrayData]) -> Result<Tensor>
             Some(_) => {}
         }
     }
-    let Some((dtype, _)) = dtype else {
-        return Err(Error::type_("a table without columns can't be an array"));
-    };
-    let rows: usize = chunks.iter().map(|c| c.len()).sum();
+    match dtype {
+        Some((dtype, _)) => Ok(dtype),
+        None => Err(Error::type_("a table without columns can't be an array")),
+    }
+}
+
+/// A table (a struct array: record batches, data frames) whose columns share one numeric type:
+/// one rows x columns copy.
+fn table(columns: &arrow_schema::Fields, chunks: &[ArrayData]) -> Result<Tensor> {
+    let dtype = table_dtype(columns)?;
+    let rows = total_rows(chunks.iter().map(ArrayData::len))?;
     let ncols = columns.len();
     let itemsize = dtype.itemsize();
     // Column by column into a column-major copy, then transposed into C order by the copy
     // engine would be two copies: instead each column is written with the row stride.
-    let buffer = AlignedBuffer::new(rows * ncols * itemsize)?;
+    let buffer = AlignedBuffer::new(copy_bytes(&[rows, ncols], itemsize)?)?;
     let mut row0 = 0usize;
     for chunk in chunks {
         refuse_nulls(chunk, 0, chunk.len(), "the table ")?;

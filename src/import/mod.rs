@@ -12,6 +12,7 @@
 mod address_map;
 pub mod array_interface;
 pub mod arrow;
+pub mod arrow_check;
 pub mod arrow_values;
 pub mod buffer;
 pub mod cuda_array_interface;

@@ -2,8 +2,9 @@
 //! `MemoryError` before anything is allocated, instead of the kernel's OOM killer ending this
 //! process (or another) once the pages are touched: Linux overcommits, so `malloc`, `mmap` and
 //! `memfd_create` all succeed for sizes the machine can't back. What can be had is the least of
-//! the kernel's `MemAvailable` and, for each cgroup from this process's up to the root, its
-//! memory limit minus what it uses (cgroup v2 and v1; file cache it could drop counts as free).
+//! the kernel's `MemAvailable`, for each cgroup from this process's up to the root its memory
+//! limit minus what it uses (cgroup v2 and v1; file cache it could drop counts as free), and
+//! under an address-space limit (`RLIMIT_AS`) that limit minus what the process maps.
 //! Elsewhere nothing is known and nothing is refused.
 
 use crate::error::{Error, Result};
@@ -59,6 +60,9 @@ pub fn available() -> Option<Available> {
                 consider(found);
             }
         }
+        if let Some(found) = address_space_headroom() {
+            consider(found);
+        }
         least
     }
     #[cfg(not(target_os = "linux"))]
@@ -68,6 +72,29 @@ pub fn available() -> Option<Available> {
 #[cfg(target_os = "linux")]
 fn read(path: &str) -> Option<String> {
     std::fs::read_to_string(path).ok()
+}
+
+/// Under an address-space limit (`RLIMIT_AS`, which `ulimit -v` sets), what this process can
+/// still map: the limit less what it maps now (`/proc/self/statm`'s size, in pages).
+#[cfg(target_os = "linux")]
+fn address_space_headroom() -> Option<Available> {
+    use rustix::process::{Resource, getrlimit};
+    let limit = getrlimit(Resource::As).current?; // None: no limit
+    let pages = statm_size(&read("/proc/self/statm")?)?;
+    let mapped = pages.checked_mul(rustix::param::page_size() as u64)?;
+    Some(Available {
+        bytes: limit.saturating_sub(mapped),
+        source: format!(
+            "RLIMIT_AS: limit {}, {} mapped",
+            human(limit),
+            human(mapped)
+        ),
+    })
+}
+
+/// The size field (the first, in pages) of a `/proc/<pid>/statm` text.
+fn statm_size(statm: &str) -> Option<u64> {
+    statm.split_whitespace().next()?.parse().ok()
 }
 
 /// `MemAvailable` of `/proc/meminfo`'s text, in bytes.
@@ -153,7 +180,7 @@ fn cgroup_headroom(groups: &str, read: impl Fn(&str) -> Option<String>) -> Vec<A
 }
 
 /// Bytes for people: `1.5 GiB`.
-fn human(bytes: u64) -> String {
+pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 7] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
@@ -178,6 +205,13 @@ mod tests {
         let text = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   2000 kB\n";
         assert_eq!(mem_available(text), Some(2000 * 1024));
         assert_eq!(mem_available("MemTotal: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn reads_statm_size() {
+        assert_eq!(statm_size("2711 450 390 3 0 180 0\n"), Some(2711));
+        assert_eq!(statm_size(""), None);
+        assert_eq!(statm_size("x 1"), None);
     }
 
     #[test]

@@ -1,0 +1,41 @@
+"""Hostile Arrow structs, each in a child process (``_arrow_hostile_cases``): a crash or a Rust
+panic fails the cases from the one that crashed on, never the test run."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from ._helpers import need, run_python
+
+need("pyarrow")
+need("numpy")
+
+from . import _arrow_hostile_cases as cases  # noqa: E402 - after the libraries it needs
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    result = run_python("-m", "dlpack.tests._arrow_hostile_cases", timeout=300)
+    found = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("{"):
+            outcome = json.loads(line)
+            found[outcome.pop("case")] = outcome
+    return found, result
+
+
+@pytest.mark.parametrize("name", list(cases.CASES))
+def test_hostile_struct_is_a_clear_error(outcomes, name):
+    found, result = outcomes
+    assert name in found, (
+        f"the child died before this case (exit status {result.returncode}): "
+        f"{result.stderr[-2000:]}"
+    )
+    raises, match, _ = cases.CASES[name]
+    outcome = found[name]
+    assert outcome["raised"] == raises, outcome
+    assert re.search(match, outcome["message"]), outcome
+    assert "panicked" not in result.stderr

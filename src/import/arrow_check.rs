@@ -1,0 +1,337 @@
+//! A producer's Arrow C structs checked field by field before anything reads them. arrow-rs
+//! reads an `ArrowSchema` and an `ArrowArray` on the producer's word: where they lie, it
+//! panics (a NULL format, too few children) or reads out of bounds (a negative length, an
+//! offset past the buffer). So every field a later read relies on is checked here first:
+//!
+//! - a schema's tree (`schema`): live, a UTF-8 format and name, its children and dictionary
+//!   present and themselves sound, as many children as its format needs, a bounded depth; then
+//!   its type one this crate carries (numbers, booleans, fixed-size lists of them, tables of
+//!   them), which is all that is ever imported;
+//! - each array against that type (`array`): live, lengths and offsets in range, the buffers
+//!   and children that type has, each child long enough, and every buffer's extent a range of
+//!   addresses that exists.
+//!
+//! What no check can see, that a buffer really holds the bytes the length and offset say,
+//! stays the producer's word.
+
+use std::ffi::{CStr, c_void};
+
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_schema::{DataType, Field};
+
+use super::arrow_values::{element_type, table_dtype, unsupported};
+use crate::arrow_c::{ArrayFields, SchemaFields};
+use crate::error::{Error, Result};
+
+/// Deeper trees are refused: real types nest a few levels, and a cycle of children never ends.
+const MAX_DEPTH: usize = 64;
+
+/// A schema that passed `schema`: its field, of a type `array` can check arrays against.
+pub struct Schema {
+    field: Field,
+}
+
+impl Schema {
+    pub fn field(&self) -> &Field {
+        &self.field
+    }
+}
+
+/// An array that passed `array` against a `Schema`'s type.
+pub struct Array(FFI_ArrowArray);
+
+impl Array {
+    pub fn get(&self) -> &FFI_ArrowArray {
+        &self.0
+    }
+
+    pub fn into_inner(self) -> FFI_ArrowArray {
+        self.0
+    }
+}
+
+/// Check a schema's tree, read its field, and refuse types this crate doesn't carry
+/// (`TypeError`, naming the type).
+pub fn schema(schema: &FFI_ArrowSchema) -> Result<Schema> {
+    let field = readable(schema)?;
+    carried(field.data_type(), "this Arrow array ")?;
+    Ok(Schema { field })
+}
+
+/// A schema's tree checked and read as a field, whatever its type (for a consumer's requested
+/// schema, compared with what we give).
+pub fn readable(schema: &FFI_ArrowSchema) -> Result<Field> {
+    schema_node(schema, 0)?;
+    Field::try_from(schema).map_err(|err| malformed("schema", err))
+}
+
+fn schema_node(schema: &FFI_ArrowSchema, depth: usize) -> Result<()> {
+    let fields = SchemaFields::of(schema);
+    if depth > MAX_DEPTH {
+        return Err(malformed(
+            "schema",
+            format!("nests deeper than {MAX_DEPTH} levels"),
+        ));
+    }
+    if fields.release.is_none() {
+        return Err(released("schema"));
+    }
+    if fields.format.is_null() {
+        return Err(malformed("schema", "its format is NULL"));
+    }
+    // SAFETY: a live schema's non-NULL format is a NUL-terminated string the schema owns (the
+    // interface's rule; the producer's word).
+    let format = unsafe { CStr::from_ptr(fields.format) };
+    let format = format
+        .to_str()
+        .map_err(|_| malformed("schema", "its format is not UTF-8"))?;
+    if !fields.name.is_null() {
+        // SAFETY: as for the format: a NUL-terminated string when not NULL.
+        let name = unsafe { CStr::from_ptr(fields.name) };
+        name.to_str()
+            .map_err(|_| malformed("schema", "its name is not UTF-8"))?;
+    }
+    let children = count("schema", "children", fields.n_children)?;
+    if children > 0 && fields.children.is_null() {
+        return Err(malformed(
+            "schema",
+            format!("it has {children} children but no children pointer"),
+        ));
+    }
+    for index in 0..children {
+        // SAFETY: a non-NULL children pointer of a live schema points to `n_children`
+        // pointers (the producer's word); `index` is below that count.
+        let child = unsafe { *fields.children.wrapping_add(index) };
+        // SAFETY: a child pointer is NULL or a schema that lives as long as its parent.
+        let Some(child) = (unsafe { child.as_ref() }) else {
+            return Err(malformed("schema", format!("its child {index} is NULL")));
+        };
+        schema_node(child, depth + 1)?;
+    }
+    // SAFETY: the dictionary is NULL or a schema that lives as long as its parent.
+    if let Some(dictionary) = unsafe { fields.dictionary.as_ref() } {
+        schema_node(dictionary, depth + 1)?;
+    }
+    let needed = children_needed(format);
+    if children < needed {
+        return Err(malformed(
+            "schema",
+            format!("its format {format:?} needs {needed} child type(s), it has {children}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The children a format's type can't be read without (arrow-rs asserts they are there).
+fn children_needed(format: &str) -> usize {
+    match format {
+        "+l" | "+L" | "+vl" | "+vL" | "+m" => 1,
+        "+r" => 2,
+        format if format.starts_with("+w:") => 1,
+        _ => 0,
+    }
+}
+
+/// Whether `data_type` is one this crate reads: numbers and booleans, fixed-size lists of them
+/// (to any depth), and tables (structs) whose columns share one such type.
+fn carried(data_type: &DataType, what: &str) -> Result<()> {
+    match data_type {
+        DataType::FixedSizeList(child, size) => {
+            if *size < 0 {
+                return Err(malformed(
+                    "schema",
+                    format!("its fixed-size list has a negative size ({size})"),
+                ));
+            }
+            carried(child.data_type(), what)
+        }
+        DataType::Struct(columns) => table_dtype(columns).map(|_| ()),
+        other if element_type(other).is_some() => Ok(()),
+        other => Err(unsupported(other, what)),
+    }
+}
+
+/// Check `array` against `schema`'s type, before anything reads it.
+pub fn array(schema: &Schema, array: FFI_ArrowArray) -> Result<Array> {
+    array_node(&array, schema.field.data_type())?;
+    Ok(Array(array))
+}
+
+/// The bytes an array's buffers span, children included (its memory, for limits), once it is
+/// checked.
+pub fn span_bytes(array: &Array, schema: &Schema) -> u64 {
+    // Every product was checked to fit when the array was.
+    fn bytes(array: &FFI_ArrowArray, data_type: &DataType) -> u64 {
+        let end = (array.offset() + array.len()) as u64;
+        let bitmap = end.div_ceil(8);
+        match data_type {
+            DataType::FixedSizeList(child, _) => bitmap + bytes(array.child(0), child.data_type()),
+            DataType::Struct(columns) => {
+                let children = columns.iter().enumerate();
+                bitmap
+                    + children
+                        .map(|(k, c)| bytes(array.child(k), c.data_type()))
+                        .sum::<u64>()
+            }
+            DataType::Boolean => 2 * bitmap,
+            other => bitmap + end * element_type(other).map_or(0, |d| d.itemsize() as u64),
+        }
+    }
+    bytes(&array.0, schema.field.data_type())
+}
+
+fn array_node(array: &FFI_ArrowArray, data_type: &DataType) -> Result<()> {
+    let fields = ArrayFields::of(array);
+    if fields.release.is_none() {
+        return Err(released("array"));
+    }
+    if fields.length < 0 || fields.offset < 0 || fields.null_count < -1 {
+        return Err(malformed(
+            "array",
+            format!(
+                "its length ({}), offset ({}) or null count ({}) is negative",
+                fields.length, fields.offset, fields.null_count
+            ),
+        ));
+    }
+    let end = fields
+        .offset
+        .checked_add(fields.length)
+        .ok_or_else(|| too_large(fields))?;
+    if !fields.dictionary.is_null() {
+        return Err(malformed(
+            "array",
+            "it has a dictionary its type doesn't have",
+        ));
+    }
+    let (n_buffers, n_children) = match data_type {
+        DataType::FixedSizeList(..) => (1, 1),
+        DataType::Struct(columns) => (1, columns.len()),
+        _ => (2, 0),
+    };
+    if count("array", "buffers", fields.n_buffers)? != n_buffers
+        || count("array", "children", fields.n_children)? != n_children
+    {
+        return Err(malformed(
+            "array",
+            format!(
+                "it has {} buffers and {} children, where its type {data_type} has {n_buffers} \
+                 and {n_children}",
+                fields.n_buffers, fields.n_children
+            ),
+        ));
+    }
+    if fields.buffers.is_null() {
+        return Err(malformed("array", "its buffers pointer is NULL"));
+    }
+    // SAFETY: a live array's non-NULL buffers pointer points to `n_buffers` pointers (the
+    // producer's word), here at least one.
+    let validity = unsafe { *fields.buffers };
+    let end = end as u64;
+    extent(validity, end.div_ceil(8), fields)?;
+    if fields.null_count > 0 && validity.is_null() {
+        return Err(malformed(
+            "array",
+            format!(
+                "it says it has {} nulls but has no validity bitmap",
+                fields.null_count
+            ),
+        ));
+    }
+    match data_type {
+        DataType::FixedSizeList(child, size) => {
+            let needed = end
+                .checked_mul(*size as u64)
+                .ok_or_else(|| too_large(fields))?;
+            child_node(fields, 0, needed, child.data_type())
+        }
+        DataType::Struct(columns) => {
+            for (index, column) in columns.iter().enumerate() {
+                child_node(fields, index, end, column.data_type())?;
+            }
+            Ok(())
+        }
+        other => {
+            let bytes = match element_type(other) {
+                Some(_) if other == &DataType::Boolean => end.div_ceil(8),
+                Some(dtype) => end
+                    .checked_mul(dtype.itemsize() as u64)
+                    .ok_or_else(|| too_large(fields))?,
+                None => return Err(unsupported(other, "this Arrow array ")),
+            };
+            // SAFETY: as for the validity bitmap: the array has two buffers (checked above).
+            let values = unsafe { *fields.buffers.wrapping_add(1) };
+            if values.is_null() && bytes > 0 {
+                return Err(malformed("array", "its values buffer is NULL"));
+            }
+            extent(values, bytes, fields)
+        }
+    }
+}
+
+/// Child `index` of a checked array: present, at least `needed` long, and sound itself.
+fn child_node(parent: &ArrayFields, index: usize, needed: u64, data_type: &DataType) -> Result<()> {
+    if parent.children.is_null() {
+        return Err(malformed("array", "its children pointer is NULL"));
+    }
+    // SAFETY: a live array's non-NULL children pointer points to `n_children` pointers (the
+    // producer's word); `index` is below that count (checked by the caller).
+    let child = unsafe { *parent.children.wrapping_add(index) };
+    // SAFETY: a child pointer is NULL or an array that lives as long as its parent.
+    let Some(child) = (unsafe { child.as_ref() }) else {
+        return Err(malformed("array", format!("its child {index} is NULL")));
+    };
+    let fields = ArrayFields::of(child);
+    if fields.length >= 0 && (fields.length as u64) < needed {
+        return Err(malformed(
+            "array",
+            format!(
+                "its child {index} has {} elements where the parent's length and offset need {needed}",
+                fields.length
+            ),
+        ));
+    }
+    array_node(child, data_type)
+}
+
+/// A buffer's `bytes` from `start` must be addresses that exist (a range that neither wraps
+/// nor passes `isize::MAX`, as Rust's slices need): a lying length or offset is caught here,
+/// though not one that stays inside the address space.
+fn extent(start: *const c_void, bytes: u64, fields: &ArrayFields) -> Result<()> {
+    if start.is_null() {
+        return Ok(());
+    }
+    let fits = usize::try_from(bytes)
+        .ok()
+        .and_then(|bytes| (start as usize).checked_add(bytes))
+        .is_some_and(|last| last <= isize::MAX as usize);
+    if fits { Ok(()) } else { Err(too_large(fields)) }
+}
+
+fn count(what: &str, of: &str, n: i64) -> Result<usize> {
+    usize::try_from(n).map_err(|_| malformed(what, format!("its number of {of} is negative ({n})")))
+}
+
+#[cold]
+fn too_large(fields: &ArrayFields) -> Error {
+    malformed(
+        "array",
+        format!(
+            "its length ({}) and offset ({}) reach past the memory this process can address",
+            fields.length, fields.offset
+        ),
+    )
+}
+
+#[cold]
+fn released(what: &str) -> Error {
+    Error::value(format!(
+        "the Arrow {what} is released (its release callback is NULL): it was read already, \
+         perhaps imported by another consumer; ask its producer for a new one"
+    ))
+}
+
+#[cold]
+fn malformed(what: &str, why: impl std::fmt::Display) -> Error {
+    Error::value(format!("the Arrow {what} is malformed: {why}"))
+}
