@@ -230,7 +230,10 @@ class DLPackObject:
     @property
     def ndim(self) -> int: ...
     @property
-    def dtype(self) -> str: ...
+    def dtype(self) -> Any:
+        """The element type: a ``numpy.dtype`` where numpy can be imported (ml_dtypes' types,
+        such as bfloat16, where ml_dtypes can), else its name (``str(obj.dtype)`` is the name
+        either way)."""
     @property
     def itemsize(self) -> int: ...
     @property

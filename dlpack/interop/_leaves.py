@@ -114,7 +114,7 @@ def _dlpack_to_torch(obj: DLPackObject, request: _Request, *, immutable: bool) -
     """Hand ``obj`` to torch: in place when torch may have it, else through exactly one copy."""
     import torch
 
-    _torch_dtype(obj.dtype)  # BufferError for types torch lacks, before anything is copied
+    _torch_dtype(str(obj.dtype))  # BufferError for types torch lacks, before anything is copied
     source = obj.device
     if (  # the common case, checked first: host memory torch may have as it is
         request.device is None
@@ -183,7 +183,7 @@ def _jax_to_jax(array: Any, request: _Request) -> jax.Array:
 
 def _dlpack_to_jax(obj: DLPackObject, request: _Request, x64: bool) -> jax.Array:
     """Hand ``obj`` to JAX: in place when XLA can read it, else through one copy."""
-    name = obj.dtype
+    name = str(obj.dtype)  # a numpy dtype's name, or the name numpy lacks
     _jax_dtype(name)  # BufferError for types JAX lacks
     if (  # the common case, checked first: dense, aligned, writable host memory
         request.device is None
@@ -290,7 +290,7 @@ def _dlpack_to_numpy(obj: DLPackObject, request: _Request, *, immutable: bool) -
     if moves and request.copy is False:
         raise _refuse_copy("this array", [f"a move from {_device_name(obj.device)} to the CPU"])
     copy = True if moves or request.copy else None
-    if obj.dtype in _NUMPY_DLPACK_TYPES:
+    if str(obj.dtype) in _NUMPY_DLPACK_TYPES:
         array = np.from_dlpack(_ExportAs(obj, _HOST, copy) if moves else obj, copy=copy)
     else:
         array = _numpy_via_ml_dtypes(obj, moves, copy)
@@ -300,13 +300,14 @@ def _dlpack_to_numpy(obj: DLPackObject, request: _Request, *, immutable: bool) -
 
 
 def _numpy_via_ml_dtypes(obj: DLPackObject, moves: bool, copy: bool | None) -> Any:
+    name = str(obj.dtype)
     try:
         import ml_dtypes
     except ImportError as exc:
-        raise BufferError(f"numpy reads {obj.dtype} only with ml_dtypes installed") from exc
-    dtype = getattr(ml_dtypes, obj.dtype, None)
+        raise BufferError(f"numpy reads {name} only with ml_dtypes installed") from exc
+    dtype = getattr(ml_dtypes, name, None)
     if dtype is None:
-        raise BufferError(f"neither numpy nor ml_dtypes has a {obj.dtype} dtype")
+        raise BufferError(f"neither numpy nor ml_dtypes has a {name} dtype")
     import numpy as np
 
     if moves:

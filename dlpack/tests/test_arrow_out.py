@@ -423,3 +423,20 @@ def test_arrow_exports_alive_at_exit_are_left_without_a_crash():
     )
     done = run_python("-c", script)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_rows_past_arrows_list_size_are_a_value_error_and_misaligned_memory_a_copy():
+    # Arrow's fixed-size list sizes are 32-bit: a row of 2**32 elements (none here: 0 rows)
+    # must not export as a list of size 0 with a shape of 2**32 in its metadata.
+    for shape in ((0, 2**32), (0, 2**16, 2**16), (0, 2**31)):
+        wide = asdlpack(np.empty(shape, np.int8))
+        for method in ("__arrow_c_array__", "__arrow_c_device_array__", "__arrow_c_stream__"):
+            with pytest.raises(ValueError, match="more than an Arrow fixed-size list can"):
+                getattr(wide, method)()
+    assert pa.array(asdlpack(np.empty((0, 2**31 - 1), np.int8))).type.shape == [2**31 - 1]
+    # C-ordered but not aligned to its elements: Arrow wants aligned buffers, so a copy.
+    misaligned = np.frombuffer(bytearray(8 * 5 + 1), np.uint8)[1:].view(np.float64)
+    misaligned[:] = np.arange(5.0) + 0.5
+    assert misaligned.ctypes.data % 8 != 0
+    assert pa.array(asdlpack(misaligned)).to_pylist() == [0.5, 1.5, 2.5, 3.5, 4.5]
+    assert pa.chunked_array(asdlpack(misaligned)).to_pylist() == [0.5, 1.5, 2.5, 3.5, 4.5]

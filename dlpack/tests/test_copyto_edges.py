@@ -593,3 +593,28 @@ def test_copyto_cuda_without_a_driver_says_why(side):
         with pytest.raises((BufferError, RuntimeError), match="(?i)cuda"):
             copyto(dst, src, stream=stream)
     np.testing.assert_array_equal(host, before)
+
+
+def test_copyto_refuses_destinations_it_can_only_read_as_copies():
+    """Joined chunks, widened bits, a table, a numpy scalar's temporary: values written there
+    would never reach the destination, so each is a ValueError saying why, and nothing of the
+    destination changes."""
+    pa = need("pyarrow")
+    pd = need("pandas")
+    cases = {
+        "chunks": (pa.chunked_array([[0.0], [0.0]]), np.ones(2), "2 chunks"),
+        "bits": (pa.array([False, False]), np.ones(2, bool), "booleans are bits"),
+        "table": (pd.DataFrame({"a": [0.0, 0.0]}), np.ones((2, 1)), "table of 1 columns"),
+        "its DLPackObject": (asdlpack(pa.chunked_array([[0.0], [0.0]])), np.ones(2), "chunks"),
+    }
+    for name, (dst, src, why) in cases.items():
+        before = np.from_dlpack(asdlpack(dst)).copy()
+        with pytest.raises(ValueError, match=f"only be read as a copy.*{why}"):
+            copyto(dst, src)
+        assert (np.from_dlpack(asdlpack(dst)) == before).all(), name
+    scalar = np.float64(0)
+    with pytest.raises(ValueError, match="float64 objects are immutable"):
+        copyto(scalar, np.float64(1))
+    assert scalar == 0
+    assert asdlpack(np.float64(1)).readonly and asdlpack(np.int8(1)).readonly
+    assert not asdlpack(np.zeros(1)).readonly

@@ -168,3 +168,32 @@ def test_ml_dtypes_unknown_void_refused():
     src = np.zeros(3, dtype="V2")
     with pytest.raises(BufferError):
         asdlpack(src)
+
+
+@pytest.mark.parametrize("dtype", NUMPY_NATIVE_DTYPES)
+def test_dtype_is_numpys_so_numpy_and_jax_read_the_object(dtype):
+    """numpy 2 and JAX read an array-like's ``.dtype`` and need a real dtype: np.dtype(obj),
+    np.result_type(obj) and jnp.asarray(obj) take the object as the array it is."""
+    jnp = need("jax.numpy", "jax")
+    src = _sample(dtype)
+    obj = asdlpack(src)
+    assert isinstance(obj.dtype, np.dtype) and obj.dtype == src.dtype
+    assert str(obj.dtype) == src.dtype.name
+    assert np.dtype(obj) == src.dtype
+    assert np.result_type(obj, np.int8) == np.result_type(src, np.int8)
+    if dtype in ("float64", "int64", "uint64", "complex128"):  # JAX narrows them without x64
+        return
+    got = jnp.asarray(obj)
+    assert got.dtype == src.dtype
+    np.testing.assert_array_equal(np.asarray(got), src)
+
+
+@pytest.mark.parametrize("name", ML_DTYPES_NAMES)
+def test_ml_dtypes_dtype_is_ml_dtypes(name):
+    ml_dtypes = need("ml_dtypes")
+    if not hasattr(ml_dtypes, name):
+        pytest.skip(f"ml_dtypes has no {name}")
+    dt = np.dtype(getattr(ml_dtypes, name))
+    obj = asdlpack(np.zeros(3, dt))
+    assert obj.dtype == dt and type(obj.dtype) is type(dt) and str(obj.dtype) == name
+    assert np.dtype(obj) == dt

@@ -185,10 +185,15 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
         Ok(None)
     };
     match (fallback(), refused) {
-        (Ok(Some(tensor)), _) => Ok(Imported {
-            tensor,
-            producer: None,
-        }),
+        (Ok(Some(mut tensor)), _) => {
+            if protocols.immutable {
+                tensor.make_readonly(); // as above
+            }
+            Ok(Imported {
+                tensor,
+                producer: None,
+            })
+        }
         // The producer's own refusal explains best what is wrong.
         (Ok(None), Some(refusal)) | (Err(_), Some(refusal)) => Err(refusal),
         (Err(err), None) => Err(err),

@@ -36,7 +36,7 @@ pub struct Protocols {
     /// A `numpy.ma.MaskedArray` (or subclass): its DLPack and array interface exports are its
     /// data without the mask, so masked elements must be refused first.
     pub numpy_masked: bool,
-    /// A JAX array type: immutable, though its DLPack export carries no read-only flag.
+    /// A JAX array or numpy scalar type: immutable, though its exports carry no read-only flag.
     pub immutable: bool,
     /// Absent protocols must still be looked up on each instance: its type is a heap type
     /// (whose attributes can change after we probed it), or its instances may carry attributes
@@ -117,7 +117,7 @@ fn probe(ty: &Bound<'_, PyType>) -> Protocols {
         immutable: ty.module().is_ok_and(|m| {
             m.to_str()
                 .is_ok_and(|m| m == "jax" || m.starts_with("jax.") || m.starts_with("jaxlib"))
-        }),
+        }) || in_mro(ty, "generic", |m| m == "numpy"),
         torch: ty.module().is_ok_and(|m| {
             m.to_str()
                 .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
@@ -166,6 +166,13 @@ fn exchange_api(ty: &Bound<'_, PyType>) -> Option<ExchangeApi> {
 /// Whether `ty` is `numpy.ma.MaskedArray` or a subclass of it (found by name along the MRO, so
 /// numpy need not be imported here).
 fn is_numpy_masked_array_type(ty: &Bound<'_, PyType>) -> bool {
+    in_mro(ty, "MaskedArray", |m| m.starts_with("numpy.ma"))
+}
+
+/// Whether `ty` is or derives from a class of this name whose module `module` accepts (numpy's
+/// scalars derive from `numpy.generic`: immutable, though their array interfaces lend a
+/// writable temporary).
+fn in_mro(ty: &Bound<'_, PyType>, name: &str, module: impl Fn(&str) -> bool) -> bool {
     let py = ty.py();
     let Ok(mro) = ty.getattr(intern!(py, "__mro__")) else {
         return false;
@@ -174,13 +181,13 @@ fn is_numpy_masked_array_type(ty: &Bound<'_, PyType>) -> bool {
         return false;
     };
     mro.flatten().any(|class| {
-        let text = |name| {
+        let text = |attr| {
             class
-                .getattr(name)
+                .getattr(attr)
                 .ok()
                 .and_then(|v| v.extract::<String>().ok())
         };
-        text(intern!(py, "__name__")).as_deref() == Some("MaskedArray")
-            && text(intern!(py, "__module__")).is_some_and(|m| m.starts_with("numpy.ma"))
+        text(intern!(py, "__name__")).as_deref() == Some(name)
+            && text(intern!(py, "__module__")).is_some_and(|m| module(&m))
     })
 }

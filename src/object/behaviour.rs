@@ -5,9 +5,11 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use dlpack_core::DType;
 use pyo3::exceptions::PyAttributeError;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyString, PyTuple};
 
 use super::instance::{new_object, state, state_unchecked};
 use super::state::DLPackObject;
@@ -97,6 +99,34 @@ impl DLPackObject {
 
 /// `(1, 0)`, the device of CPU memory, once made (asked on every torch exchange).
 static CPU_DEVICE: GilCell<usize> = GilCell::new(0);
+
+/// `.dtype`: numpy's dtype of the element type where numpy can be imported (ml_dtypes' types
+/// where ml_dtypes can), since numpy 2 (`np.dtype(obj)`, `np.result_type(obj)`) and JAX
+/// (`jnp.asarray(obj)`) read an array-like's `.dtype` and need a real one; its name otherwise.
+/// No `from_dlpack` reads it, so the exchange never pays for it.
+pub(super) fn dtype_object(py: Python<'_>, dtype: DType) -> Bound<'_, PyAny> {
+    let name = dtype.name();
+    let numpy_dtype = || -> PyResult<Bound<'_, PyAny>> {
+        let make = py
+            .import(intern!(py, "numpy"))?
+            .getattr(intern!(py, "dtype"))?;
+        let found = match make.call1((&name,)) {
+            Ok(found) => found,
+            Err(_) => {
+                let ml_dtypes = py.import(intern!(py, "ml_dtypes"))?;
+                make.call1((ml_dtypes.getattr(name.as_str())?,))?
+            }
+        };
+        // numpy reads some names otherwise than DLPack does: only a dtype of the same size is
+        // taken for this one.
+        let itemsize: usize = found.getattr(intern!(py, "itemsize"))?.extract()?;
+        if itemsize != dtype.itemsize() {
+            return Err(pyo3::exceptions::PyTypeError::new_err("another type"));
+        }
+        Ok(found)
+    };
+    numpy_dtype().unwrap_or_else(|_| PyString::new(py, &name).into_any())
+}
 
 /// The Python-visible behaviour behind `pytype`'s entry points.
 impl DLPackObject {

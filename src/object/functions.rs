@@ -105,12 +105,12 @@ pub fn copyto(
     }
     if import::is_immutable(dst) {
         return Err(Error::value(format!(
-            "{} arrays are immutable; copyto can't write into them",
+            "{} objects are immutable; copyto can't write into them",
             type_name(dst)
         ))
         .into());
     }
-    let target = tensor_of(dst)?;
+    let target = destination(dst)?;
     let source = tensor_of(src)?;
     copy::copy_into(py, &target, &source, stream)?;
     Ok(())
@@ -137,6 +137,23 @@ fn tensor_of<'a>(obj: &'a Bound<'_, PyAny>) -> Result<TensorOf<'a>> {
         return Ok(TensorOf::Object(existing));
     }
     Ok(TensorOf::Imported(import::import(obj)?.tensor))
+}
+
+/// The memory `copyto` writes: the destination's own, never a copy an import made (values
+/// written there would never reach it), which is a `ValueError` saying why it was a copy.
+fn destination<'a>(obj: &'a Bound<'_, PyAny>) -> Result<TensorOf<'a>> {
+    let target = match state(obj) {
+        Some(existing) => TensorOf::Object(existing),
+        None => TensorOf::Imported(import::import_in_place(obj)?.tensor),
+    };
+    if let Some(why) = target.copied() {
+        return Err(Error::value(format!(
+            "copyto can't write into this {}: its memory could only be read as a copy ({why}), \
+             so the values would never reach it",
+            type_name(obj)
+        )));
+    }
+    Ok(target)
 }
 
 /// Heap bytes behind our objects, for memory reports: `(name, bytes)` pairs. Rust-side sizes

@@ -16,7 +16,7 @@ use pyo3::types::{PyBool, PyModule, PyString, PyType};
 
 use super::instance::{self, Instance, dealloc, state_unchecked, traverse};
 use super::state::DLPackObject;
-use super::{arguments, exchange_api, functions, pickling};
+use super::{arguments, behaviour, exchange_api, functions, pickling};
 use crate::arrow_c::Method;
 use crate::error::Result;
 use crate::export::policy::{self, Request};
@@ -376,9 +376,11 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 17] = [
     (c"ndim", c"Number of dimensions.", |s, o| {
         Ok(s.tensor().layout().ndim().into_pyobject(o.py())?.into_any())
     }),
-    (c"dtype", c"Element type name, e.g. \"float32\" or \"bfloat16\".", |s, o| {
-        Ok(s.tensor().dtype().name().into_pyobject(o.py())?.into_any())
-    }),
+    (
+        c"dtype",
+        c"The element type: a numpy.dtype where numpy can be imported (ml_dtypes' types, such as bfloat16, where ml_dtypes can), else its name, e.g. \"float32\".",
+        |s, o| Ok(behaviour::dtype_object(o.py(), s.tensor().dtype())),
+    ),
     (c"itemsize", c"Bytes per element.", |s, o| {
         Ok(s.tensor().dtype().itemsize().into_pyobject(o.py())?.into_any())
     }),
