@@ -39,3 +39,11 @@ def test_hostile_struct_is_a_clear_error(outcomes, name):
     assert outcome["raised"] == raises, outcome
     assert re.search(match, outcome["message"]), outcome
     assert "panicked" not in result.stderr
+
+
+def test_fuzzed_arrow_structs_are_read_or_refused_never_a_crash():
+    # `python -m dlpack.tests._arrow_fuzz N` runs longer fuzzing by hand.
+    result = run_python("-m", "dlpack.tests._arrow_fuzz", "400", timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "fuzzed 400 examples" in result.stdout and " read" in result.stdout, result.stdout
+    assert "panicked" not in result.stderr

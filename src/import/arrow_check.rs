@@ -9,7 +9,7 @@
 //!   them), which is all that is ever imported;
 //! - each array against that type (`array`): live, lengths and offsets in range, the buffers
 //!   and children that type has, each child long enough, and every buffer's extent a range of
-//!   addresses that exists.
+//!   addresses that can exist.
 //!
 //! What no check can see, that a buffer really holds the bytes the length and offset say,
 //! stays the producer's word.
@@ -294,19 +294,32 @@ fn child_node(parent: &ArrayFields, index: usize, needed: u64, data_type: &DataT
     array_node(child, data_type)
 }
 
-/// A buffer's `bytes` from `start` must be addresses that exist (a range that neither wraps
-/// nor passes `isize::MAX`, as Rust's slices need): a lying length or offset is caught here,
-/// though not one that stays inside the address space.
+/// A buffer's `bytes` from `start` must be addresses that can exist: a range that neither
+/// wraps nor passes the top of a process's address space. A lying length or offset is caught
+/// here, though not one whose range stays inside that space.
 fn extent(start: *const c_void, bytes: u64, fields: &ArrayFields) -> Result<()> {
     if start.is_null() {
         return Ok(());
     }
-    let fits = usize::try_from(bytes)
-        .ok()
-        .and_then(|bytes| (start as usize).checked_add(bytes))
-        .is_some_and(|last| last <= isize::MAX as usize);
+    let fits = (start as u64)
+        .checked_add(bytes)
+        .is_some_and(|last| last <= ADDRESS_SPACE);
     if fits { Ok(()) } else { Err(too_large(fields)) }
 }
+
+/// The top of a process's address space: 56 bits on the 64-bit processors whose page tables
+/// reach furthest (x86-64 with five levels, RISC-V Sv57; AArch64 has 52), else what Rust's
+/// slices allow.
+const ADDRESS_SPACE: u64 = if cfg!(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "loongarch64"
+)) {
+    1 << 56
+} else {
+    isize::MAX as u64
+};
 
 fn count(what: &str, of: &str, n: i64) -> Result<usize> {
     usize::try_from(n).map_err(|_| malformed(what, format!("its number of {of} is negative ({n})")))

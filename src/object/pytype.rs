@@ -10,7 +10,7 @@ use std::ffi::{CStr, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 
-use pyo3::panic::PanicException;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyModule, PyString, PyType};
 
@@ -46,8 +46,9 @@ pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
 // -- entry points -----------------------------------------------------------------------------
 
 /// Run an entry point's body attached to Python through PyO3's public `Python::attach` (so the
-/// references it drops are released at once), raising its error or its panic (as PyO3 raises
-/// them, `PanicException`) and returning `failed` (NULL, or -1) for either.
+/// references it drops are released at once), raising its error, or a panic as a RuntimeError
+/// that names it (not PyO3's `PanicException`, a BaseException that `except Exception` misses),
+/// and returning `failed` (NULL, or -1) for either.
 fn entry<T: Copy>(failed: T, body: impl FnOnce(Python<'_>) -> PyResult<T>) -> T {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         Python::attach(|py| {
@@ -63,7 +64,8 @@ fn entry<T: Copy>(failed: T, body: impl FnOnce(Python<'_>) -> PyResult<T>) -> T 
             .map(|m| m.to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_owned());
-        Python::attach(|py| PanicException::new_err(message).restore(py));
+        let message = format!("dlpack: internal error (a Rust panic, a bug): {message}");
+        Python::attach(|py| PyRuntimeError::new_err(message).restore(py));
         failed
     })
 }
