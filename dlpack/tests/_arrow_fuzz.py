@@ -120,9 +120,11 @@ def arrays(draw, schema, needed=None):
         buffers.append("data")
     if draw(st.integers(0, 9)) == 0:
         buffers = draw(st.lists(st.sampled_from(["data", "bits", "null"]), max_size=3))
+    count = len(schema["children"])
+    sizes = [*sizes, *[0] * count][:count]  # a wrong type's extra children: any length
     children = [
         draw(arrays(child, min(size, 40)))
-        for child, size in zip(schema["children"], sizes or [0] * len(schema["children"]))
+        for child, size in zip(schema["children"], sizes, strict=True)
     ]
     return {
         "length": length,
