@@ -59,7 +59,8 @@ def test_memory_that_cant_be_had_is_a_memory_error():
             except MemoryError as exc:
                 text = str(exc)
                 assert "1099511627776 bytes (1.0 TiB)" in text, text
-                assert "can be had" in text and ("MemAvailable" in text or "cgroup" in text), text
+                assert "can be had" in text, text
+                assert any(s in text for s in ("MemAvailable", "cgroup", "RLIMIT_AS")), text
                 print(name, "MemoryError")
             else:
                 print(name, "no error")
