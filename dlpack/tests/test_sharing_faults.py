@@ -1,7 +1,8 @@
 """Sharing under faults and forgery: memory that can't be had, read-only handles whose state was
-altered, receivers that wrote into their copy-on-write view and share it on, and producers that
-are stopped while receivers open their handles. Each case runs in child processes with limits
-or timeouts, so that a failing implementation fails the test, not the machine.
+altered, receivers that wrote into their copy-on-write view and share it on, producers that
+are stopped while receivers open their handles, and receivers of another user. Each case runs in
+child processes with limits or timeouts, so that a failing implementation fails the test, not the
+machine.
 """
 
 from __future__ import annotations
@@ -161,3 +162,61 @@ def test_a_stopped_producer_never_stalls_its_receivers(method):
         os.kill(producer.pid, signal.SIGCONT)
         producer.kill()
         producer.join()
+
+
+# -- receivers that can't open what a live producer sent ---------------------------------------
+
+NOBODY = 65534  # the user (and group) "nobody"
+as_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="running a process as another user takes root (setuid)"
+)
+
+
+def receive_under(pickles, *, uid=None, open_files=None):
+    """What ``workers.open_under`` reports from a spawned receiver (a fresh interpreter: it
+    inherits none of this process's mappings)."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    receiver = context.Process(
+        target=workers.open_under, args=(pickles, theirs, uid, open_files), daemon=True
+    )
+    receiver.start()
+    theirs.close()
+    try:
+        assert ours.poll(120), "the receiver did not answer"
+        return ours.recv()
+    finally:
+        receiver.kill()
+        receiver.join()
+        ours.close()
+
+
+@pytest.fixture
+def fresh_pickles():
+    """``make(count)``: pickles of ``count`` handles made here, each of a fresh copy (a segment
+    of its own). Afterwards this process opens them itself, which takes back the pins of those
+    no receiver released (a later test counts pins)."""
+    made = []
+
+    def make(count):
+        handles = [dlpack.share(np.full(4, float(i))) for i in range(count)]
+        made.append((handles, [pickle.dumps(h) for h in handles]))
+        return made[-1][1]
+
+    yield make
+    for _handles, pickles in made:
+        for data in pickles:
+            pickle.loads(data)
+
+
+@as_root
+def test_a_receiver_of_another_user_is_told_so(fresh_pickles):
+    # This process, the producer, lives on: the receiver must hear that it runs as another
+    # user, not that the producer exited.
+    pickles = fresh_pickles(3)
+    kind, code, message, opened, then = receive_under(pickles, uid=NOBODY)
+    assert (kind, code, opened, then) == ("BufferError", None, 0, ["BufferError"] * 2), message
+    assert f"(pid {os.getpid()}) runs as uid {os.geteuid()}" in message, message
+    assert f"this process as uid {NOBODY}" in message, message
+    assert "only in a process of the same user" in message, message
+    assert "exited" not in message, message

@@ -85,7 +85,8 @@ fn open_or_claim(named: &Named<'_>) -> Result<Arc<Mapped>> {
             own_description,
         )
     };
-    // The producer exited, or /proc won't serve (another pid namespace, ptrace rules): claim.
+    // The producer exited, or /proc won't serve (another user, another pid namespace, ptrace
+    // rules): claim, which says which.
     if let Ok(fd) = open_peer(named.address.pid, named.lent_fd, named.writable) {
         match adopt(fd, true) {
             Ok(mapped) => return Ok(mapped),

@@ -1,6 +1,6 @@
 //! Unix sockets of packets (`SOCK_SEQPACKET`: each message arrives whole, in order) at abstract
 //! addresses (no file; the address goes with the socket), passing descriptors (`SCM_RIGHTS`).
-//! Only processes of the same user are served.
+//! Only processes of the same user (effective uid, as peer credentials carry it) are served.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -36,8 +36,7 @@ impl Listener {
     /// on it give up after `send_timeout`.
     pub fn accept(&self, send_timeout: Duration) -> Result<Option<Stream>> {
         let fd = net::accept_with(&self.fd, SocketFlags::CLOEXEC).map_err(Error::os("accept"))?;
-        let peer = sockopt::socket_peercred(&fd).map_err(Error::os("getsockopt(SO_PEERCRED)"))?;
-        if peer.uid.as_raw() != super::system::uid() {
+        if peer_uid(&fd)? != super::system::uid() {
             return Ok(None);
         }
         sockopt::set_socket_timeout(&fd, Timeout::Send, Some(send_timeout))
@@ -72,6 +71,12 @@ impl Stream {
                 Err(errno) => return Err(Error::os("connect")(errno)),
             }
         }
+    }
+
+    /// The effective uid of the peer when it connected (or, for a connection made by `connect`,
+    /// when it listened), as the kernel recorded it.
+    pub fn peer_uid(&self) -> Result<u32> {
+        peer_uid(&self.fd)
     }
 
     /// Send one message, with a descriptor attached if given.
@@ -137,6 +142,11 @@ impl Stream {
     }
 }
 
+fn peer_uid(fd: &OwnedFd) -> Result<u32> {
+    let peer = sockopt::socket_peercred(fd).map_err(Error::os("getsockopt(SO_PEERCRED)"))?;
+    Ok(peer.uid.as_raw())
+}
+
 fn new_socket() -> Result<OwnedFd> {
     net::socket_with(
         AddressFamily::UNIX,
@@ -163,6 +173,11 @@ mod tests {
         let listener = Listener::bind(&name).unwrap();
         let client = Stream::connect(&name, Duration::from_secs(5)).unwrap();
         let server = listener.accept(Duration::from_secs(5)).unwrap().unwrap();
+        let uid = super::super::system::uid();
+        assert_eq!(
+            (client.peer_uid().unwrap(), server.peer_uid().unwrap()),
+            (uid, uid)
+        );
 
         client.send(b"hello", None).unwrap();
         let mut buffer = [0u8; 3];

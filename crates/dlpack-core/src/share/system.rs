@@ -27,9 +27,9 @@ pub fn pid() -> i32 {
     rustix::process::getpid().as_raw_nonzero().get()
 }
 
-/// This process's real user id.
+/// This process's effective user id: the one a Unix socket's peer credentials carry.
 pub fn uid() -> u32 {
-    rustix::process::getuid().as_raw()
+    rustix::process::geteuid().as_raw()
 }
 
 /// `N` random bytes from the kernel.
