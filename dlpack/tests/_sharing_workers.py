@@ -318,6 +318,15 @@ def open_under(pickles: list[bytes], connection, uid: int | None, open_files: in
     connection.send((*failure, then))
 
 
+def produce_as(uid: int, count: int, connection) -> None:
+    """A producer running as user ``uid``: send the pickled handles of ``count`` fresh copies,
+    then wait for the word to exit."""
+    become(uid, None)
+    handles = [dlpack.share(np.full(4, float(i))) for i in range(count)]
+    connection.send([pickle.dumps(h) for h in handles])
+    connection.recv()
+
+
 def mapped_file(address: int) -> tuple[str, str, bool] | None:
     """The file this process maps at ``address``: (device, inode, whether the mapping is
     shared), from /proc/self/maps; None for anonymous memory or an address nothing maps."""

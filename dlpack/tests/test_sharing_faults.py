@@ -1,12 +1,13 @@
 """Sharing under faults and forgery: memory that can't be had, read-only handles whose state was
 altered, receivers that wrote into their copy-on-write view and share it on, producers that
-are stopped while receivers open their handles, and receivers of another user. Each case runs in
-child processes with limits or timeouts, so that a failing implementation fails the test, not the
-machine.
+are stopped while receivers open their handles, and receivers of another user or at their limit
+of open files. Each case runs in child processes with limits or timeouts, so that a failing
+implementation fails the test, not the machine.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import multiprocessing
 import os
@@ -220,3 +221,44 @@ def test_a_receiver_of_another_user_is_told_so(fresh_pickles):
     assert f"this process as uid {NOBODY}" in message, message
     assert "only in a process of the same user" in message, message
     assert "exited" not in message, message
+
+
+def check_out_of_descriptors(outcome, limit, count):
+    kind, code, message, opened, then = outcome
+    assert (kind, code) == ("OSError", errno.EMFILE), message
+    assert f"RLIMIT_NOFILE, soft limit {limit} (hard limit {limit}), is reached" in message, message
+    # A descriptor for each segment kept mapped, and one for the producer (board or connection).
+    assert f"{opened} segments are mapped here now" in message, message
+    assert "release boards and connections hold 1." in message, message
+    assert "exited" not in message, message
+    assert 0 < opened < limit
+    # Let go of, those arrays' descriptors serve the handles still to open.
+    assert then == [float(i) for i in range(opened + 1, count)]
+
+
+def test_a_receiver_at_its_limit_of_open_files_is_told_so(fresh_pickles):
+    # Opened through /proc: each fresh copy a receiver keeps holds a descriptor.
+    count, limit = 300, 64
+    pickles = fresh_pickles(count)
+    check_out_of_descriptors(receive_under(pickles, open_files=limit), limit, count)
+
+
+@as_root
+def test_a_receiver_at_its_limit_of_open_files_is_told_so_by_the_lender_too():
+    # Producer and receiver of one user other than root: the producer is not dumpable (it
+    # changed user), so /proc won't serve, and every segment is claimed from its lender.
+    count, limit = 300, 64
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    producer = context.Process(target=workers.produce_as, args=(NOBODY, count, theirs), daemon=True)
+    producer.start()
+    try:
+        assert ours.poll(120), "the producer did not answer"
+        pickles = ours.recv()
+        outcome = receive_under(pickles, uid=NOBODY, open_files=limit)
+        ours.send(None)
+    finally:
+        producer.join(30)
+        producer.kill()
+        producer.join()
+    check_out_of_descriptors(outcome, limit, count)

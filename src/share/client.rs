@@ -61,6 +61,11 @@ fn connection(address: Address) -> Result<Arc<Connection>> {
             errno: Errno::CONNREFUSED,
             ..
         } => gone(pid),
+        // Out of descriptors: the caller names the limit.
+        Error::Os {
+            errno: Errno::MFILE | Errno::NFILE,
+            ..
+        } => err,
         Error::Os { errno, .. } => Error::buffer(format!(
             "can't connect to the process that shared this memory (pid {pid}): {}",
             describe(errno)
@@ -81,6 +86,16 @@ fn connection(address: Address) -> Result<Arc<Connection>> {
     Ok(connection)
 }
 
+/// Descriptors held for other processes' lenders: their boards mapped, and connections.
+pub fn descriptors() -> usize {
+    let boards = BOARDS
+        .lock()
+        .values()
+        .filter(|board| board.is_some())
+        .count();
+    boards + CONNECTIONS.lock().len()
+}
+
 fn forget(address: Address, connection: &Arc<Connection>) {
     let mut connections = CONNECTIONS.lock();
     if connections
@@ -99,7 +114,8 @@ fn message(op: u8, token: &[u8]) -> Vec<u8> {
 }
 
 /// Claim `token` from the lender at `address`: a descriptor, ours to close (then `release` the
-/// token). A buffer error when the producer is gone, serves another user, or refuses.
+/// token). A buffer error when the producer is gone, serves another user, or refuses; the
+/// system call's error when this process is out of descriptors.
 pub fn claim(address: Address, token: &[u8]) -> Result<OwnedFd> {
     let pid = address.pid;
     let request = message(CLAIM, token);
@@ -135,6 +151,14 @@ pub fn claim(address: Address, token: &[u8]) -> Result<OwnedFd> {
                     ANSWER_TIMEOUT.as_secs()
                 )));
             }
+            // Out of descriptors (the one sent could not be received; the connection stays in
+            // step): the caller names the limit.
+            Err(
+                err @ Error::Os {
+                    errno: Errno::MFILE | Errno::NFILE,
+                    ..
+                },
+            ) => return Err(err),
             Err(err) => {
                 why = match err.errno() {
                     Some(errno) => describe(errno),
