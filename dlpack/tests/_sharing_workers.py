@@ -12,6 +12,7 @@ import ctypes
 import gc
 import os
 import pickle
+import resource
 import traceback
 
 import numpy as np
@@ -277,6 +278,53 @@ def open_all(pickles: list[bytes], connection) -> None:
     for data in pickles:
         total += float(np.asarray(dlpack.asdlpack(pickle.loads(data)))[0])
     connection.send(total)
+
+
+def become(uid: int | None, open_files: int | None) -> None:
+    """Run as user ``uid`` (its group too) and with at most ``open_files`` descriptors from
+    now on, where given (a process of another user, or one at its limit of open files)."""
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    if open_files is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
+
+def open_under(pickles: list[bytes], connection, uid: int | None, open_files: int | None) -> None:
+    """Open every pickled handle, keeping the arrays, as ``become`` says. Sends ``("ok",
+    count)``, or the first failure as (type name, errno, message, handles opened before it,
+    then): then, what was kept let go of, each handle not yet opened opened and let go of at
+    once: its first element, or the type name of its error."""
+    become(uid, open_files)
+    kept = []
+    for data in pickles:
+        try:
+            kept.append(np.asarray(dlpack.asdlpack(pickle.loads(data))))
+        except Exception as exc:  # noqa: BLE001 - the test checks what it was
+            failure = (type(exc).__name__, getattr(exc, "errno", None), str(exc), len(kept))
+            break
+    else:
+        connection.send(("ok", len(kept)))
+        return
+    kept.clear()
+    gc.collect()
+    then: list[float | str] = []
+    for data in pickles[failure[3] + 1 :]:
+        try:
+            then.append(first_element(pickle.loads(data)))
+        except Exception as exc:  # noqa: BLE001 - the test checks what it was
+            then.append(type(exc).__name__)
+    connection.send((*failure, then))
+
+
+def produce_as(uid: int, count: int, connection) -> None:
+    """A producer running as user ``uid``: send the pickled handles of ``count`` fresh copies,
+    then wait for the word to exit."""
+    become(uid, None)
+    handles = [dlpack.share(np.full(4, float(i))) for i in range(count)]
+    connection.send([pickle.dumps(h) for h in handles])
+    connection.recv()
 
 
 def mapped_file(address: int) -> tuple[str, str, bool] | None:

@@ -1,11 +1,13 @@
 """Sharing under faults and forgery: memory that can't be had, read-only handles whose state was
-altered, receivers that wrote into their copy-on-write view and share it on, and producers that
-are stopped while receivers open their handles. Each case runs in child processes with limits
-or timeouts, so that a failing implementation fails the test, not the machine.
+altered, receivers that wrote into their copy-on-write view and share it on, producers that
+are stopped while receivers open their handles, and receivers of another user or at their limit
+of open files. Each case runs in child processes with limits or timeouts, so that a failing
+implementation fails the test, not the machine.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import multiprocessing
 import os
@@ -162,3 +164,102 @@ def test_a_stopped_producer_never_stalls_its_receivers(method):
         os.kill(producer.pid, signal.SIGCONT)
         producer.kill()
         producer.join()
+
+
+# -- receivers that can't open what a live producer sent ---------------------------------------
+
+NOBODY = 65534  # the user (and group) "nobody"
+as_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="running a process as another user takes root (setuid)"
+)
+
+
+def receive_under(pickles, *, uid=None, open_files=None):
+    """What ``workers.open_under`` reports from a spawned receiver (a fresh interpreter: it
+    inherits none of this process's mappings)."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    receiver = context.Process(
+        target=workers.open_under, args=(pickles, theirs, uid, open_files), daemon=True
+    )
+    receiver.start()
+    theirs.close()
+    try:
+        assert ours.poll(120), "the receiver did not answer"
+        return ours.recv()
+    finally:
+        receiver.kill()
+        receiver.join()
+        ours.close()
+
+
+@pytest.fixture
+def fresh_pickles():
+    """``make(count)``: pickles of ``count`` handles made here, each of a fresh copy (a segment
+    of its own). Afterwards this process opens them itself, which takes back the pins of those
+    no receiver released (a later test counts pins)."""
+    made = []
+
+    def make(count):
+        handles = [dlpack.share(np.full(4, float(i))) for i in range(count)]
+        made.append((handles, [pickle.dumps(h) for h in handles]))
+        return made[-1][1]
+
+    yield make
+    for _handles, pickles in made:
+        for data in pickles:
+            pickle.loads(data)
+
+
+@as_root
+def test_a_receiver_of_another_user_is_told_so(fresh_pickles):
+    # This process, the producer, lives on: the receiver must hear that it runs as another
+    # user, not that the producer exited.
+    pickles = fresh_pickles(3)
+    kind, code, message, opened, then = receive_under(pickles, uid=NOBODY)
+    assert (kind, code, opened, then) == ("BufferError", None, 0, ["BufferError"] * 2), message
+    assert f"(pid {os.getpid()}) runs as uid {os.geteuid()}" in message, message
+    assert f"this process as uid {NOBODY}" in message, message
+    assert "only in a process of the same user" in message, message
+    assert "exited" not in message, message
+
+
+def check_out_of_descriptors(outcome, limit, count):
+    kind, code, message, opened, then = outcome
+    assert (kind, code) == ("OSError", errno.EMFILE), message
+    assert f"RLIMIT_NOFILE, soft limit {limit} (hard limit {limit}), is reached" in message, message
+    # A descriptor for each segment kept mapped, and one for the producer (board or connection).
+    assert f"{opened} segments are mapped here now" in message, message
+    assert "release boards and connections hold 1." in message, message
+    assert "exited" not in message, message
+    assert 0 < opened < limit
+    # Let go of, those arrays' descriptors serve the handles still to open.
+    assert then == [float(i) for i in range(opened + 1, count)]
+
+
+def test_a_receiver_at_its_limit_of_open_files_is_told_so(fresh_pickles):
+    # Opened through /proc: each fresh copy a receiver keeps holds a descriptor.
+    count, limit = 300, 64
+    pickles = fresh_pickles(count)
+    check_out_of_descriptors(receive_under(pickles, open_files=limit), limit, count)
+
+
+@as_root
+def test_a_receiver_at_its_limit_of_open_files_is_told_so_by_the_lender_too():
+    # Producer and receiver of one user other than root: the producer is not dumpable (it
+    # changed user), so /proc won't serve, and every segment is claimed from its lender.
+    count, limit = 300, 64
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    producer = context.Process(target=workers.produce_as, args=(NOBODY, count, theirs), daemon=True)
+    producer.start()
+    try:
+        assert ours.poll(120), "the producer did not answer"
+        pickles = ours.recv()
+        outcome = receive_under(pickles, uid=NOBODY, open_files=limit)
+        ours.send(None)
+    finally:
+        producer.join(30)
+        producer.kill()
+        producer.join()
+    check_out_of_descriptors(outcome, limit, count)

@@ -15,7 +15,7 @@ use super::lender::{
 };
 use super::per_process::PerProcess;
 use dlpack_core::share::error::describe;
-use dlpack_core::share::{Error, Result, Stream};
+use dlpack_core::share::{Error, Result, Stream, system};
 
 /// Receivers keep connections to (and boards of) at most this many producers.
 const MAX_PRODUCERS: usize = 32;
@@ -28,11 +28,24 @@ static CONNECTIONS: PerProcess<HashMap<Address, Arc<Connection>>> = PerProcess::
 /// Producers' boards, `None` where one can't be had (no /proc of theirs here).
 static BOARDS: PerProcess<HashMap<Address, Option<Arc<Board>>>> = PerProcess::new(HashMap::new);
 
-fn gone(pid: i32, why: &str) -> Error {
+/// No lender listens at the address (connecting is refused): its random id names one process's
+/// lender, so the producer is gone, or runs in another network namespace.
+fn gone(pid: i32) -> Error {
     Error::buffer(format!(
-        "the process that shared this memory (pid {pid}) can't be reached ({why}): it has \
-         exited, and nothing else held the memory for this handle (a producer must live until \
-         the handles it sent have been received), or it runs in another container"
+        "the process that shared this memory (pid {pid}) can't be reached (nothing listens at \
+         its lender's address): it has exited, and nothing else held the memory for this handle \
+         (a producer must live until the handles it sent have been received), or it runs in \
+         another container"
+    ))
+}
+
+/// The error of a receiver whose producer's lender serves another user.
+fn another_user(pid: i32, theirs: u32, ours: u32) -> Error {
+    Error::buffer(format!(
+        "the process that shared this memory (pid {pid}) runs as uid {theirs}, and this process \
+         as uid {ours}: a handle opens only in a process of the same user as its producer (its \
+         lender serves no other user), or in one the kernel lets open the producer's \
+         descriptors through /proc (such as root's)"
     ))
 }
 
@@ -41,17 +54,46 @@ fn connection(address: Address) -> Result<Arc<Connection>> {
     if let Some(connection) = connections.get(&address) {
         return Ok(connection.clone());
     }
+    let pid = address.pid;
     let name = address.name();
     let stream = Stream::connect(name.as_bytes(), ANSWER_TIMEOUT).map_err(|err| match err {
-        Error::Os { errno, .. } => gone(address.pid, &describe(errno)),
+        Error::Os {
+            errno: Errno::CONNREFUSED,
+            ..
+        } => gone(pid),
+        // Out of descriptors: the caller names the limit.
+        Error::Os {
+            errno: Errno::MFILE | Errno::NFILE,
+            ..
+        } => err,
+        Error::Os { errno, .. } => Error::buffer(format!(
+            "can't connect to the process that shared this memory (pid {pid}): {}",
+            describe(errno)
+        )),
         other => other,
     })?;
+    // Its lender closes another user's connection unanswered: known here from the credentials
+    // the kernel gives the connection, without asking.
+    let (theirs, ours) = (stream.peer_uid()?, system::uid());
+    if theirs != ours {
+        return Err(another_user(pid, theirs, ours));
+    }
     if connections.len() >= MAX_PRODUCERS {
         connections.clear();
     }
     let connection = Arc::new(Connection(Mutex::new(stream)));
     connections.insert(address, connection.clone());
     Ok(connection)
+}
+
+/// Descriptors held for other processes' lenders: their boards mapped, and connections.
+pub fn descriptors() -> usize {
+    let boards = BOARDS
+        .lock()
+        .values()
+        .filter(|board| board.is_some())
+        .count();
+    boards + CONNECTIONS.lock().len()
 }
 
 fn forget(address: Address, connection: &Arc<Connection>) {
@@ -72,7 +114,8 @@ fn message(op: u8, token: &[u8]) -> Vec<u8> {
 }
 
 /// Claim `token` from the lender at `address`: a descriptor, ours to close (then `release` the
-/// token). A buffer error when the producer is gone or refuses.
+/// token). A buffer error when the producer is gone, serves another user, or refuses; the
+/// system call's error when this process is out of descriptors.
 pub fn claim(address: Address, token: &[u8]) -> Result<OwnedFd> {
     let pid = address.pid;
     let request = message(CLAIM, token);
@@ -108,6 +151,14 @@ pub fn claim(address: Address, token: &[u8]) -> Result<OwnedFd> {
                     ANSWER_TIMEOUT.as_secs()
                 )));
             }
+            // Out of descriptors (the one sent could not be received; the connection stays in
+            // step): the caller names the limit.
+            Err(
+                err @ Error::Os {
+                    errno: Errno::MFILE | Errno::NFILE,
+                    ..
+                },
+            ) => return Err(err),
             Err(err) => {
                 why = match err.errno() {
                     Some(errno) => describe(errno),
@@ -115,10 +166,13 @@ pub fn claim(address: Address, token: &[u8]) -> Result<OwnedFd> {
                 }
             }
         }
-        // The connection was to an earlier incarnation's socket, or broke: one fresh try.
+        // The connection was to an earlier incarnation's socket, or broke: one fresh try (which
+        // finds the producer gone, if it is).
         forget(address, &connection);
     }
-    Err(gone(pid, &why))
+    Err(Error::buffer(format!(
+        "the process that shared this memory (pid {pid}) did not lend it: {why}"
+    )))
 }
 
 /// The board of the lender at `address`, mapped once.

@@ -24,6 +24,9 @@ impl From<os::Error> for Error {
                 let text = format!("{call}: {}", describe(errno));
                 Error::Python(PyOSError::new_err((errno.raw_os_error(), text)))
             }
+            os::Error::Limit { errno, msg } => {
+                Error::Python(PyOSError::new_err((errno.raw_os_error(), msg)))
+            }
             os::Error::Buffer(msg) => Error::buffer(msg),
             os::Error::Value(msg) => Error::value(msg),
             os::Error::Memory(msg) => Error::Core(CoreError::Memory(msg)),

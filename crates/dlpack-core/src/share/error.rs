@@ -1,6 +1,6 @@
-//! The error of the operating-system layer: a system call that failed (its name and errno), or
-//! a file, a peer or memory that is not what sharing needs. Each kind names the Python exception
-//! it is raised as.
+//! The error of the operating-system layer: a system call that failed (its name and errno), a
+//! limit reached (what it is), or a file, a peer or memory that is not what sharing needs. Each
+//! kind names the Python exception it is raised as.
 
 use std::fmt;
 
@@ -10,6 +10,9 @@ use rustix::io::Errno;
 pub enum Error {
     /// A system call failed: `OSError` with its errno.
     Os { call: &'static str, errno: Errno },
+    /// A system call failed for want of a resource that has a limit (open files): `OSError`
+    /// with its errno, the message naming the limit and what holds the resource.
+    Limit { errno: Errno, msg: String },
     /// Memory (or the file or peer holding it) that can't be shared as asked: `BufferError`.
     Buffer(String),
     /// A value that contradicts what it describes (a forged or corrupted handle): `ValueError`.
@@ -39,7 +42,7 @@ impl Error {
     /// The errno of a failed system call.
     pub fn errno(&self) -> Option<Errno> {
         match self {
-            Error::Os { errno, .. } => Some(*errno),
+            Error::Os { errno, .. } | Error::Limit { errno, .. } => Some(*errno),
             _ => None,
         }
     }
@@ -59,7 +62,10 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Os { call, errno } => write!(f, "{call}: {}", describe(*errno)),
-            Error::Buffer(msg) | Error::Value(msg) | Error::Memory(msg) => f.write_str(msg),
+            Error::Limit { msg, .. }
+            | Error::Buffer(msg)
+            | Error::Value(msg)
+            | Error::Memory(msg) => f.write_str(msg),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Unix sockets of packets (`SOCK_SEQPACKET`: each message arrives whole, in order) at abstract
 //! addresses (no file; the address goes with the socket), passing descriptors (`SCM_RIGHTS`).
-//! Only processes of the same user are served.
+//! Only processes of the same user (effective uid, as peer credentials carry it) are served.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -10,8 +10,8 @@ use std::time::Duration;
 use rustix::io::Errno;
 use rustix::net::sockopt::{self, Timeout};
 use rustix::net::{
-    self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+    self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
 };
 
 use super::error::{Error, Result};
@@ -36,8 +36,7 @@ impl Listener {
     /// on it give up after `send_timeout`.
     pub fn accept(&self, send_timeout: Duration) -> Result<Option<Stream>> {
         let fd = net::accept_with(&self.fd, SocketFlags::CLOEXEC).map_err(Error::os("accept"))?;
-        let peer = sockopt::socket_peercred(&fd).map_err(Error::os("getsockopt(SO_PEERCRED)"))?;
-        if peer.uid.as_raw() != super::system::uid() {
+        if peer_uid(&fd)? != super::system::uid() {
             return Ok(None);
         }
         sockopt::set_socket_timeout(&fd, Timeout::Send, Some(send_timeout))
@@ -72,6 +71,12 @@ impl Stream {
                 Err(errno) => return Err(Error::os("connect")(errno)),
             }
         }
+    }
+
+    /// The effective uid of the peer when it connected (or, for a connection made by `connect`,
+    /// when it listened), as the kernel recorded it.
+    pub fn peer_uid(&self) -> Result<u32> {
+        peer_uid(&self.fd)
     }
 
     /// Send one message, with a descriptor attached if given.
@@ -109,7 +114,9 @@ impl Stream {
     }
 
     /// Receive one message into `buffer` (a longer one is cut): its length (0 at end of file),
-    /// and the descriptor attached, if any (any more are closed).
+    /// and the descriptor attached, if any (any more are closed). A descriptor sent that the
+    /// kernel could not install here is an error: `EMFILE` at this process's limit of open
+    /// files.
     pub fn receive(&self, buffer: &mut [u8]) -> Result<(usize, Option<OwnedFd>)> {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -129,11 +136,34 @@ impl Stream {
                 }
             }
         }
+        if fd.is_none() && received.flags.contains(ReturnFlags::CTRUNC) {
+            return Err(dropped_descriptor(self.fd.as_fd()));
+        }
         Ok((received.bytes, fd))
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+fn peer_uid(fd: &OwnedFd) -> Result<u32> {
+    let peer = sockopt::socket_peercred(fd).map_err(Error::os("getsockopt(SO_PEERCRED)"))?;
+    Ok(peer.uid.as_raw())
+}
+
+/// The error of a descriptor sent but not received (`MSG_CTRUNC` with room for it): the kernel
+/// drops one it can't install without saying why, so a new descriptor is asked for, which fails
+/// the same way at this process's limit of open files.
+fn dropped_descriptor(any: BorrowedFd<'_>) -> Error {
+    // `dup`, not `F_DUPFD_CLOEXEC`, whose lowest number (0) is EINVAL under a limit of 0; the
+    // copy lives only until the end of this call.
+    match rustix::io::dup(any) {
+        Err(errno) => Error::os("recvmsg")(errno),
+        Ok(_room) => Error::buffer(
+            "the descriptor sent with the answer was dropped (MSG_CTRUNC), though this process \
+             can open one: a security module may refuse descriptors passed",
+        ),
     }
 }
 
@@ -163,6 +193,11 @@ mod tests {
         let listener = Listener::bind(&name).unwrap();
         let client = Stream::connect(&name, Duration::from_secs(5)).unwrap();
         let server = listener.accept(Duration::from_secs(5)).unwrap().unwrap();
+        let uid = super::super::system::uid();
+        assert_eq!(
+            (client.peer_uid().unwrap(), server.peer_uid().unwrap()),
+            (uid, uid)
+        );
 
         client.send(b"hello", None).unwrap();
         let mut buffer = [0u8; 3];
@@ -195,5 +230,49 @@ mod tests {
         // One address, one listener.
         let _again = Listener::bind(&name).unwrap();
         assert!(Listener::bind(&name).is_err());
+    }
+
+    /// Set in the child process `a_descriptor_beyond_the_limit_of_open_files_is_an_error` runs
+    /// its body in (a limit of open files holds for the whole process).
+    const CHILD: &str = "DLPACK_CORE_TEST_LIMITED_CHILD";
+
+    #[test]
+    fn a_descriptor_beyond_the_limit_of_open_files_is_an_error() {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+
+        if std::env::var_os(CHILD).is_none() {
+            let test =
+                "share::socket::tests::a_descriptor_beyond_the_limit_of_open_files_is_an_error";
+            let child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", test, "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&child.stdout);
+            assert!(
+                child.status.success() && stdout.contains("1 passed"),
+                "{stdout}{}",
+                String::from_utf8_lossy(&child.stderr)
+            );
+            return;
+        }
+        let name = name();
+        let listener = Listener::bind(&name).unwrap();
+        let client = Stream::connect(&name, Duration::from_secs(5)).unwrap();
+        let server = listener.accept(Duration::from_secs(5)).unwrap().unwrap();
+        let file = SealedFile::create(c"test", 4096).unwrap();
+        let limit = getrlimit(Resource::Nofile);
+        let none = Rlimit {
+            current: Some(0),
+            maximum: limit.maximum,
+        };
+        setrlimit(Resource::Nofile, none).unwrap();
+        server.send(b"K", Some(file.fd())).unwrap();
+        let received = client.receive(&mut [0u8; 4]);
+        setrlimit(Resource::Nofile, limit).unwrap();
+        assert_eq!(received.unwrap_err(), Error::os("recvmsg")(Errno::MFILE));
+        // With room again, the next arrives.
+        server.send(b"K", Some(file.fd())).unwrap();
+        assert!(client.receive(&mut [0u8; 4]).unwrap().1.is_some());
     }
 }

@@ -1,5 +1,5 @@
-//! What sharing asks of the system about itself: this machine's boot id, this process's id and
-//! user, random bytes, the size of memory and of a page.
+//! What sharing asks of the system about itself: this machine's boot id, this process's id,
+//! user and limit of open files, random bytes, the size of memory and of a page.
 
 use std::sync::OnceLock;
 
@@ -27,9 +27,15 @@ pub fn pid() -> i32 {
     rustix::process::getpid().as_raw_nonzero().get()
 }
 
-/// This process's real user id.
+/// This process's effective user id: the one a Unix socket's peer credentials carry.
 pub fn uid() -> u32 {
-    rustix::process::getuid().as_raw()
+    rustix::process::geteuid().as_raw()
+}
+
+/// This process's limit of open files (`RLIMIT_NOFILE`): soft and hard, `None` for none.
+pub fn open_files_limit() -> (Option<u64>, Option<u64>) {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    (limit.current, limit.maximum)
 }
 
 /// `N` random bytes from the kernel.
@@ -72,6 +78,11 @@ mod tests {
         assert_eq!(boot_id().unwrap(), id);
         assert_eq!(pid() as u32, std::process::id());
         let _ = uid();
+        let (soft, hard) = open_files_limit();
+        assert!(
+            soft.is_some_and(|soft| soft > 3) && soft <= hard.or(soft),
+            "{soft:?} {hard:?}"
+        );
         assert!(physical_memory() > 0);
         assert!(page_size().is_power_of_two());
     }
