@@ -2,8 +2,9 @@
 
 ``import dlpack.tests; dlpack.tests.run()`` (or ``python -m dlpack.tests``) runs it with pytest
 against whatever array libraries are importable here; a missing library or device is a skip with
-its reason. It needs pytest (and hypothesis for the property tests):
-``pip install "dlpack-adapter[test]"``.
+its reason (a folder that merely has a library's name, such as an empty ``paddle/`` in the
+current folder, is no library: its tests skip and name it). It needs pytest (and hypothesis for
+the property tests): ``pip install "dlpack-adapter[test]"``.
 
 Before the first array library is imported, child processes check which of them import without
 crashing the interpreter (:mod:`dlpack._probe`; about the time of importing them all once): a
