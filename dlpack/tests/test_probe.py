@@ -1,8 +1,8 @@
 """Libraries that crash the interpreter when imported (``dlpack._probe``): found in child
 processes, never imported by the report or the test suite, their tests skipped (or failed where
 ``DLPACK_TESTS_REQUIRE`` names them) while everything else runs. A folder that only has a
-library's name (which Python imports as a namespace package) is no library: not taken for one,
-and named where the library is said to be missing.
+library's name (which Python imports as a namespace package) is no library: neither probed nor
+taken for one, and named where the library is said to be missing.
 
 The crashing libraries are fakes written to a temporary folder: one that kills its process when
 imported, and two that import alone but kill the process when both are imported.
@@ -116,6 +116,8 @@ def test_a_folder_of_a_library_name_is_no_library(tmp_path, monkeypatch):
     (tmp_path / "fake_spaced" / "core.py").write_text("VALUE = 42\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(_libraries, "_LIBRARIES", {})  # what this test imports, forgotten after it
+    assert not _probe.installed("fake_stray")
+    assert _probe.installed("fake_spaced.core")
     lib = _report.library("fake_stray")
     reason = f"fake_stray is not installed ({_only_a_folder(tmp_path / 'fake_stray')})"
     assert (lib.status, lib.module, lib.not_installed()) == ("missing", None, reason)
