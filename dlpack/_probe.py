@@ -82,14 +82,18 @@ def extra_names() -> list[str]:
 
 
 def installed(name: str) -> bool:
-    """Whether the top-level package of ``name`` can be found (nothing is imported)."""
-    top = name.partition(".")[0]
+    """Whether the top-level package of ``name`` can be found (nothing is imported); a folder
+    without ``__init__.py`` (a namespace package) counts only where a module under it is named
+    (``mlx.core``): by its own name it is a stray folder (an empty ``paddle/`` in the current
+    folder, Ray's ``/tmp/ray``), no library."""
+    top, dot, _ = name.partition(".")
     if top in sys.modules:
         return True
     try:
-        return importlib.util.find_spec(top) is not None
+        spec = importlib.util.find_spec(top)
     except Exception:  # noqa: BLE001 - a finder that fails: let a child find out
         return True
+    return spec is not None and (spec.origin is not None or bool(dot))
 
 
 @dataclass(frozen=True)

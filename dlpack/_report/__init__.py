@@ -5,7 +5,8 @@ A *provider* makes a small array in some library (or a stdlib buffer); ``asdlpac
 *consumer* takes the ``DLPackObject`` with its ``from_dlpack``. :func:`exchange` runs one such
 exchange and says whether it worked zero-copy (the consumer's data pointer is the source's), with
 a copy (same values, other memory), or failed (and why). Every library import is guarded: a
-library that is missing is "not installed", one that fails to import is reported as broken, one
+library that is missing is "not installed" (as is a mere folder of its name, which Python would
+import as a namespace package), one that fails to import is reported as broken, one
 that crashes the interpreter when imported (found by :mod:`dlpack._probe` in child processes,
 before any of them is imported here) is never imported, and none of them stops the report.
 """
@@ -302,6 +303,7 @@ def _as_json(found: _Findings, seconds: float) -> dict[str, Any]:
                 # "ok", "missing", "broken" (fails to import) or "crashes" (the interpreter)
                 "status": lib.status,
                 "version": lib.version,
+                # why; for "missing", None or the folder that has its name but is no library
                 "error": lib.error or None,
             }
             for shown, lib in found.libraries

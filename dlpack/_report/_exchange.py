@@ -43,7 +43,7 @@ def exchange(provider: Provider, consumer: Consumer, device: str = "cpu") -> Out
             if name is not None:
                 lib = library(name)
                 if lib.status == "missing":
-                    return Outcome("skip", f"{label(name)} is not installed")
+                    return Outcome("skip", lib.not_installed())
                 if lib.status == "broken":
                     return Outcome("skip", f"{label(name)} fails to import: {lib.error}")
                 if lib.status == "crashes":

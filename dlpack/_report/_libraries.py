@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -56,18 +58,23 @@ class Library:
     status: str  # "ok", "missing", "broken" or "crashes"
     module: Any = None
     version: str | None = None
-    error: str = ""
+    error: str = ""  # why it is broken or crashes; for a missing one, the folder with its name
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
+    def not_installed(self, what: str | None = None) -> str:
+        """``"paddle is not installed"``, with the folder that has its name where one does."""
+        text = f"{what or label(self.name)} is not installed"
+        return f"{text} ({self.error})" if self.error else text
+
     def describe(self) -> str:
         if self.status == "ok":
             return self.version or "(version unknown)"
         if self.status == "missing":
-            return "not installed"
+            return f"not installed ({self.error})" if self.error else "not installed"
         if self.status == "crashes":  # the error names the library first
             return self.error.removeprefix(label(self.name)).lstrip()
         return f"import failed: {self.error}"
@@ -97,6 +104,20 @@ def _version_of(name: str, module: Any) -> str | None:
         return None
 
 
+def only_folders(module: Any) -> str:
+    """``"only a folder of that name: PATH"`` where ``module`` is only folders: a namespace
+    package (Python imports a folder without ``__init__.py`` by its name when no module has that
+    name: an empty ``paddle/`` in the current folder, or Ray's ``/tmp/ray``); "" for a real
+    module. A namespace package above the module (``mlx`` of ``mlx.core``) is no concern here."""
+    if getattr(module, "__file__", None) is not None:
+        return ""
+    # the current folder may be on sys.path twice ("" and by name): each folder once
+    found = list(dict.fromkeys(map(os.path.realpath, getattr(module, "__path__", None) or [])))
+    if not found:
+        return ""
+    return f"only {'a folder' if len(found) == 1 else 'folders'} of that name: {', '.join(found)}"
+
+
 def library(name: str) -> Library:
     """Import ``name`` once and remember how that went; never raises (except KeyboardInterrupt).
 
@@ -110,6 +131,7 @@ def library(name: str) -> Library:
         lib = _LIBRARIES[name] = Library(name, "crashes", error=crash.message(label))
         return lib
     start = time.perf_counter()
+    imported_before = name in sys.modules
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -125,7 +147,13 @@ def library(name: str) -> Library:
         except BaseException as exc:  # noqa: BLE001 - a broken library is reported, not fatal
             lib = Library(name, "broken", error=short_error(exc))
         else:
-            lib = Library(name, "ok", module, _version_of(name, module))
+            folders = only_folders(module)
+            if folders:
+                lib = Library(name, "missing", error=folders)
+                if not imported_before:  # code that looks in sys.modules (interop) must not see it
+                    sys.modules.pop(name, None)
+            else:
+                lib = Library(name, "ok", module, _version_of(name, module))
     lib.seconds = time.perf_counter() - start
     _LIBRARIES[name] = lib
     return lib
@@ -153,7 +181,7 @@ def need(name: str, what: str | None = None) -> Any:
     what = what or label(name)
     lib = library(name)
     if lib.status == "missing":
-        raise Unavailable(f"{what} is not installed")
+        raise Unavailable(lib.not_installed(what))
     if lib.status == "broken":
         raise Unavailable(f"{what} fails to import ({lib.error})")
     if lib.status == "crashes":

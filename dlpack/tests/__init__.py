@@ -2,8 +2,9 @@
 
 ``import dlpack.tests; dlpack.tests.run()`` (or ``python -m dlpack.tests``) runs it with pytest
 against whatever array libraries are importable here; a missing library or device is a skip with
-its reason. It needs pytest (and hypothesis for the property tests):
-``pip install "dlpack-adapter[test]"``.
+its reason (a folder that merely has a library's name, such as an empty ``paddle/`` in the
+current folder, is no library: its tests skip and name it). It needs pytest (and hypothesis for
+the property tests): ``pip install "dlpack-adapter[test]"``.
 
 Before the first array library is imported, child processes check which of them import without
 crashing the interpreter (:mod:`dlpack._probe`; about the time of importing them all once): a
@@ -43,8 +44,9 @@ def run(*args: str | os.PathLike, package: str = "dlpack.tests") -> int:
     ``package``: the package whose tests are run (for testing ``run`` itself).
 
     The exit status is pytest's: 0 all selected tests passed or were skipped, 1 some test failed,
-    2 interrupted, 3 internal error, 4 usage error, 5 no tests were collected. Without pytest it
-    prints one line saying what to install and returns 4.
+    2 interrupted, 3 internal error, 4 usage error, 5 no tests were collected. Without pytest
+    (or with only a folder named ``pytest``) it prints one line saying what to install and
+    returns 4.
     """
     if len(args) == 1 and isinstance(args[0], (list, tuple)):
         args = tuple(args[0])
@@ -54,6 +56,12 @@ def run(*args: str | os.PathLike, package: str = "dlpack.tests") -> int:
         if exc.name not in ("pytest", "_pytest"):
             raise  # pytest is there but broken: its traceback says more than we can
         print(INSTALL_HINT, file=sys.stderr)
+        return EXIT_USAGE_ERROR
+    from dlpack._report._libraries import only_folders
+
+    folders = only_folders(pytest)
+    if folders:  # a folder named pytest, where pytest itself is not installed
+        print(f"{INSTALL_HINT} ({folders})", file=sys.stderr)
         return EXIT_USAGE_ERROR
     argv = pytest_argv([os.fspath(a) for a in args], package)
     return int(pytest.main(argv))

@@ -197,12 +197,15 @@ def child_env(path=(), env=None) -> dict[str, str]:
     return child_env
 
 
-def run_python(*args, path=(), env=None, timeout=300) -> subprocess.CompletedProcess:
+def run_python(*args, path=(), env=None, timeout=300, cwd=None) -> subprocess.CompletedProcess:
     """``python ARGS`` in a child process started in :func:`package_root` (so it imports the same
-    ``dlpack``), its environment made by :func:`child_env`."""
+    ``dlpack``), its environment made by :func:`child_env`; started in ``cwd`` instead, it finds
+    that ``dlpack`` through ``PYTHONPATH``, after ``path``."""
+    if cwd is not None:
+        path = [*path, package_root()]
     return subprocess.run(
         [sys.executable, *map(os.fspath, args)],
-        cwd=package_root(),
+        cwd=package_root() if cwd is None else cwd,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -1,17 +1,22 @@
 """Libraries that crash the interpreter when imported (``dlpack._probe``): found in child
 processes, never imported by the report or the test suite, their tests skipped (or failed where
-``DLPACK_TESTS_REQUIRE`` names them) while everything else runs.
+``DLPACK_TESTS_REQUIRE`` names them) while everything else runs. A folder that only has a
+library's name (which Python imports as a namespace package) is no library: neither probed nor
+taken for one, and named where the library is said to be missing.
 
 The crashing libraries are fakes written to a temporary folder: one that kills its process when
 imported, and two that import alone but kill the process when both are imported.
 """
 
+import os
 import re
+import sys
 import textwrap
 
 import pytest
 
-from dlpack import _probe
+from dlpack import _probe, _report
+from dlpack._report import _libraries
 
 from ._helpers import REQUIRE_ENV, run_python
 
@@ -99,16 +104,44 @@ def test_probe_reports_a_hang(fakes):
     }
 
 
+def _only_a_folder(path) -> str:
+    return f"only a folder of that name: {os.path.realpath(path)}"
+
+
+def test_a_folder_of_a_library_name_is_no_library(tmp_path, monkeypatch):
+    # an empty folder where the library is not installed, as an empty paddle/ or Ray's /tmp/ray;
+    # and a module inside a folder without __init__.py, as mlx.core is
+    (tmp_path / "fake_stray").mkdir()
+    (tmp_path / "fake_spaced").mkdir()
+    (tmp_path / "fake_spaced" / "core.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(_libraries, "_LIBRARIES", {})  # what this test imports, forgotten after it
+    assert not _probe.installed("fake_stray")
+    assert _probe.installed("fake_spaced.core")
+    lib = _report.library("fake_stray")
+    reason = f"fake_stray is not installed ({_only_a_folder(tmp_path / 'fake_stray')})"
+    assert (lib.status, lib.module, lib.not_installed()) == ("missing", None, reason)
+    assert lib.describe() == f"not installed ({_only_a_folder(tmp_path / 'fake_stray')})"
+    assert "fake_stray" not in sys.modules  # imported to find out, and let go
+    with pytest.raises(_report.Unavailable) as excinfo:
+        _report.need("fake_stray")
+    assert str(excinfo.value) == reason
+    spaced = _report.library("fake_spaced.core")
+    assert spaced.status == "ok" and spaced.module.VALUE == 42
+
+
 def _library_rows(report: str) -> dict[str, str]:
     """The report's "Array libraries:" table: name -> what it says."""
     table = report.partition("Array libraries:\n")[2].partition("\n\n")[0]
     return dict(line.split(None, 1) for line in table.splitlines())
 
 
-def test_report_survives_broken_and_crashing_libraries(tmp_path):
+def test_report_survives_broken_and_crashing_libraries_and_folders(tmp_path):
     # A library that raises when imported, one whose submodule needs a missing dependency (as
-    # mlx.core may), and the crashing fakes, all in one report; named so that no real library
-    # can stand in for them, and listed by DLPACK_PROBE_EXTRA.
+    # mlx.core may), the crashing fakes, and an empty folder of a library's name in the folder
+    # the report is run from, all in one report; named so that no real library can stand in for
+    # them, and listed by DLPACK_PROBE_EXTRA.
+    (tmp_path / "fake_stray").mkdir()
     broken = tmp_path / "fake_raising"
     broken.mkdir()
     (broken / "__init__.py").write_text("raise RuntimeError('broken on purpose')\n")
@@ -118,10 +151,11 @@ def test_report_survives_broken_and_crashing_libraries(tmp_path):
     (half / "core.py").write_text("import no_such_dependency_of_fake_half\n")
     for name in CRASHING.split(","):
         (tmp_path / f"{name}.py").write_text(FAKES[name])
-    extra = f"fake_raising,fake_half.core,{CRASHING}"
-    proc = run_python("-m", "dlpack", path=[tmp_path], env={_probe.EXTRA_ENV: extra})
+    extra = f"fake_raising,fake_half.core,{CRASHING},fake_stray"
+    proc = run_python("-m", "dlpack", cwd=tmp_path, env={_probe.EXTRA_ENV: extra})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _library_rows(proc.stdout)
+    assert rows["fake_stray"] == f"not installed ({_only_a_folder(tmp_path / 'fake_stray')})"
     assert rows["fake_raising"] == "import failed: RuntimeError: broken on purpose"
     assert "import failed" in rows["fake_half.core"]
     assert "no_such_dependency_of_fake_half" in rows["fake_half.core"]
@@ -152,6 +186,13 @@ GENERATED_TESTS = textwrap.dedent(
     def test_crash_pair_required(monkeypatch):
         monkeypatch.setenv("{REQUIRE_ENV}", "numpy,fake_crash_b")
         need("fake_crash_b")
+
+    def test_folder():
+        need("fake_stray")
+
+    def test_folder_required(monkeypatch):
+        monkeypatch.setenv("{REQUIRE_ENV}", "fake_stray")
+        need("fake_stray")
     """
 )
 
@@ -163,9 +204,11 @@ def _summary_line(outcome, line, message):
     )
 
 
-def test_pytest_skips_or_fails_the_tests_of_crashing_libraries(tmp_path):
-    """A pytest run with crashing libraries: their tests skip with the reason (or fail, where
-    required), the others pass, and the run itself ends normally."""
+def test_pytest_skips_or_fails_the_tests_of_crashing_libraries_and_folders(tmp_path):
+    """A pytest run with crashing libraries and a folder of a library's name: their tests skip
+    with the reason (or fail, where required), the others pass, and the run itself ends
+    normally."""
+    (tmp_path / "fake_stray").mkdir()
     for name in CRASHING.split(","):
         (tmp_path / f"{name}.py").write_text(FAKES[name])
     test_file = tmp_path / "test_generated.py"
@@ -175,8 +218,12 @@ def test_pytest_skips_or_fails_the_tests_of_crashing_libraries(tmp_path):
     proc = run_python(*args, path=[tmp_path], env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
-    assert "1 failed, 1 passed, 2 skipped" in out
+    assert "2 failed, 1 passed, 3 skipped" in out
     assert _summary_line("SKIPPED", 5, ALONE_MESSAGE).search(out), out
     assert _summary_line("SKIPPED", 9, PAIR_MESSAGE).search(out), out
     assert re.search(r"^FAILED \S*test_generated\.py::test_crash_pair_required\b", out, re.M)
     assert f"{PAIR_MESSAGE}, and {REQUIRE_ENV} requires it" in out
+    folder_message = f"fake_stray is not installed ({_only_a_folder(tmp_path / 'fake_stray')})"
+    assert _summary_line("SKIPPED", 20, folder_message).search(out), out
+    assert re.search(r"^FAILED \S*test_generated\.py::test_folder_required\b", out, re.M)
+    assert f"{folder_message}, and {REQUIRE_ENV} requires it" in out

@@ -4,6 +4,7 @@ import json
 import os
 import platform
 import pty
+import re
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,8 @@ def test_unknown_option_is_a_usage_error():
     assert proc.stdout == ""
 
 
+ONLY_FOLDERS = "only (a folder|folders) of that name: "
+
 # What native libraries write to descriptor 2: glog/absl lines (before and after absl's logging is
 # set up) and TensorFlow's, then one line that is no log and must reach the user.
 NATIVE_LOGS = (
@@ -128,7 +131,10 @@ def test_json_report_describes_libraries_and_exchanges(json_report):
     for lib in libraries.values():
         assert set(lib) == {"name", "module", "status", "version", "error"}
         assert lib["status"] in ("ok", "missing", "broken", "crashes")
-        assert (lib["error"] is None) == (lib["status"] in ("ok", "missing"))
+        if lib["status"] == "missing":  # a folder of its name, where one is on sys.path
+            assert lib["error"] is None or re.match(ONLY_FOLDERS, lib["error"])
+        else:
+            assert (lib["error"] is None) == (lib["status"] == "ok")
     assert {"numpy", "torch", "jax", "tensorflow", "paddle", "pytest"} <= set(libraries)
     assert doc["devices"]["cpu"] == {"available": True}
     assert isinstance(doc["devices"]["cuda"]["available"], bool)
@@ -217,10 +223,8 @@ def test_a_child_takes_the_probe_handed_down(tmp_path):
     assert child == {"probed": True, "crashes": []}
 
 
-# A parent that probes (nothing crashes) and starts the probing child in the folder given, which
-# is on its PYTHONPATH too: the child has it on sys.path twice (as the current directory, and by
-# name), as a child started in site-packages has site-packages.
-PATH_TWICE_PARENT = """
+# A parent that probes (nothing crashes) and starts the probing child in the folder given.
+PARENT_ELSEWHERE = """
 import json, os, subprocess, sys
 from dlpack import _probe
 from dlpack._report._libraries import PROBED
@@ -235,10 +239,23 @@ print(child.stdout)
 
 
 def test_a_namespace_package_on_the_path_twice_is_one_place(tmp_path):
-    # A namespace package (as mlx is) lists every sys.path entry it is under: the child, with
-    # its folder there twice, must still see the parent's places and take its probe.
+    # A namespace package (as mlx is, with mlx.core in it) lists every sys.path entry it is
+    # under: the child, started in a folder that is on its PYTHONPATH too, has that folder on
+    # sys.path twice (as the current directory, and by name), as a child started in
+    # site-packages has site-packages; it must still see the parent's places and take its probe.
     (tmp_path / "fake_namespace").mkdir()
-    env = {_probe.EXTRA_ENV: "fake_namespace"}
-    proc = run_python("-c", PATH_TWICE_PARENT, PROBING_CHILD, tmp_path, path=[tmp_path], env=env)
+    (tmp_path / "fake_namespace" / "core.py").write_text("")
+    env = {_probe.EXTRA_ENV: "fake_namespace.core"}
+    proc = run_python("-c", PARENT_ELSEWHERE, PROBING_CHILD, tmp_path, path=[tmp_path], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"probed": False, "crashes": []}
+
+
+def test_a_folder_of_a_library_name_beside_a_child_leaves_it_the_probe(tmp_path):
+    # A child started in a folder holding an empty folder of a library's name (an empty paddle/)
+    # finds the same libraries as its parent, which does not see that folder: it is none.
+    (tmp_path / "fake_stray").mkdir()
+    env = {_probe.EXTRA_ENV: "fake_stray"}
+    proc = run_python("-c", PARENT_ELSEWHERE, PROBING_CHILD, tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"probed": False, "crashes": []}

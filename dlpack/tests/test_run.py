@@ -4,6 +4,7 @@ through, pytest's exit status returned; without pytest, one line saying what to 
 Each run is a child process, so its pytest session is its own.
 """
 
+import os
 import textwrap
 
 from dlpack.tests import INSTALL_HINT, pytest_argv
@@ -76,6 +77,21 @@ def test_without_pytest_one_line_says_what_to_install(tmp_path):
         assert proc.returncode == 4, _output(proc)
         assert _output(proc).splitlines() == [INSTALL_HINT]
     assert 'pip install "dlpack-adapter[test]"' in INSTALL_HINT
+
+
+def test_a_folder_named_pytest_is_no_pytest(tmp_path):
+    # Run from a folder holding an empty pytest/, where pytest is not installed: -S leaves
+    # site-packages (pytest's) off sys.path, and dlpack is found through a folder holding only a
+    # link to it.
+    here = tmp_path / "here"
+    (here / "pytest").mkdir(parents=True)
+    (tmp_path / "linked").mkdir()
+    os.symlink(os.path.join(package_root(), "dlpack"), tmp_path / "linked" / "dlpack")
+    env = {"PYTHONPATH": str(tmp_path / "linked")}
+    proc = run_python("-S", "-m", "dlpack.tests", "-q", cwd=here, env=env, timeout=60)
+    assert proc.returncode == 4, _output(proc)
+    folder = os.path.realpath(here / "pytest")
+    assert _output(proc).splitlines() == [f"{INSTALL_HINT} (only a folder of that name: {folder})"]
 
 
 def test_pytest_argv_names_our_modules_for_pyargs():
