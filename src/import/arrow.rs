@@ -246,18 +246,17 @@ fn from_c(schema: &Schema, arrays: Vec<Array>) -> Result<Tensor> {
         })
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(arrow_error)?;
-    from_chunks(field, chunks)
+    from_chunks(&field, chunks)
 }
 
 /// The element type of an array of numbers with no nulls, children, dictionary or extension
 /// type: the common case, which needs no `ArrayData` (arrow-rs's import builds the type tree
 /// and the buffers). `None` for anything else.
 fn plain_numbers(schema: &Schema, array: &FFI_ArrowArray) -> Option<DType> {
-    let field = schema.field();
-    if !field.metadata().is_empty() {
+    if !schema.metadata().is_empty() {
         return None;
     }
-    let data_type = field.data_type();
+    let data_type = schema.data_type();
     // A validity bitmap with nulls, or an unknown count, is left to `values`, which counts
     // them in the array's range.
     if array.null_count_opt() != Some(0) && !array.buffer(0).is_null() {

@@ -14,6 +14,7 @@
 //! What no check can see, that a buffer really holds the bytes the length and offset say,
 //! stays the producer's word.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
 
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
@@ -26,14 +27,25 @@ use crate::error::{Error, Result};
 /// Deeper trees are refused: real types nest a few levels, and a cycle of children never ends.
 const MAX_DEPTH: usize = 64;
 
-/// A schema that passed `schema`: its field, of a type `array` can check arrays against.
+/// A schema that passed `schema`: its type, which `array` checks arrays against, and its
+/// metadata (extension types). Its name, which nothing reads, is not copied out.
 pub struct Schema {
-    field: Field,
+    data_type: DataType,
+    metadata: HashMap<String, String>,
 }
 
 impl Schema {
-    pub fn field(&self) -> &Field {
-        &self.field
+    pub fn data_type(&self) -> &DataType {
+        &self.data_type
+    }
+
+    pub fn metadata(&self) -> &HashMap<String, String> {
+        &self.metadata
+    }
+
+    /// Its field, unnamed.
+    pub fn field(&self) -> Field {
+        Field::new("", self.data_type.clone(), true).with_metadata(self.metadata.clone())
     }
 }
 
@@ -53,9 +65,14 @@ impl Array {
 /// Check a schema's tree, read its field, and refuse types this crate doesn't carry
 /// (`TypeError`, naming the type).
 pub fn schema(schema: &FFI_ArrowSchema) -> Result<Schema> {
-    let field = readable(schema)?;
-    carried(field.data_type(), "this Arrow array ")?;
-    Ok(Schema { field })
+    schema_node(schema, 0)?;
+    let data_type = DataType::try_from(schema).map_err(|err| malformed("schema", err))?;
+    let metadata = schema.metadata().map_err(|err| malformed("schema", err))?;
+    carried(&data_type, "this Arrow array ")?;
+    Ok(Schema {
+        data_type,
+        metadata,
+    })
 }
 
 /// A schema's tree checked and read as a field, whatever its type (for a consumer's requested
@@ -153,7 +170,7 @@ fn carried(data_type: &DataType, what: &str) -> Result<()> {
 
 /// Check `array` against `schema`'s type, before anything reads it.
 pub fn array(schema: &Schema, array: FFI_ArrowArray) -> Result<Array> {
-    array_node(&array, schema.field.data_type())?;
+    array_node(&array, &schema.data_type)?;
     Ok(Array(array))
 }
 
@@ -177,7 +194,7 @@ pub fn span_bytes(array: &Array, schema: &Schema) -> u64 {
             other => bitmap + end * element_type(other).map_or(0, |d| d.itemsize() as u64),
         }
     }
-    bytes(&array.0, schema.field.data_type())
+    bytes(&array.0, &schema.data_type)
 }
 
 fn array_node(array: &FFI_ArrowArray, data_type: &DataType) -> Result<()> {
