@@ -284,6 +284,11 @@ def become(uid: int | None, open_files: int | None) -> None:
     """Run as user ``uid`` (its group too) and with at most ``open_files`` descriptors from
     now on, where given (a process of another user, or one at its limit of open files)."""
     if uid is not None:
+        # What the process imports later must be imported now: the installed package may lie
+        # where the other user can't read it (CI's environment, under /root).
+        import dlpack.sharing  # noqa: F401
+
+        dlpack.share, dlpack.SharedHandle, dlpack.empty_shared  # noqa: B018 - bound here
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
