@@ -148,11 +148,14 @@ fn read_stream<K: StreamKind>(
     // it was read from, which is live (its release is set, checked above) until the caller
     // drops it after this returns, and one call at a time (this thread, in turn).
     let last_error = || {
-        // SAFETY: see above; right after a failed call, as the interface allows.
+        // SAFETY: the stream's own get_last_error, on that stream, live while this function
+        // runs (its release checked set, the caller drops it after), one call at a time, right
+        // after a failed call, as the interface allows.
         get_last_error.map(|get| unsafe { get(stream) })
     };
     let mut schema = FFI_ArrowSchema::empty();
-    // SAFETY: see above; `schema` is a place for one schema, released when dropped.
+    // SAFETY: the stream's own get_schema, on that live stream, one call at a time; `schema` is
+    // a place for one schema, released when dropped.
     let code = unsafe { get_schema(stream, &raw mut schema) };
     if code != 0 {
         return Err(stream_error(last_error(), "schema", code));
@@ -162,7 +165,8 @@ fn read_stream<K: StreamKind>(
     let mut limit = StreamLimit::default();
     loop {
         let mut array = K::end();
-        // SAFETY: see above; `array` is a place for one array of the stream's kind.
+        // SAFETY: the stream's own get_next, on that live stream, one call at a time; `array` is
+        // a place for one array of the stream's kind.
         let code = unsafe { get_next(stream, &raw mut array) };
         if code != 0 {
             return Err(stream_error(last_error(), "next array", code));
