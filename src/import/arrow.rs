@@ -144,7 +144,7 @@ fn read_stream<K: StreamKind>(
     };
     let get_last_error = stream.get_last_error();
     let stream: *mut K = stream;
-    // SAFETY (for each callback call below): each is the stream's own, called with the stream
+    // Each callback below is the stream's own, called with the stream
     // it was read from, which is live (its release is set, checked above) until the caller
     // drops it after this returns, and one call at a time (this thread, in turn).
     let last_error = || {
