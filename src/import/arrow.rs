@@ -144,9 +144,6 @@ fn read_stream<K: StreamKind>(
     };
     let get_last_error = stream.get_last_error();
     let stream: *mut K = stream;
-    // Each callback below is the stream's own, called with the stream
-    // it was read from, which is live (its release is set, checked above) until the caller
-    // drops it after this returns, and one call at a time (this thread, in turn).
     let last_error = || {
         // SAFETY: the stream's own get_last_error, on that stream, live while this function
         // runs (its release checked set, the caller drops it after), one call at a time, right
@@ -175,7 +172,7 @@ fn read_stream<K: StreamKind>(
             return Ok((schema, arrays)); // the end of the stream
         }
         let array = arrow_check::array(&schema, host(array)?)?;
-        limit.add(arrays.len() + 1, &array, &schema)?;
+        limit.add(arrays.len() + 1, &array)?;
         arrays.push(array);
     }
 }
@@ -189,8 +186,8 @@ struct StreamLimit {
 }
 
 impl StreamLimit {
-    fn add(&mut self, arrays: usize, array: &Array, schema: &Schema) -> Result<()> {
-        let this = arrow_check::span_bytes(array, schema) + size_of::<FFI_ArrowArray>() as u64;
+    fn add(&mut self, arrays: usize, array: &Array) -> Result<()> {
+        let this = array.span_bytes() + size_of::<FFI_ArrowArray>() as u64;
         self.bytes = self.bytes.saturating_add(this);
         if self.bytes < self.next_check.max(available::CHECK_FROM) {
             return Ok(());

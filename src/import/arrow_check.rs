@@ -49,12 +49,17 @@ impl Schema {
     }
 }
 
-/// An array that passed `array` against a `Schema`'s type.
-pub struct Array(FFI_ArrowArray);
+/// An array that passed `array` against a `Schema`'s type, and the bytes its buffers span,
+/// children included (its memory, for limits), as the check found them.
+pub struct Array(FFI_ArrowArray, u64);
 
 impl Array {
     pub fn get(&self) -> &FFI_ArrowArray {
         &self.0
+    }
+
+    pub fn span_bytes(&self) -> u64 {
+        self.1
     }
 
     pub fn into_inner(self) -> FFI_ArrowArray {
@@ -170,34 +175,12 @@ fn carried(data_type: &DataType, what: &str) -> Result<()> {
 
 /// Check `array` against `schema`'s type, before anything reads it.
 pub fn array(schema: &Schema, array: FFI_ArrowArray) -> Result<Array> {
-    array_node(&array, &schema.data_type)?;
-    Ok(Array(array))
+    let bytes = array_node(&array, &schema.data_type)?;
+    Ok(Array(array, bytes))
 }
 
-/// The bytes an array's buffers span, children included (its memory, for limits), once it is
-/// checked.
-pub fn span_bytes(array: &Array, schema: &Schema) -> u64 {
-    // Every product was checked to fit when the array was.
-    fn bytes(array: &FFI_ArrowArray, data_type: &DataType) -> u64 {
-        let end = (array.offset() + array.len()) as u64;
-        let bitmap = end.div_ceil(8);
-        match data_type {
-            DataType::FixedSizeList(child, _) => bitmap + bytes(array.child(0), child.data_type()),
-            DataType::Struct(columns) => {
-                let children = columns.iter().enumerate();
-                bitmap
-                    + children
-                        .map(|(k, c)| bytes(array.child(k), c.data_type()))
-                        .sum::<u64>()
-            }
-            DataType::Boolean => 2 * bitmap,
-            other => bitmap + end * element_type(other).map_or(0, |d| d.itemsize() as u64),
-        }
-    }
-    bytes(&array.0, &schema.data_type)
-}
-
-fn array_node(array: &FFI_ArrowArray, data_type: &DataType) -> Result<()> {
+/// Check one array of the tree; the bytes its buffers and children span.
+fn array_node(array: &FFI_ArrowArray, data_type: &DataType) -> Result<u64> {
     let fields = ArrayFields::of(array);
     if fields.release.is_none() {
         return Err(released("array"));
@@ -245,7 +228,8 @@ fn array_node(array: &FFI_ArrowArray, data_type: &DataType) -> Result<()> {
     // producer's word), here at least one.
     let validity = unsafe { *fields.buffers };
     let end = end as u64;
-    extent(validity, end.div_ceil(8), fields)?;
+    let bitmap = end.div_ceil(8);
+    extent(validity, bitmap, fields)?;
     if fields.null_count > 0 && validity.is_null() {
         return Err(malformed(
             "array",
@@ -260,13 +244,14 @@ fn array_node(array: &FFI_ArrowArray, data_type: &DataType) -> Result<()> {
             let needed = end
                 .checked_mul(*size as u64)
                 .ok_or_else(|| too_large(fields))?;
-            child_node(fields, 0, needed, child.data_type())
+            Ok(bitmap + child_node(fields, 0, needed, child.data_type())?)
         }
         DataType::Struct(columns) => {
+            let mut bytes = bitmap;
             for (index, column) in columns.iter().enumerate() {
-                child_node(fields, index, end, column.data_type())?;
+                bytes = bytes.saturating_add(child_node(fields, index, end, column.data_type())?);
             }
-            Ok(())
+            Ok(bytes)
         }
         other => {
             let bytes = match element_type(other) {
@@ -281,13 +266,20 @@ fn array_node(array: &FFI_ArrowArray, data_type: &DataType) -> Result<()> {
             if values.is_null() && bytes > 0 {
                 return Err(malformed("array", "its values buffer is NULL"));
             }
-            extent(values, bytes, fields)
+            extent(values, bytes, fields)?;
+            Ok(bitmap + bytes)
         }
     }
 }
 
-/// Child `index` of a checked array: present, at least `needed` long, and sound itself.
-fn child_node(parent: &ArrayFields, index: usize, needed: u64, data_type: &DataType) -> Result<()> {
+/// Child `index` of a checked array: present, at least `needed` long, and sound itself; the
+/// bytes it spans.
+fn child_node(
+    parent: &ArrayFields,
+    index: usize,
+    needed: u64,
+    data_type: &DataType,
+) -> Result<u64> {
     if parent.children.is_null() {
         return Err(malformed("array", "its children pointer is NULL"));
     }
