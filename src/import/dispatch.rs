@@ -187,7 +187,7 @@ fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<I
     match (fallback(), refused) {
         (Ok(Some(mut tensor)), _) => {
             if protocols.immutable {
-                tensor.make_readonly(); // as above
+                tensor.make_readonly(); // immutable, whatever its exports say
             }
             Ok(Imported {
                 tensor,

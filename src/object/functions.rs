@@ -111,7 +111,7 @@ pub fn copyto(
         .into());
     }
     let target = destination(dst)?;
-    let source = tensor_of(src)?;
+    let source = tensor_of(src, import::import)?;
     copy::copy_into(py, &target, &source, stream)?;
     Ok(())
 }
@@ -132,20 +132,21 @@ impl std::ops::Deref for TensorOf<'_> {
     }
 }
 
-fn tensor_of<'a>(obj: &'a Bound<'_, PyAny>) -> Result<TensorOf<'a>> {
+/// A `DLPackObject`'s own tensor, or `obj` imported by `import`.
+fn tensor_of<'a>(
+    obj: &'a Bound<'_, PyAny>,
+    import: fn(&Bound<'_, PyAny>) -> Result<import::Imported>,
+) -> Result<TensorOf<'a>> {
     if let Some(existing) = state(obj) {
         return Ok(TensorOf::Object(existing));
     }
-    Ok(TensorOf::Imported(import::import(obj)?.tensor))
+    Ok(TensorOf::Imported(import(obj)?.tensor))
 }
 
 /// The memory `copyto` writes: the destination's own, never a copy an import made (values
 /// written there would never reach it), which is a `ValueError` saying why it was a copy.
 fn destination<'a>(obj: &'a Bound<'_, PyAny>) -> Result<TensorOf<'a>> {
-    let target = match state(obj) {
-        Some(existing) => TensorOf::Object(existing),
-        None => TensorOf::Imported(import::import_in_place(obj)?.tensor),
-    };
+    let target = tensor_of(obj, import::import_in_place)?;
     if let Some(why) = target.copied() {
         return Err(Error::value(format!(
             "copyto can't write into this {}: its memory could only be read as a copy ({why}), \
