@@ -12,7 +12,7 @@ import sys
 
 from ._helpers import ArrayInterface, CudaArrayInterface, cuda_iface
 
-CASES: list[tuple[str, object, tuple[type[BaseException], ...]]] = []
+CASES: list[tuple[str, object, type[BaseException]]] = []
 # Memory DLPack can't express directly (non-native byte order, byte strides that are not whole
 # elements): accepted by the copy engine; exporting it makes a copy.
 ACCEPTED: list[tuple[str, object]] = []
@@ -26,7 +26,7 @@ def _buf(n=256):
     return b
 
 
-def case(name, *exc, needs=None):
+def case(name, exc, needs=None):
     def deco(fn):
         CASES.append((name, (fn, needs), exc))
         return fn
@@ -70,14 +70,14 @@ _DROP = object()
 case("ai-missing-shape", ValueError)(lambda: _iface(shape=_DROP))
 case("ai-missing-typestr", ValueError)(lambda: _iface(typestr=_DROP))
 case("ai-missing-version", ValueError)(lambda: _iface(version=_DROP))
-case("ai-missing-data-no-buffer", ValueError, TypeError)(lambda: _iface(data=_DROP))
+case("ai-missing-data-no-buffer", TypeError)(lambda: _iface(data=_DROP))
 case("ai-version-2", ValueError)(lambda: _iface(version=2))
 case("ai-version-0", ValueError)(lambda: _iface(version=0))
 case("ai-negative-extent", ValueError)(lambda: _iface(shape=(-1,)))
 case("ai-negative-extent-2d", ValueError)(lambda: _iface(shape=(2, -3)))
 case("ai-shape-overflow", ValueError)(lambda: _iface(shape=(2**40, 2**40)))
 case("ai-shape-overflow-bytes", ValueError)(lambda: _iface(shape=(2**62,)))
-case("ai-shape-overflow-int64", ValueError, OverflowError)(lambda: _iface(shape=(2**63,)))
+case("ai-shape-overflow-int64", ValueError)(lambda: _iface(shape=(2**63,)))
 case("ai-strides-wrong-length", ValueError)(lambda: _iface(strides=(4, 4)))
 case("ai-strides-overflow", ValueError)(lambda: _iface(strides=(2**62,)))
 case("ai-null-data-nonzero-size", ValueError)(lambda: _iface(data=(0, False)))
@@ -85,7 +85,7 @@ case("ai-bad-typestr-x9", ValueError)(lambda: _iface(typestr="x9"))
 case("ai-bad-typestr-empty", ValueError)(lambda: _iface(typestr=""))
 case("ai-bad-typestr-nosize", ValueError)(lambda: _iface(typestr="<f"))
 case("ai-bad-typestr-size-nan", ValueError)(lambda: _iface(typestr="<iq"))
-case("ai-buffer-too-small", ValueError, BufferError)(
+case("ai-buffer-too-small", ValueError)(
     lambda: ArrayInterface({"shape": (100,), "typestr": "<i4", "data": bytearray(8), "version": 3})
 )
 # wrong types -> TypeError
@@ -98,12 +98,12 @@ case("ai-shape-float-entry", TypeError)(lambda: _iface(shape=(4.0,)))
 case("ai-strides-list", TypeError)(lambda: _iface(strides=[4]))
 case("ai-strides-str-entry", TypeError)(lambda: _iface(strides=("4",)))
 case("ai-typestr-int", TypeError)(lambda: _iface(typestr=4))
-case("ai-typestr-none", TypeError, ValueError)(lambda: _iface(typestr=None))
+case("ai-typestr-none", ValueError)(lambda: _iface(typestr=None))
 case("ai-version-str", TypeError)(lambda: _iface(version="3"))
 case("ai-data-str", TypeError)(lambda: _iface(data="abc"))
 case("ai-data-int", TypeError)(lambda: _iface(data=123))
 case("ai-data-ptr-str", TypeError)(lambda: _iface(data=("x", False)))
-case("ai-data-1-tuple", TypeError, ValueError)(lambda: _iface(data=(ctypes.addressof(_buf()),)))
+case("ai-data-1-tuple", ValueError)(lambda: _iface(data=(ctypes.addressof(_buf()),)))
 # memory DLPack can't express -> BufferError
 case("ai-object", BufferError)(lambda: _iface(typestr="|O8"))
 case("ai-unicode", BufferError)(lambda: _iface(typestr="<U1"))
@@ -252,11 +252,11 @@ def _used_legacy_capsule():
     return cap
 
 
-case("capsule-foreign-name", TypeError, ValueError)(_foreign_capsule)
-case("capsule-used", ValueError, BufferError)(_used_capsule)
-case("capsule-used-legacy", ValueError, BufferError)(_used_legacy_capsule)
-case("producer-returns-int", TypeError, ValueError)(_ReturnsNonCapsule)
-case("producer-returns-foreign-capsule", TypeError, ValueError, BufferError)(_ReturnsForeignCapsule)
+case("capsule-foreign-name", TypeError)(_foreign_capsule)
+case("capsule-used", ValueError)(_used_capsule)
+case("capsule-used-legacy", ValueError)(_used_legacy_capsule)
+case("producer-returns-int", TypeError)(_ReturnsNonCapsule)
+case("producer-returns-foreign-capsule", TypeError)(_ReturnsForeignCapsule)
 
 
 def available(needs) -> bool:
@@ -267,8 +267,9 @@ def available(needs) -> bool:
     return needs is None or library(needs).ok
 
 
-def run_case(name, factory_and_needs, excs):
-    """Returns (status, detail): status is 'ok', 'wrong' (other exception or none), 'skip'."""
+def run_case(name, factory_and_needs, exc_class):
+    """Returns (status, detail): status is 'ok' (exactly exc_class was raised), 'wrong' (another
+    class, a subclass, or no exception), 'skip'."""
     from dlpack import asdlpack
 
     factory, needs = factory_and_needs
@@ -277,9 +278,9 @@ def run_case(name, factory_and_needs, excs):
     value = factory()
     try:
         obj = asdlpack(value)
-    except excs:
-        return "ok", ""
     except BaseException as exc:
+        if type(exc) is exc_class:
+            return "ok", ""
         return "wrong", f"{type(exc).__name__}: {exc}"
     return "wrong", f"no exception (got {obj!r})"
 
@@ -319,10 +320,12 @@ def run_accepted(name, factory_and_needs):
 
 
 def main(rounds: int = 3) -> int:
+    """Runs every case `rounds` times; the exit status is 1 when any round got a wrong answer
+    (a later round can differ from the first: state left behind by earlier cases)."""
     counts = {"ok": 0, "wrong": 0, "skip": 0}
     for _ in range(rounds):
-        for name, fac, excs in CASES:
-            status, detail = run_case(name, fac, excs)
+        for name, fac, exc_class in CASES:
+            status, detail = run_case(name, fac, exc_class)
             counts[status] += 1
             if status == "wrong":
                 print(f"WRONG {name}: {detail}")
@@ -333,7 +336,7 @@ def main(rounds: int = 3) -> int:
                 print(f"WRONG {name}: {detail}")
     print("SUMMARY", " ".join(f"{k}={v}" for k, v in counts.items()))
     sys.stdout.flush()
-    return 0
+    return 1 if counts["wrong"] else 0
 
 
 if __name__ == "__main__":

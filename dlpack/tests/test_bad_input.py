@@ -16,14 +16,31 @@ def test_all_bad_inputs_in_subprocess():
     assert "Fatal" not in proc.stderr
 
 
-@pytest.mark.parametrize("name, fac, excs", CASES, ids=[c[0] for c in CASES])
-def test_bad_input(name, fac, excs):
+def test_the_runner_fails_on_a_wrong_answer(monkeypatch, capsys):
+    """main() exits 1 when a case raises another class than its own (here a subclass: classes
+    are compared exactly), so a wrong answer in any round fails the subprocess test above."""
+    from . import _bad_cases
+
+    case = ("wants-exactly-exception", (object, None), Exception)
+    monkeypatch.setattr(_bad_cases, "CASES", [case])
+    monkeypatch.setattr(_bad_cases, "ACCEPTED", [])
+    assert _bad_cases.main(rounds=1) == 1
+    assert "WRONG wants-exactly-exception: TypeError" in capsys.readouterr().out
+
+
+def test_array_interface_without_data_names_the_missing_buffer():
+    with pytest.raises(TypeError, match='has no "data", so the memory is the object'):
+        asdlpack(ArrayInterface({"shape": (4,), "typestr": "<i4", "version": 3}))
+
+
+@pytest.mark.parametrize("name, fac, exc_class", CASES, ids=[c[0] for c in CASES])
+def test_bad_input(name, fac, exc_class):
     if fac[1] is not None:
         need(fac[1])
-    status, detail = run_case(name, fac, excs)
+    status, detail = run_case(name, fac, exc_class)
     if status == "skip":
         pytest.skip(detail)
-    assert status == "ok", f"expected {[e.__name__ for e in excs]}, got {detail}"
+    assert status == "ok", f"expected {exc_class.__name__}, got {detail}"
 
 
 @pytest.mark.parametrize("name, fac", ACCEPTED, ids=[c[0] for c in ACCEPTED])

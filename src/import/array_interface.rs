@@ -228,11 +228,18 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
             };
             let provider = other.as_ref().unwrap_or(source);
             if !super::buffer::supports(provider) {
-                return Err(Error::type_(format!(
-                    "__array_interface__ \"data\" must be a (pointer, readonly) tuple, a buffer \
-                     or None, not {}",
-                    type_name(provider)
-                )));
+                return Err(Error::type_(match &other {
+                    Some(_) => format!(
+                        "__array_interface__ \"data\" must be a (pointer, readonly) tuple, a \
+                         buffer or None, not {}",
+                        type_name(provider)
+                    ),
+                    None => format!(
+                        "__array_interface__ has no \"data\", so the memory is the object's own \
+                         buffer, and {} does not support the buffer protocol",
+                        type_name(provider)
+                    ),
+                }));
             }
             let view = View::acquire(provider)?;
             let raw = view.raw();
