@@ -23,7 +23,7 @@ LOCK_FOR := --python-version 3.11 --python-platform x86_64-manylinux_2_35
 
 # Import names of the libraries the suite must find usable (DLPACK_TESTS_REQUIRE): their tests
 # fail instead of skipping when one is missing, broken or crashing. The test extra installs them.
-TESTS_REQUIRE := numpy,ml_dtypes,torch,jax,array_api_strict,tvm_ffi,pyarrow,PIL,torch_jax_interop,hypothesis,distributed,ray,polars,pandas,duckdb,nanoarrow
+TESTS_REQUIRE := _testbuffer,numpy,ml_dtypes,torch,jax,array_api_strict,tvm_ffi,pyarrow,PIL,torch_jax_interop,hypothesis,distributed,ray,polars,pandas,duckdb,nanoarrow
 # ... and in MIXED_VENV, those of the mixed extra too; not paddle, which is installed there but
 # crashes the interpreter when imported after TensorFlow (the probe finds it: its tests skip)
 MIXED_REQUIRE := $(TESTS_REQUIRE),tensorflow,mlx.core,numba

@@ -20,6 +20,10 @@ from dlpack._report._libraries import PROBED
 
 REQUIRE_ENV = "DLPACK_TESTS_REQUIRE"
 
+# The reasons of the skips need() and need_cuda() made: DLPACK_TESTS_REQUIRE could have turned
+# them into failures. The summary (conftest.py) lists every other skip apart, as ones it can't.
+REQUIRABLE_SKIPS: set[str] = set()
+
 
 def required(name: str) -> bool:
     """Whether ``DLPACK_TESTS_REQUIRE`` names this library (by import name, its top-level
@@ -40,6 +44,7 @@ def need(name: str, what: str | None = None):
         reason = str(exc)
     if required(name):
         pytest.fail(f"{reason}, and {REQUIRE_ENV} requires it", pytrace=False)
+    REQUIRABLE_SKIPS.add(reason)
     pytest.skip(reason, allow_module_level=True)
 
 
@@ -51,6 +56,7 @@ def need_cuda(available: bool, reason: str) -> None:
         return
     if required("cuda"):
         pytest.fail(f"{reason}, and {REQUIRE_ENV} requires cuda", pytrace=False)
+    REQUIRABLE_SKIPS.add(reason)
     pytest.skip(reason)
 
 

@@ -1,8 +1,9 @@
 import sys
+from collections import Counter
 
 import pytest
 
-from ._helpers import need
+from ._helpers import REQUIRABLE_SKIPS, REQUIRE_ENV, need
 
 
 def pytest_report_header(config):
@@ -13,6 +14,25 @@ def pytest_report_header(config):
     except Exception as exc:  # pragma: no cover - reported, not hidden
         where = f"IMPORT FAILED: {exc!r}"
     return [f"dlpack: {where}", f"python: {sys.version.split()[0]}"]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Lists apart the skips DLPACK_TESTS_REQUIRE can't turn into failures (a platform, a
+    library version's feature, hardware other than a GPU), so a run that requires everything
+    still says what it did not check."""
+    reasons = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        if not (isinstance(longrepr, tuple) and len(longrepr) == 3):
+            continue
+        reason = str(longrepr[2]).removeprefix("Skipped: ")
+        if reason not in REQUIRABLE_SKIPS:
+            reasons[reason] += 1
+    if not reasons:
+        return
+    terminalreporter.section(f"skips {REQUIRE_ENV} can't turn into failures", sep="-")
+    for reason, count in reasons.most_common():
+        terminalreporter.line(f"{count:4d} {reason}")
 
 
 @pytest.fixture

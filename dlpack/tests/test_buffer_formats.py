@@ -9,7 +9,7 @@ from dlpack import asdlpack
 
 from ._helpers import need
 
-tb = pytest.importorskip("_testbuffer")
+tb = need("_testbuffer", "CPython's _testbuffer test module")
 ndarray = tb.ndarray
 
 LITTLE = sys.byteorder == "little"

@@ -22,6 +22,7 @@ from ._helpers import (
     CudaArrayInterface,
     cuda_iface,
     need,
+    need_cuda,
     np_data_ptr,
     refcount,
     torch_cuda_available,
@@ -449,7 +450,7 @@ def test_array_struct_capsule_keeps_the_memory():
 
 
 def test_suboffsets_are_described_as_a_read_only_copy():
-    tb = pytest.importorskip("_testbuffer")
+    tb = need("_testbuffer", "CPython's _testbuffer test module")
     src = tb.ndarray(list(range(12)), shape=[3, 4], format="i", flags=tb.ND_PIL)
     obj = asdlpack(src)
     iface = obj.__array_interface__
@@ -509,9 +510,9 @@ def test_pil_image_fromarray():
     assert np.asarray(img).tolist() == t.tolist()
 
 
-@pytest.mark.skipif(not torch_cuda_available(), reason="needs a CUDA device")
 def test_cuda_consumers():
     torch = need("torch")
+    need_cuda(torch_cuda_available(), "needs a CUDA device")
     t = torch.arange(6, dtype=torch.float32, device="cuda").reshape(2, 3)
     obj = asdlpack(t)
     cai = obj.__cuda_array_interface__
