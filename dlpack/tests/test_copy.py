@@ -154,7 +154,7 @@ def test_cuda_array_interface_odd_layouts_are_metadata_only():
         if not torch_cuda_available():
             # no driver: exporting still says why, as for any CUDA array interface object
             for kwargs in [{}, {"copy": True}, {"max_version": (1, 3)}]:
-                with pytest.raises((BufferError, RuntimeError), match="(?i)cuda"):
+                with pytest.raises(BufferError, match="CUDA driver"):
                     obj.__dlpack__(**kwargs)
 
 

@@ -285,7 +285,7 @@ def test_read_only_memory_is_never_lent_writable(make):
     assert view.readonly
     with pytest.raises(TypeError):
         view.cast("B")[0] = 1
-    with pytest.raises((BufferError, TypeError)):  # a writable buffer request
+    with pytest.raises(TypeError, match="not writable"):  # a writable buffer request
         (ctypes.c_char * 1).from_buffer(obj)
     assert np.asarray(obj).flags.writeable is False
 
@@ -298,7 +298,7 @@ def test_contiguous_request_of_strided_memory_is_a_read_only_copy():
     # a writable contiguous request can't be a copy: refused
     with pytest.raises(BufferError, match="not C-contiguous"):
         _get_buffer(obj, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
-    with pytest.raises((BufferError, TypeError)):
+    with pytest.raises(TypeError, match="not C contiguous"):
         (ctypes.c_char * a.nbytes).from_buffer(obj)
     # the strided view itself is lent as it is
     view = memoryview(obj)

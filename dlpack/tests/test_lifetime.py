@@ -182,8 +182,13 @@ def test_refcount_after_errors():
     src = Buf(b"abcd")
     base = refcount(src)
     obj = asdlpack(src)
-    for kwargs in [{"stream": "x"}, {"stream": 5}, {"dl_device": (2, 0)}, {"max_version": (1,)}]:
-        with pytest.raises((TypeError, ValueError, BufferError)):
+    for kwargs, exc_class in [
+        ({"stream": "x"}, TypeError),
+        ({"stream": 5}, ValueError),
+        ({"dl_device": (2, 0)}, BufferError),
+        ({"max_version": (1,)}, TypeError),
+    ]:
+        with pytest.raises(exc_class):
             obj.__dlpack__(**kwargs)
     del obj
     assert refcount(src) == base

@@ -84,7 +84,7 @@ def test_copy_of_a_view_larger_than_memory_raises():
     huge = np.broadcast_to(np.zeros(1, dtype=np.uint8), (2**62,))
     obj = asdlpack(huge)
     assert obj.nbytes == 2**62
-    with pytest.raises((ValueError, MemoryError, RuntimeError)):
+    with pytest.raises(MemoryError, match="can't allocate"):
         obj.__dlpack__(max_version=(1, 3), copy=True)
     cell = np.zeros(1)
 
@@ -99,5 +99,5 @@ def test_copy_of_a_view_larger_than_memory_raises():
 
     obj = asdlpack(Wider())
     assert obj.nbytes == 2**63 - 1  # saturated: 2**65 bytes don't fit in the count
-    with pytest.raises((ValueError, MemoryError, RuntimeError)):
+    with pytest.raises(MemoryError, match="can't allocate"):
         obj.__dlpack__(max_version=(1, 3), copy=True)

@@ -420,7 +420,7 @@ def test_raw_capsule(max_version):
     obj = asdlpack(cap)
     assert capsule_name(cap) == "used_" + name
     check_view(obj, ref, readonly=False)
-    with pytest.raises((ValueError, BufferError)):
+    with pytest.raises(ValueError, match="already consumed"):
         asdlpack(cap)
 
 
@@ -482,7 +482,7 @@ def test_cuda_array_interface_no_device_access_without_gpu():
         pytest.skip("a CUDA device is available")
     obj = asdlpack(CudaArrayInterface(cuda_iface()))
     for call in (obj.__dlpack_device__, lambda: obj.device, obj.__dlpack__):
-        with pytest.raises((BufferError, RuntimeError), match="(?i)cuda"):
+        with pytest.raises(BufferError, match="CUDA driver"):
             call()
 
 
