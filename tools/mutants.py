@@ -199,7 +199,9 @@ def build_extension(scratch: Path) -> Path:
     )
     (wheel,) = out.glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        (member,) = [n for n in zf.namelist() if n.startswith("dlpack/_dlpack")]
+        (member,) = [
+            n for n in zf.namelist() if n.startswith("dlpack/_dlpack.") and n.endswith(".so")
+        ]
         target = scratch / Path(member).name
         target.write_bytes(zf.read(member))
     return target
