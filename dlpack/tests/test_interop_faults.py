@@ -10,13 +10,13 @@ import warnings
 import pytest
 
 import dlpack
+from dlpack import interop
 
 from ._helpers import need
 
 torch = need("torch")
 jax = need("jax")
 jnp = jax.numpy
-interop = pytest.importorskip("dlpack.interop")
 
 
 def declared(shape, dtype):
