@@ -1,10 +1,12 @@
 """dlpack.interop against real torch and JAX when a JAX array's memory is gone (deleted, donated)
-or spread over several devices (sharded, replicated)."""
+or spread over several devices (sharded, replicated), and when torch, JAX or ml_dtypes is
+missing."""
 
 from __future__ import annotations
 
 import json
 import os
+import textwrap
 
 import pytest
 
@@ -120,3 +122,98 @@ def test_sharded_and_replicated_arrays_are_buffer_errors_with_advice_that_works(
     assert result["gathered"] == values
     assert result["shards"] == [values[:4], values[4:]]
     assert result["first"] == values
+
+
+# Run in a child with one library made missing (a finder that refuses it, as an environment
+# without it would), before anything imports it. Prints each call's exception class and message.
+MISSING = """
+import json, sys
+
+BLOCKED = {blocked!r}
+
+
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+
+
+sys.meta_path.insert(0, Missing())
+import numpy as np
+from dlpack import interop
+
+CALLS = {{
+    "to_torch": lambda: interop.to_torch(np.ones(2)),
+    "to_jax": lambda: interop.to_jax(np.ones(2)),
+    "JaxModule": lambda: interop.JaxModule,
+    "jax_callable": lambda: interop.jax_callable(lambda x: x)(np.ones(2)),
+    "torch_callable": lambda: interop.torch_callable(lambda x: x)(np.ones(2)),
+}}
+if BLOCKED != "torch":
+    import torch
+
+    CALLS["module_to_jax"] = lambda: interop.module_to_jax(torch.nn.Linear(2, 2))
+    CALLS["to_numpy bfloat16"] = lambda: interop.to_numpy(torch.ones(2, dtype=torch.bfloat16))
+raised = {{}}
+for name, call in CALLS.items():
+    try:
+        call()
+    except Exception as exc:
+        raised[name] = [type(exc).__name__, str(exc)]
+    else:
+        raised[name] = None
+print(json.dumps(raised))
+"""
+
+
+def not_installed(what, module):
+    message = f"needs {module}, which is not installed: pip install {module}"
+    return ["ImportError", f"dlpack.interop.{what} {message}"]
+
+
+def jax_broken(what):
+    # JAX needs ml_dtypes: without it, JAX is installed but fails to import.
+    message = "needs jax, which failed to import (No module named 'ml_dtypes'): pip install jax"
+    return ["ImportError", f"dlpack.interop.{what} {message}"]
+
+
+WITHOUT = {
+    "torch": {
+        "to_torch": not_installed("to_torch", "torch"),
+        "to_jax": None,
+        "JaxModule": not_installed("JaxModule", "torch"),
+        "jax_callable": not_installed("jax_callable", "torch"),
+        "torch_callable": not_installed("torch_callable", "torch"),
+    },
+    "jax": {
+        "to_torch": None,
+        "to_jax": not_installed("to_jax", "jax"),
+        "JaxModule": None,
+        "jax_callable": not_installed("jax_callable", "jax"),
+        "torch_callable": not_installed("torch_callable", "jax"),
+        "module_to_jax": not_installed("module_to_jax", "jax"),
+        "to_numpy bfloat16": None,
+    },
+    "ml_dtypes": {
+        "to_torch": None,
+        "to_jax": jax_broken("to_jax"),
+        "JaxModule": None,
+        "jax_callable": jax_broken("jax_callable"),
+        "torch_callable": jax_broken("torch_callable"),
+        "module_to_jax": jax_broken("module_to_jax"),
+        "to_numpy bfloat16": [
+            "BufferError",
+            "numpy reads bfloat16 only through ml_dtypes, which is not installed: "
+            "pip install ml-dtypes",
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("blocked", WITHOUT)
+def test_a_missing_library_is_named_with_how_to_install_it(blocked):
+    done = run_python("-c", textwrap.dedent(MISSING.format(blocked=blocked)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    raised = json.loads(done.stdout.splitlines()[-1])
+    # None: the call needs only libraries that are there, and runs.
+    assert raised == WITHOUT[blocked]
