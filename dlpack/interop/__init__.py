@@ -17,7 +17,8 @@ Functions and autograd:
   :func:`module_to_jax` makes a torch module a pure JAX function of its parameters and buffers.
 
 torch and JAX are imported only when a function needs them; numpy is needed only by
-:func:`to_numpy` and the JAX paths.
+:func:`to_numpy` and the JAX paths. A function whose library is missing raises ImportError
+naming the library and the pip command that installs it.
 """
 
 from __future__ import annotations

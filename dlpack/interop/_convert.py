@@ -7,15 +7,14 @@ from typing import Any
 from ._jax import _x64_enabled
 from ._leaves import _leaf_to_jax, _leaf_to_numpy, _leaf_to_torch
 from ._pytree import _map_leaves
-from ._request import _HOST, DeviceLike, _check_copy_argument, _parse_device, _Request
-
-
-def _require(module: str, what: str) -> Any:
-    """Import ``module`` or say which function needs it."""
-    try:
-        return __import__(module)
-    except ImportError as exc:
-        raise ImportError(f"dlpack.interop.{what} needs {module}, which is not installed") from exc
+from ._request import (
+    _HOST,
+    DeviceLike,
+    _check_copy_argument,
+    _parse_device,
+    _Request,
+    _require,
+)
 
 
 def to_torch(

@@ -151,11 +151,23 @@ class _Jaxlib:
 
 def _jax_to_dlpack(array: jax.Array) -> DLPackObject:
     """Wrap a concrete, single-device JAX array (waits until JAX has computed it)."""
+    if array.is_deleted():  # jaxlib would raise a RuntimeError from array.devices()
+        raise BufferError(
+            "this JAX array was deleted or donated (array.delete(), or passed to a jax.jit "
+            "function through donate_argnums): its memory is gone"
+        )
     devices = array.devices()
     if len(devices) != 1:
+        if array.is_fully_replicated:
+            raise BufferError(
+                f"this JAX array is replicated on {len(devices)} devices; DLPack describes "
+                "one buffer (each device holds all of it: convert "
+                "array.addressable_shards[0].data)"
+            )
         raise BufferError(
             f"this JAX array is sharded over {len(devices)} devices; DLPack describes one "
-            "buffer (gather it, or convert array.addressable_shards one by one)"
+            "buffer (gather it onto one device with jax.device_put(array, device), or "
+            "convert array.addressable_shards one by one)"
         )
     _Jaxlib.ensure_checked()
     try:
@@ -167,7 +179,7 @@ def _jax_to_dlpack(array: jax.Array) -> DLPackObject:
             else:
                 return asdlpack(capsule)
         return asdlpack(array)
-    except RuntimeError as exc:  # jaxlib's errors (a deleted or donated array, ...)
+    except RuntimeError as exc:  # jaxlib's errors (an array deleted since the check, ...)
         raise BufferError(f"can't export this JAX array: {exc}") from exc
 
 

@@ -18,7 +18,7 @@ from ._jax import (
 )
 from ._leaves import _array_to_torch, _leaf_to_jax, _leaf_to_numpy
 from ._pytree import _JAX, _TORCH, _TRACER, _flatten, _leaf_paths, _unflatten
-from ._request import _AS_IS, _HOST, DeviceLike, _parse_device, _Request
+from ._request import _AS_IS, _HOST, DeviceLike, _parse_device, _Request, _require
 from ._torch import _conj_if_complex, _torch_device, _torch_dtype
 
 if TYPE_CHECKING:
@@ -114,6 +114,8 @@ def _call_torch_from_jax(
     kwargs: dict[str, Any],
     options: _TorchCallOptions,
 ) -> Any:
+    _require("jax", "jax_callable")
+    _require("torch", "jax_callable")
     import jax
 
     skeleton, leaves, kinds = _flatten((args, kwargs))

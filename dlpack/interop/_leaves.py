@@ -29,7 +29,16 @@ from ._pytree import (
     _TRACER,
     _classify,
 )
-from ._request import _CPU, _CUDA, _HOST, _device_name, _ExportAs, _refuse_copy, _Request
+from ._request import (
+    _CPU,
+    _CUDA,
+    _HOST,
+    _device_name,
+    _ExportAs,
+    _missing,
+    _refuse_copy,
+    _Request,
+)
 from ._torch import _torch_device, _torch_device_tuple, _torch_dtype, _torch_source
 
 if TYPE_CHECKING:
@@ -304,7 +313,7 @@ def _numpy_via_ml_dtypes(obj: DLPackObject, moves: bool, copy: bool | None) -> A
     try:
         import ml_dtypes
     except ImportError as exc:
-        raise BufferError(f"numpy reads {name} only with ml_dtypes installed") from exc
+        raise BufferError(f"numpy reads {name} only through {_missing('ml_dtypes', exc)}") from exc
     dtype = getattr(ml_dtypes, name, None)
     if dtype is None:
         raise BufferError(f"neither numpy nor ml_dtypes has a {name} dtype")

@@ -11,7 +11,7 @@ from ._convert import to_jax
 from ._jax_calls_torch import _torch_call_options, _torch_function_for_jax
 from ._leaves import _leaf_to_torch
 from ._pytree import _flatten, _unflatten
-from ._request import DeviceLike, _check_copy_argument, _Request
+from ._request import DeviceLike, _check_copy_argument, _Request, _require
 from ._torch_calls_jax import _call_jax_from_torch
 
 if TYPE_CHECKING:
@@ -45,6 +45,8 @@ def module_to_jax(
     - ``device``: where the module computes (default: where its first parameter or buffer is).
     - ``vmap_method``, ``copy_inputs``: as for :func:`jax_callable`.
     """
+    _require("torch", "module_to_jax")
+    _require("jax", "module_to_jax")
     import torch
 
     if not isinstance(module, torch.nn.Module):
@@ -107,6 +109,7 @@ def _check_pure_module(module: torch.nn.Module) -> None:
 @functools.cache
 def _jax_module_class() -> type:
     """The JaxModule class (a torch.nn.Module, so it is defined once torch is imported)."""
+    _require("torch", "JaxModule")
     import torch
 
     class JaxModule(torch.nn.Module):
@@ -176,7 +179,7 @@ def _jax_module_class() -> type:
         def forward(self, *args: Any, **kwargs: Any) -> Any:
             arguments = (self.params_tree(), *args)
             return _call_jax_from_torch(
-                self.fn, arguments, kwargs, self.has_aux, self.share_outputs
+                self.fn, arguments, kwargs, self.has_aux, self.share_outputs, "JaxModule"
             )
 
         def extra_repr(self) -> str:

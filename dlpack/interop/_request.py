@@ -1,4 +1,5 @@
-"""Devices as DLPack (device_type, device_id) tuples, and what one conversion asks of each leaf."""
+"""Devices as DLPack (device_type, device_id) tuples, what one conversion asks of each leaf, and
+the libraries a function needs."""
 
 from __future__ import annotations
 
@@ -68,6 +69,27 @@ def _current_cuda_index() -> int:
     if torch is not None and torch.cuda.is_available():
         return torch.cuda.current_device()
     return 0
+
+
+# pip's names of the libraries interop imports, where they differ from the import name.
+_PIP_NAMES = {"ml_dtypes": "ml-dtypes"}
+
+
+def _missing(module: str, exc: ImportError) -> str:
+    """Why ``module`` can't be used, and how to install it, for messages."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name == module:
+        why = f"{module}, which is not installed"
+    else:  # installed, but its import failed (a missing shared library, a broken install)
+        why = f"{module}, which failed to import ({exc})"
+    return f"{why}: pip install {_PIP_NAMES.get(module, module)}"
+
+
+def _require(module: str, what: str) -> None:
+    """Import ``module`` or say which function of dlpack.interop needs it and how to install it."""
+    try:
+        __import__(module)
+    except ImportError as exc:
+        raise ImportError(f"dlpack.interop.{what} needs {_missing(module, exc)}") from exc
 
 
 def _check_copy_argument(copy: bool | None) -> None:

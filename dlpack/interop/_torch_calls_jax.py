@@ -10,7 +10,7 @@ from ._convert import to_torch
 from ._jax import _x64_enabled
 from ._leaves import _array_to_torch, _leaf_to_jax
 from ._pytree import _TORCH, _flatten, _unflatten
-from ._request import _AS_IS, _Request
+from ._request import _AS_IS, _Request, _require
 from ._torch import _conj_if_complex
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def torch_callable(
 
     @functools.wraps(fn)
     def call_from_torch(*args: Any, **kwargs: Any) -> Any:
-        return _call_jax_from_torch(fn, args, kwargs, has_aux, share_outputs)
+        return _call_jax_from_torch(fn, args, kwargs, has_aux, share_outputs, "torch_callable")
 
     return call_from_torch
 
@@ -107,7 +107,10 @@ def _call_jax_from_torch(
     kwargs: dict[str, Any],
     has_aux: bool,
     share_outputs: bool,
+    caller: str,
 ) -> Any:
+    _require("torch", caller)
+    _require("jax", caller)
     import torch
 
     skeleton, leaves, kinds = _flatten((args, kwargs))

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib
+import warnings
 
 import pytest
 
-from dlpack.interop import (
-    to_numpy,
-)
+from dlpack.interop import DtypeNarrowingWarning, to_numpy
 
 from ._helpers import need
 
@@ -36,6 +36,27 @@ def aligned_numpy(values, alignment: int = 64):
     out = raw[start : start + values.nbytes].view(values.dtype).reshape(values.shape)
     out[...] = values
     return out
+
+
+def held(name: str) -> str:
+    """The dtype JAX holds for values of dtype ``name`` in the mode it is in (64-bit types become
+    32-bit without jax_enable_x64), as JAX itself says."""
+    return jax.dtypes.canonicalize_dtype(name).name
+
+
+def narrowing(match: str):
+    """Expect what converting a 64-bit type to JAX warns in the mode JAX is in: a
+    DtypeNarrowingWarning matching ``match`` without jax_enable_x64, none with it."""
+    if not jax.config.jax_enable_x64:
+        return pytest.warns(DtypeNarrowingWarning, match=match)
+    return _no_narrowing()
+
+
+@contextlib.contextmanager
+def _no_narrowing():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DtypeNarrowingWarning)
+        yield
 
 
 def assert_same_values(a, b):

@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import importlib
 import types
+import warnings
 
 import pytest
 
@@ -410,15 +411,24 @@ class TestDtypes:
         ],
     )
     def test_64_bit_types_without_x64_warn_and_narrow(self, wide, narrow):
-        assert not jax.config.jax_enable_x64
         source = _tensor_of(wide)
-        with pytest.warns(DtypeNarrowingWarning, match=f"{wide} became {narrow}") as record:
-            out = to_jax({"x": source})["x"]
-        assert record[0].filename == __file__  # points at the caller
-        assert out.dtype == jnp.dtype(narrow)
-        np.testing.assert_array_equal(np.asarray(out), source.numpy().astype(narrow))
-        with pytest.raises(BufferError, match="jax_enable_x64"):
-            to_jax(source, copy=False)
+        # Narrowing happens only with x64 off: set here, so that it is tested in either mode.
+        with jax.enable_x64(False):
+            with pytest.warns(DtypeNarrowingWarning, match=f"{wide} became {narrow}") as record:
+                out = to_jax({"x": source})["x"]
+            assert record[0].filename == __file__  # points at the caller
+            assert out.dtype == jnp.dtype(narrow)
+            np.testing.assert_array_equal(np.asarray(out), source.numpy().astype(narrow))
+            with pytest.raises(BufferError, match="jax_enable_x64"):
+                to_jax(source, copy=False)
+
+    @pytest.mark.parametrize("wide", ["float64", "int64", "uint64", "complex128"])
+    def test_64_bit_types_with_x64_stay_in_place(self, wide, x64):
+        source = _tensor_of(wide)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DtypeNarrowingWarning)
+            out = to_jax(source, copy=False)
+        assert out.dtype == jnp.dtype(wide) and jax_ptr(out) == source.data_ptr()
 
     def test_types_torch_lacks(self):
         if not hasattr(jnp, "float8_e3m4"):

@@ -12,7 +12,6 @@ import pytest
 
 from dlpack import interop
 from dlpack.interop import (
-    DtypeNarrowingWarning,
     jax_callable,
     module_to_jax,
     to_jax,
@@ -21,7 +20,7 @@ from dlpack.interop import (
 )
 
 from ._helpers import need
-from ._interop_helpers import Pair, jax_ptr
+from ._interop_helpers import Pair, held, jax_ptr, narrowing
 
 np = need("numpy")
 torch = need("torch")
@@ -134,13 +133,16 @@ class TestTorchCallable:
         with pytest.raises(RuntimeError):
             g.sum().backward()
 
-    def test_float64_without_x64_keeps_the_input_dtype_for_gradients(self):
+    @pytest.mark.parametrize("enable_x64", [False, True])
+    def test_float64_gradients_keep_the_input_dtype(self, enable_x64):
         f = torch_callable(lambda x: x * 2)
         x = torch.ones(3, dtype=torch.float64, requires_grad=True)
-        with pytest.warns(DtypeNarrowingWarning):
-            out = f(x)
-        assert out.dtype == torch.float32
-        out.sum().backward()
+        # Both modes, whichever this process runs in: narrowed without x64, kept with it.
+        with jax.enable_x64(enable_x64):
+            with narrowing("float64 became float32"):
+                out = f(x)
+            assert out.dtype == getattr(torch, held("float64"))
+            out.sum().backward()
         assert x.grad.dtype == torch.float64 and x.grad.tolist() == [2.0, 2.0, 2.0]
 
 
@@ -289,13 +291,13 @@ class TestJaxCallable:
             doubled, index = f(x)
             return doubled[index]
 
-        with pytest.warns(DtypeNarrowingWarning, match="int64"):  # torch's argmax is int64
+        with narrowing("int64"):  # torch's argmax is int64
             assert jax.jit(jax.grad(loss))(self.x).tolist() == [0, 0, 0, 0, 2.0]
 
     def test_result_shape(self):
         f = jax_callable(
             lambda x: torch.nn.functional.pad(x, (1, 1)),
-            result_shape=jax.ShapeDtypeStruct((7,), jnp.float32),
+            result_shape=jax.ShapeDtypeStruct((7,), self.x.dtype),
         )
         assert jax.jit(f)(self.x).shape == (7,)
         g = jax_callable(
@@ -319,11 +321,16 @@ class TestJaxCallable:
         out = jax.jit(jax_callable(scale_in_place, copy_inputs=True))(safe)
         assert out.tolist() == [2.0] * 3 and safe.tolist() == [1.0] * 3
 
-    def test_float64_outputs_without_x64_narrow_with_a_warning(self):
+    @pytest.mark.parametrize("enable_x64", [False, True])
+    def test_float64_outputs_narrow_with_a_warning_without_x64(self, enable_x64):
         f = jax_callable(lambda x: x.double())
-        with pytest.warns(DtypeNarrowingWarning):
-            out = jax.jit(f)(self.x)
-        assert out.dtype == jnp.float32
+        # Both modes, whichever this process runs in: narrowed without x64, kept with it.
+        with jax.enable_x64(enable_x64):
+            x = jnp.linspace(0.0, 1.0, 5)
+            with narrowing("float64 became float32"):
+                out = jax.jit(f)(x)
+            assert out.dtype == held("float64")
+            assert out.tolist() == x.tolist()
 
     def test_complex_gradients_follow_jax(self):
         z = jnp.array([1 + 2j, -0.5 + 1j], dtype=jnp.complex64)
@@ -366,10 +373,10 @@ class TestModuleToJax:
         module.train()
         module(torch.randn(32, 3))  # running statistics away from their defaults
         module.eval()
-        with pytest.warns(DtypeNarrowingWarning, match="int64"):  # num_batches_tracked
+        with narrowing("int64"):  # num_batches_tracked
             apply, state = module_to_jax(module)
         assert "1.running_mean" in state and "1.running_var" in state
-        x = jnp.ones((2, 3))
+        x = jnp.ones((2, 3), jnp.float32)  # the module's dtype, in either mode
         expected = module(torch.ones(2, 3)).detach().numpy()
         np.testing.assert_allclose(apply(state, x), expected, rtol=1e-5)
         np.testing.assert_allclose(jax.jit(apply)(state, x), expected, rtol=1e-5)
@@ -391,7 +398,7 @@ class TestModuleToJax:
     def test_vmap_over_inputs_and_over_stacked_states(self):
         module = torch.nn.Linear(3, 2)
         apply, state = module_to_jax(module)
-        xs = jnp.arange(12.0).reshape(4, 3)
+        xs = jnp.arange(12.0, dtype=jnp.float32).reshape(4, 3)  # the module's dtype
         per_example = jax.vmap(apply, in_axes=(None, 0))(state, xs)
         expected = module(to_torch(xs)).detach()
         np.testing.assert_allclose(per_example, expected, rtol=1e-6)
@@ -457,7 +464,7 @@ class TestParityWithTorchJaxInterop:
         module = torch.nn.Linear(3, 2)
         fn_theirs, params_theirs = tji.torch_module_to_jax(module, example_output=torch.zeros(4, 2))
         apply, state = module_to_jax(module)
-        x = jnp.ones((4, 3))
+        x = jnp.ones((4, 3), jnp.float32)  # the module's dtype, in either mode
         np.testing.assert_allclose(fn_theirs(params_theirs, x), apply(state, x), rtol=1e-6)
         grads_theirs = jax.jit(jax.grad(lambda p: fn_theirs(p, x).sum()))(params_theirs)
         grads_ours = jax.jit(jax.grad(lambda s: apply(s, x).sum()))(state)
