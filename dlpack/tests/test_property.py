@@ -1,8 +1,13 @@
-"""Property test: random numpy views survive asdlpack -> numpy.from_dlpack unchanged and shared."""
+"""Property tests: numpy views (sliced, or placed byte by byte with any strides and offset), torch
+tensors and raw capsules survive asdlpack -> from_dlpack with their values, shared where DLPack
+can describe them."""
+
+import pytest
 
 from dlpack import asdlpack
 
 from ._helpers import (
+    ML_DTYPES_NAMES,
     NUMPY_NATIVE_DTYPES,
     ArrayInterface,
     ArrayStruct,
@@ -10,12 +15,14 @@ from ._helpers import (
     element_strides,
     need,
     np_data_ptr,
+    optional,
 )
 
 np = need("numpy")
 hypothesis = need("hypothesis")
 st = need("hypothesis.strategies")
 HealthCheck, given, settings = hypothesis.HealthCheck, hypothesis.given, hypothesis.settings
+as_strided = np.lib.stride_tricks.as_strided
 
 WRAPPERS = {
     "self": lambda a: a,
@@ -84,3 +91,236 @@ def test_copy_roundtrip(view):
     assert out.flags.writeable
     if view.size:
         assert not np.shares_memory(out, view)
+
+
+# Raw layouts: views placed by hand on a byte buffer (`as_strided`), so strides can be zero,
+# negative, odd or overlapping and the first element can sit at any byte (unaligned).
+
+ml_dtypes = optional("ml_dtypes")
+torch = optional("torch")
+
+# Torch has no DLPack code for these three (it refuses them with "Unsupported code").
+TORCH_LACKS = {"float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz"}
+
+
+def _dtypes():
+    names = [np.dtype(n) for n in NUMPY_NATIVE_DTYPES]
+    # Non-native byte order: DLPack can't carry it, so the product must copy (and swap).
+    swapped = [d.newbyteorder() for d in names if d.itemsize > 1]
+    ml = [np.dtype(getattr(ml_dtypes, n)) for n in ML_DTYPES_NAMES] if ml_dtypes else []
+    return names + swapped + ml
+
+
+def _bytes(a):
+    """Each element's bytes in native order, as uint8 rows: a reference that needs no float
+    arithmetic (bfloat16 / float8 values compare by their bits) and that numpy computes itself."""
+    if a.dtype.kind != "V":  # numbers: numpy swaps non-native ones to native order
+        a = a.astype(a.dtype.newbyteorder("="))
+    raw = np.array(a.view(f"V{a.itemsize}"), copy=True)  # plain void copies every byte
+    return raw.reshape(-1).view(np.uint8).reshape((*a.shape, a.itemsize))
+
+
+def _expressible(x) -> bool:
+    """Independent rule for "DLPack can point at this memory as it is": native byte order, and
+    every stride that addresses memory is a whole number of elements."""
+    if not x.dtype.isnative:
+        return False
+    if x.size == 0:
+        return True
+    return all(s % x.itemsize == 0 for n, s in zip(x.shape, x.strides, strict=True) if n > 1)
+
+
+@st.composite
+def raw_views(draw):
+    dtype = draw(st.sampled_from(_dtypes()))
+    item = dtype.itemsize
+    ndim = draw(st.integers(0, 3))
+    shape = tuple(draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim)))
+    stride = st.one_of(
+        st.just(0),
+        st.integers(-3, 3).map(lambda k: k * item),  # whole elements, either sign
+        st.integers(-2 * item - 3, 2 * item + 3),  # any byte count: odd, overlapping
+    )
+    strides = tuple(draw(st.lists(stride, min_size=ndim, max_size=ndim)))
+    # The bytes the view reaches around its first element, so the buffer holds all of them.
+    low = sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if n and s < 0)
+    high = sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if n and s > 0)
+    start = -low + draw(st.integers(0, 2 * item + 1))  # any byte: unaligned starts too
+    size = start + high + item + 8
+    buf = (np.arange(size, dtype=np.int64) * 37 % 251).astype(np.uint8)
+    if dtype == np.bool_:
+        buf &= 1  # only 0 and 1 are booleans
+    # Placed as raw bytes of the item's size, then typed: as_strided goes through the array
+    # interface, which can't spell every ml_dtypes type (float8_e5m2 is "<f1").
+    first = buf[start : start + item].view(f"V{item}")
+    view = as_strided(first, shape=shape, strides=strides, writeable=draw(st.booleans()))
+    return view.view(dtype), buf
+
+
+def _torch_takes(x) -> bool:
+    """Whether torch can read this layout at all: it has the type, no negative strides (torch
+    refuses those itself: "Storage size calculation overflowed"), and aligned elements (torch
+    assumes them: `torch.from_numpy` of a misaligned zero-stride complex128 view crashes in
+    `.contiguous()`, without this package involved)."""
+    return (
+        torch is not None
+        and x.dtype.name not in TORCH_LACKS
+        and x.flags.aligned
+        and all(s >= 0 or n <= 1 for n, s in zip(x.shape, x.strides, strict=True))
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=raw_views(), capsule=st.booleans())
+def test_raw_layouts(case, capsule):
+    x, buf = case
+    expected = np.array(x, copy=True)  # values read by numpy itself, before any export
+    expected_bytes = _bytes(x)
+    is_numpy_type = x.dtype.name in NUMPY_NATIVE_DTYPES
+    # numpy exports a capsule only for its own types, native order, whole-element strides; a
+    # versioned one (max_version) so read-only views are allowed.
+    capsule = capsule and is_numpy_type and _expressible(x)
+    src = x.__dlpack__(max_version=(1, 0)) if capsule else x
+    obj = asdlpack(src)
+    assert obj.shape == x.shape
+    assert obj.dtype == x.dtype.newbyteorder("=")
+    assert obj.readonly is (not x.flags.writeable)
+    if x.size:
+        assert obj.data_ptr == x.ctypes.data  # the object always describes the source in place
+    assert (obj.copy_reason is None) is _expressible(x)
+    if is_numpy_type:
+        out = np.from_dlpack(obj)
+        assert out.dtype == x.dtype.newbyteorder("=")
+        assert out.shape == x.shape
+        np.testing.assert_array_equal(out, expected)
+        if x.size:
+            assert (out.ctypes.data == x.ctypes.data) is _expressible(x)
+            assert np.shares_memory(out, buf) is _expressible(x)
+        # A copy is the consumer's own, writable memory.
+        assert out.flags.writeable is (x.flags.writeable or not _expressible(x))
+    else:
+        # numpy has no DLPack code for ml_dtypes' types ("Unsupported dtype in DLTensor"): read
+        # the bits through the object's array interface alone, which describes the memory in
+        # place (np.asarray(obj) itself takes the buffer protocol: see the xfail below).
+        got = np.asarray(ArrayInterface(obj.__array_interface__, owner=obj))
+        assert got.shape == x.shape
+        np.testing.assert_array_equal(_bytes(got), expected_bytes)
+        if x.size:
+            assert got.ctypes.data == x.ctypes.data
+    if _torch_takes(x):
+        t = torch.from_dlpack(obj)
+        assert tuple(t.shape) == x.shape
+        got = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+        np.testing.assert_array_equal(got.reshape(expected_bytes.shape), expected_bytes)
+        if x.size:
+            assert (t.data_ptr() == x.ctypes.data) is _expressible(x)
+
+
+@st.composite
+def torch_views(draw):
+    """Torch tensors as torch makes them: from numpy, transposed, sliced with steps, and
+    `as_strided` with zero and overlapping strides and a storage offset."""
+    name = draw(
+        st.sampled_from(
+            [
+                "bool",
+                "int8",
+                "uint8",
+                "int16",
+                "int32",
+                "int64",
+                "float16",
+                "bfloat16",
+                "float32",
+                "float64",
+                "complex64",
+                "float8_e4m3fn",
+                "float8_e5m2",
+            ]
+        )
+    )
+    dtype = getattr(torch, name)
+    n = draw(st.integers(1, 40))
+    base = torch.from_numpy((np.arange(n, dtype=np.int64) * 37 % 251).astype(np.uint8).copy())
+    base = base.to(torch.bool) if dtype == torch.bool else base.to(torch.float32).to(dtype)
+    how = draw(st.sampled_from(["plain", "transpose", "slice", "as_strided"]))
+    ndim = draw(st.integers(0, 3))
+    shape = tuple(draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim)))
+    if how == "as_strided":
+        strides = tuple(draw(st.lists(st.integers(0, 5), min_size=ndim, max_size=ndim)))
+        reach = sum((k - 1) * s for k, s in zip(shape, strides, strict=True) if k)
+        offset = draw(st.integers(0, 3))
+        hypothesis.assume(0 in shape or offset + reach < n)
+        return base.as_strided(shape, strides, offset)
+    count = int(np.prod(shape, dtype=np.int64))
+    hypothesis.assume(count <= n)
+    view = base[:count].reshape(shape)
+    if how == "transpose" and ndim >= 2:
+        view = view.permute(*draw(st.permutations(range(ndim))))
+    if how == "slice" and ndim >= 1:
+        view = view[
+            tuple(
+                slice(draw(st.integers(0, 2)), None, draw(st.integers(1, 3))) for _ in range(ndim)
+            )
+        ]
+    return view
+
+
+def _torch_bytes(t):
+    """Each element's bytes, computed by torch alone (a dense copy viewed as bytes)."""
+    if not t.numel():  # torch can't view an empty tensor as bytes
+        return torch.empty((*t.shape, t.element_size()), dtype=torch.uint8)
+    # A fresh tensor: `contiguous()` keeps a one-element tensor's odd stride.
+    dense = torch.empty(t.shape, dtype=t.dtype).copy_(t)
+    return dense.view(-1).view(torch.uint8).reshape(*t.shape, t.element_size())
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(t=torch_views() if torch else st.nothing(), capsule=st.booleans())
+def test_torch_layouts(t, capsule):
+    expected = _torch_bytes(t).numpy().copy()  # before anything else sees the tensor
+    obj = asdlpack(t.__dlpack__() if capsule else t)  # a raw capsule, or the tensor itself
+    assert obj.shape == tuple(t.shape)
+    assert str(obj.dtype) == str(t.dtype).removeprefix("torch.")
+    assert obj.copy_reason is None  # torch strides are whole elements: always in place
+    if t.numel():
+        assert obj.data_ptr == t.data_ptr()
+        for k, got, want in zip(t.shape, obj.strides, t.stride(), strict=True):
+            if k > 1:  # strides of extent-1 dimensions address nothing
+                assert got == want
+    back = torch.from_dlpack(obj)
+    assert back.dtype == t.dtype and back.shape == t.shape
+    np.testing.assert_array_equal(_torch_bytes(back).numpy(), expected)
+    if t.numel():
+        assert back.data_ptr() == t.data_ptr()
+    if str(obj.dtype) in NUMPY_NATIVE_DTYPES:
+        out = np.from_dlpack(obj)
+        assert out.shape == tuple(t.shape)
+        np.testing.assert_array_equal(_bytes(out), expected)
+        if t.numel():
+            assert out.ctypes.data == t.data_ptr()
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_capsules_are_taken_once():
+    # The one refusal of a raw capsule: it was consumed (here by the first asdlpack).
+    for cap in (np.arange(3.0).__dlpack__(), torch.arange(3).__dlpack__()):
+        asdlpack(cap)
+        with pytest.raises(ValueError, match="^this DLPack capsule was already consumed$"):
+            asdlpack(cap)
+
+
+@pytest.mark.skipif(ml_dtypes is None, reason="ml_dtypes is not installed")
+@pytest.mark.xfail(
+    strict=True,
+    reason="np.array(asdlpack(x)) of an ml_dtypes array takes the buffer protocol, whose "
+    "format '2x' / '1x' (pad bytes) numpy reads as a struct with no fields: the copy holds "
+    "no bytes of x",
+)
+@pytest.mark.parametrize("name", ML_DTYPES_NAMES)
+def test_ml_dtypes_through_numpy_array(name):
+    x = np.arange(4).astype(getattr(ml_dtypes, name))
+    got = np.array(asdlpack(x))
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(_bytes(got), _bytes(x))

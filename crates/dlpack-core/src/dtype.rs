@@ -416,37 +416,216 @@ mod tests {
         );
     }
 
-    /// Reference: the sizes Python's `struct` module gives for standard-size formats.
-    fn struct_size(c: char) -> Option<usize> {
-        Some(match c {
-            '?' | 'b' | 'B' => 1,
-            'h' | 'H' | 'e' => 2,
-            'i' | 'I' | 'l' | 'L' | 'f' => 4,
-            'q' | 'Q' | 'd' => 8,
-            _ => return None,
-        })
+    /// What a reference parse expects: a DLPack type (code, bits) and whether its bytes are
+    /// swapped; opaque bytes; or the error class (`true`: malformed, a `ValueError`; `false`:
+    /// well formed but not a DLPack type, a `BufferError`).
+    #[derive(Debug, PartialEq)]
+    enum Expect {
+        Known(u8, u8, bool),
+        Opaque(usize, bool),
+        Malformed,
+        NotDlpack,
+    }
+
+    /// Whether a byte-order mark names the order this machine doesn't use, for a multibyte item.
+    fn foreign(order: char, itemsize: usize) -> bool {
+        let foreign = if cfg!(target_endian = "little") {
+            matches!(order, '>' | '!')
+        } else {
+            order == '<'
+        };
+        foreign && itemsize > 1
+    }
+
+    /// Reference from numpy's array interface spec: `typestr` is a byte order (`<` little, `>`
+    /// big, `|` not relevant, `=` native: no `!`, no `@`), a kind code, and the item size in
+    /// bytes as decimal digits; datetimes (`M`, `m`) may carry a unit in brackets. Of the kinds,
+    /// `b i u f c` with the sizes DLPack has are types; `V` (and numpy's `f1` for ml_dtypes'
+    /// float8) are raw bytes; `t O S U a M m` and wider floats are real kinds DLPack lacks.
+    fn typestr_reference(order: char, kind: char, digits: &str, unit: &str) -> Expect {
+        let size = match digits.parse::<usize>() {
+            Ok(n) if n > 0 && digits.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => return Expect::Malformed,
+        };
+        if !"<>|=".contains(order) || (!unit.is_empty() && !"Mm".contains(kind)) {
+            return Expect::Malformed;
+        }
+        let swapped = foreign(order, size);
+        let table: &[(char, usize, u8)] = &[
+            ('b', 1, tc::BOOL),
+            ('i', 1, tc::INT),
+            ('i', 2, tc::INT),
+            ('i', 4, tc::INT),
+            ('i', 8, tc::INT),
+            ('u', 1, tc::UINT),
+            ('u', 2, tc::UINT),
+            ('u', 4, tc::UINT),
+            ('u', 8, tc::UINT),
+            ('f', 2, tc::FLOAT),
+            ('f', 4, tc::FLOAT),
+            ('f', 8, tc::FLOAT),
+            ('c', 8, tc::COMPLEX),
+            ('c', 16, tc::COMPLEX),
+        ];
+        if let Some(&(_, _, code)) = table.iter().find(|t| t.0 == kind && t.1 == size) {
+            return Expect::Known(code, (size * 8) as u8, swapped);
+        }
+        match kind {
+            'V' => Expect::Opaque(size, swapped),
+            'f' if size == 1 => Expect::Opaque(size, swapped),
+            // numpy has no other sizes of these kinds: "<i3" describes nothing.
+            'b' | 'i' | 'u' => Expect::Malformed,
+            'f' | 'c' | 't' | 'O' | 'S' | 'U' | 'a' | 'M' | 'm' => Expect::NotDlpack,
+            _ => Expect::Malformed,
+        }
+    }
+
+    fn observed_typestr(parsed: Result<TypeStr>) -> Expect {
+        match parsed {
+            Ok(TypeStr::Known(el)) => {
+                assert_eq!(el.dtype.0.lanes, 1);
+                Expect::Known(el.dtype.0.code, el.dtype.0.bits, el.swapped)
+            }
+            Ok(TypeStr::Opaque { itemsize, swapped }) => Expect::Opaque(itemsize, swapped),
+            Err(Error::Value(_)) => Expect::Malformed,
+            Err(Error::Buffer(_)) => Expect::NotDlpack,
+            Err(other) => panic!("unexpected error class: {other:?}"),
+        }
+    }
+
+    /// Reference from Python's `struct` module (and PEP 3118's `Z` complex prefix): a byte-order
+    /// prefix, then one code. `@` (or none) is native order and size, `= < > !` standard sizes,
+    /// where `n`/`N` don't exist. `l`/`L` are taken at 4 or 8 bytes whatever the prefix,
+    /// because ctypes writes `<l` for an 8-byte C long. Other codes (`g`, `Zg`, `c`, `s`, `p`,
+    /// `x`, `O`, structs) and misspelt ones are not DLPack types; neither is a bad prefix.
+    fn format_reference(prefix: &str, code: &str, itemsize: usize) -> Expect {
+        let native = prefix.is_empty() || prefix == "@";
+        let (kind, sizes): (u8, &[usize]) = match code {
+            "?" => (tc::BOOL, &[1]),
+            "b" => (tc::INT, &[1]),
+            "B" => (tc::UINT, &[1]),
+            "h" => (tc::INT, &[2]),
+            "H" => (tc::UINT, &[2]),
+            "i" => (tc::INT, &[4]),
+            "I" => (tc::UINT, &[4]),
+            "l" => (tc::INT, &[4, 8]),
+            "L" => (tc::UINT, &[4, 8]),
+            "q" => (tc::INT, &[8]),
+            "Q" => (tc::UINT, &[8]),
+            "n" if native => (tc::INT, &[size_of::<isize>()]),
+            "N" if native => (tc::UINT, &[size_of::<usize>()]),
+            "e" => (tc::FLOAT, &[2]),
+            "f" => (tc::FLOAT, &[4]),
+            "d" => (tc::FLOAT, &[8]),
+            "Zf" => (tc::COMPLEX, &[8]),
+            "Zd" => (tc::COMPLEX, &[16]),
+            _ => return Expect::NotDlpack,
+        };
+        if !"@=<>!".contains(prefix) || prefix.len() > 1 {
+            return Expect::NotDlpack;
+        }
+        if !sizes.contains(&itemsize) {
+            return Expect::Malformed;
+        }
+        let order = prefix.chars().next().unwrap_or('@');
+        Expect::Known(kind, (itemsize * 8) as u8, foreign(order, itemsize))
+    }
+
+    fn observed_format(parsed: Result<Element>) -> Expect {
+        match parsed {
+            Ok(el) => {
+                assert_eq!(el.dtype.0.lanes, 1);
+                Expect::Known(el.dtype.0.code, el.dtype.0.bits, el.swapped)
+            }
+            Err(Error::Value(_)) => Expect::Malformed,
+            Err(Error::Buffer(_)) => Expect::NotDlpack,
+            Err(other) => panic!("unexpected error class: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_type_round_trips_through_its_spellings() {
+        for (name, dt) in DType::named() {
+            for swapped in [false, true] {
+                let parsed = parse_typestr(&dt.typestr(swapped)).unwrap();
+                let expected = match dt.typekind() {
+                    // Raw bytes are written `|` whatever the order (so `swapped` is lost).
+                    b'V' => TypeStr::Opaque {
+                        itemsize: dt.itemsize(),
+                        swapped: false,
+                    },
+                    _ => TypeStr::Known(Element {
+                        dtype: dt,
+                        swapped: swapped && dt.itemsize() > 1,
+                    }),
+                };
+                assert_eq!(parsed, expected, "{name} swapped={swapped}");
+                let format = dt.buffer_format(swapped).to_bytes();
+                match parse_buffer_format(format, dt.itemsize()) {
+                    // bfloat16 and the float8 types are raw bytes (`x`) to PEP 3118.
+                    Err(_) => assert_eq!(dt.typekind(), b'V', "{name}"),
+                    Ok(el) => assert_eq!(
+                        el,
+                        Element {
+                            dtype: dt,
+                            swapped: swapped && dt.itemsize() > 1,
+                        },
+                        "{name}"
+                    ),
+                }
+            }
+        }
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
         #[test]
         fn buffer_format_never_panics(fmt in proptest::collection::vec(any::<u8>(), 0..6),
                                       itemsize in 0usize..20) {
             let _ = parse_buffer_format(&fmt, itemsize);
         }
 
+        /// Every prefix and code `struct` knows, plus ones it doesn't, repeat counts, and any
+        /// item size: the parse agrees with the reference on type, size, byte order and the
+        /// class of error.
         #[test]
-        fn buffer_format_matches_struct_sizes(c in proptest::sample::select(
-                                                  "?bBhHiIlLqQefd".chars().collect::<Vec<_>>()),
-                                              prefix in proptest::sample::select(vec!["", "<", "="]),
-                                              itemsize in 1usize..17) {
-            let fmt = format!("{prefix}{c}");
-            let parsed = parse_buffer_format(fmt.as_bytes(), itemsize);
-            let expected = struct_size(c).unwrap();
-            let long_ok = matches!(c, 'l' | 'L') && itemsize == 8;
-            prop_assert_eq!(parsed.is_ok(), itemsize == expected || long_ok);
-            if let Ok(el) = parsed {
-                prop_assert_eq!(el.dtype.itemsize(), itemsize);
-                prop_assert!(!el.swapped);
+        fn buffer_format_matches_struct(
+            prefix in prop_oneof![
+                5 => proptest::sample::select(vec!["", "@", "=", "<", ">", "!"]),
+                1 => proptest::sample::select(vec!["#", "<>", "^"]),
+            ],
+            code in proptest::sample::select(vec![
+                "?", "b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "n", "N", "e", "f", "d",
+                "g", "Zf", "Zd", "Zg", "Ze", "Z", "c", "s", "p", "P", "x", "O", "T{f}", "", "F",
+                "D", "w", "u"]),
+            count in prop_oneof![4 => Just(""), 1 => proptest::sample::select(vec!["2", "10", "0"])],
+            itemsize in prop_oneof![3 => proptest::sample::select(vec![1usize, 2, 4, 8, 16]),
+                                    1 => 0usize..40],
+        ) {
+            let fmt = format!("{prefix}{count}{code}");
+            let parsed = observed_format(parse_buffer_format(fmt.as_bytes(), itemsize));
+            if count.is_empty() {
+                prop_assert_eq!(parsed, format_reference(prefix, code, itemsize), "{:?}", fmt);
+            } else {
+                // A count other than 1 is not one element (`0f` is none): never a scalar type.
+                prop_assert!(!matches!(parsed, Expect::Known(..)), "{:?}", fmt);
+            }
+        }
+
+        /// A count of 1 is one element: if the parser takes it at all, it means the bare code.
+        #[test]
+        fn buffer_format_count_of_one(
+            prefix in proptest::sample::select(vec!["", "@", "=", "<", ">", "!"]),
+            code in proptest::sample::select(vec![
+                "?", "b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "n", "N", "e", "f", "d",
+                "Zf", "Zd"]),
+            itemsize in proptest::sample::select(vec![1usize, 2, 4, 8, 16]),
+        ) {
+            let one = parse_buffer_format(format!("{prefix}1{code}").as_bytes(), itemsize);
+            if let Ok(el) = one {
+                let bare = parse_buffer_format(format!("{prefix}{code}").as_bytes(), itemsize);
+                prop_assert_eq!(Ok(el), bare.map_err(|_| ()));
             }
         }
 
@@ -455,16 +634,31 @@ mod tests {
             let _ = parse_typestr(&s);
         }
 
+        /// Any byte order mark (the spec's four and `!`, `@`, others), any kind letter numpy
+        /// defines plus some it doesn't, item sizes in and out of range, spelled with leading
+        /// zeros or not at all, and datetime units: code, bits, byte order and error class
+        /// agree with the reference.
         #[test]
-        fn typestr_round_trips(order in proptest::sample::select(vec!['<', '|', '=']),
-                               (kind, size) in proptest::sample::select(vec![
-                                   ('i', 1usize), ('i', 2), ('i', 4), ('i', 8), ('u', 1), ('u', 8),
-                                   ('f', 2), ('f', 4), ('f', 8), ('c', 8), ('c', 16), ('b', 1)])) {
-            let parsed = parse_typestr(&format!("{order}{kind}{size}")).unwrap();
-            match parsed {
-                TypeStr::Known(el) => prop_assert_eq!(el.dtype.itemsize(), size),
-                TypeStr::Opaque { .. } => prop_assert!(false),
-            }
+        fn typestr_matches_spec(
+            // Weighted towards the spec's marks and sizes, so each valid type comes up often.
+            order in prop_oneof![
+                4 => proptest::sample::select(vec!['<', '>', '|', '=']),
+                1 => proptest::sample::select(vec!['!', '@', 'x']),
+            ],
+            kind in proptest::sample::select(
+                "biufcVtOSUaMm?xBIgdFZ".chars().collect::<Vec<_>>()),
+            digits in prop_oneof![
+                4 => proptest::sample::select(vec![1usize, 2, 4, 8, 16]).prop_map(|n| n.to_string()),
+                2 => (0usize..=33).prop_map(|n| n.to_string()),
+                1 => proptest::sample::select(vec![
+                    String::new(), "04".to_owned(), "+4".to_owned(), "4 ".to_owned(),
+                    "99999999999999999999999".to_owned(), "-1".to_owned()]),
+            ],
+            unit in prop_oneof![4 => Just(""), 1 => proptest::sample::select(vec!["[ns]", "[D]"])],
+        ) {
+            let typestr = format!("{order}{kind}{digits}{unit}");
+            let parsed = observed_typestr(parse_typestr(&typestr));
+            prop_assert_eq!(parsed, typestr_reference(order, kind, &digits, unit), "{:?}", typestr);
         }
     }
 }

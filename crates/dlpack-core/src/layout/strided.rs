@@ -419,25 +419,84 @@ mod tests {
                 .collect::<Vec<_>>(), item as i64));
         }
 
+        /// Any shape (no dimensions, extents 0 and 1 included) with any byte strides: zero,
+        /// negative, odd, not multiples of the item, overlapping, in any order. Every predicate
+        /// is checked against the list of every element's byte offset.
         #[test]
-        fn contiguity_matches_reference(shape in proptest::collection::vec(0i64..4, 0..5),
-                                        fortran in any::<bool>()) {
-            let mut strides = c_strides(&shape);
-            if fortran {
-                let mut rev: Vec<i64> = shape.iter().rev().copied().collect();
-                strides = c_strides(&rev);
-                strides.reverse();
-                rev.clear();
-            }
-            let l = Layout::from_byte_strides(&shape, Some(&strides), 1).unwrap();
-            let offs = offsets(l.shape(), l.strides().unwrap(), 1);
-            // Reference: C-contiguous iff C-order visiting yields 0, 1, 2, ...
-            let dense = offs.iter().enumerate().all(|(i, &o)| o == i as i64);
-            if !fortran {
-                prop_assert!(l.is_c_contiguous());
+        fn layout_matches_enumeration(
+            (item, dims) in proptest::sample::select(vec![1i64, 2, 3, 4, 8]).prop_flat_map(|item| {
+                let stride = prop_oneof![
+                    3 => (-4i64..=4).prop_map(move |k| k * item),
+                    1 => -13i64..=13,
+                ];
+                let extent = prop_oneof![1 => Just(0i64), 1 => Just(1i64), 4 => 2i64..5];
+                (Just(item), proptest::collection::vec((extent, stride), 0..=5))
+            }),
+        ) {
+            let shape: Vec<i64> = dims.iter().map(|d| d.0).collect();
+            let given: Vec<i64> = dims.iter().map(|d| d.1).collect();
+            let l = Layout::from_byte_strides(&shape, Some(&given), item as usize).unwrap();
+            prop_assert_eq!(l.shape(), &shape[..]);
+            let c_offsets = offsets(&shape, &given, 1);
+            let f_offsets = {
+                let (rs, rb): (Vec<i64>, Vec<i64>) = dims.iter().rev().copied().unzip();
+                offsets(&rs, &rb, 1)
+            };
+            let numel = if shape.contains(&0) { 0 } else { c_offsets.len() };
+            prop_assert_eq!(l.numel(), numel as i64);
+            let dense: Vec<i64> = (0..numel as i64).map(|i| i * item).collect();
+            let c_dense = numel == 0 || c_offsets == dense;
+            let f_dense = numel == 0 || f_offsets == dense;
+            prop_assert_eq!(l.is_c_contiguous(), c_dense);
+            prop_assert_eq!(l.is_f_contiguous(), f_dense);
+            let extent = if numel == 0 {
+                (0, 0)
             } else {
-                prop_assert_eq!(l.is_c_contiguous(), dense || l.numel() == 0);
-                prop_assert!(l.is_f_contiguous());
+                (*c_offsets.iter().min().unwrap(), *c_offsets.iter().max().unwrap() + item)
+            };
+            prop_assert_eq!(l.byte_extent(item as usize).unwrap(), extent);
+            prop_assert_eq!(
+                crate::layout::byte_extent(&shape, &given, item as usize).unwrap(),
+                extent
+            );
+            // Strides that address nothing (extent 1, or any of an empty tensor) read as C order;
+            // the others are kept as given.
+            let c = c_strides(&shape);
+            for k in 0..shape.len() {
+                let expected = if numel == 0 || shape[k] == 1 { c[k] * item } else { given[k] };
+                prop_assert_eq!(l.byte_strides()[k], expected);
+            }
+            // Element strides exist exactly when every stride that addresses memory is a whole
+            // number of items, and then address the same bytes in the same order.
+            let whole = numel == 0 || dims.iter().all(|&(n, s)| n <= 1 || s % item == 0);
+            prop_assert_eq!(l.strides().is_some(), whole);
+            if let Some(strides) = l.strides()
+                && numel > 0
+            {
+                prop_assert_eq!(offsets(&shape, strides, item), c_offsets);
+            }
+        }
+
+        /// `dense_strides` packs every element exactly once, keeping the order of the source's
+        /// stride magnitudes.
+        #[test]
+        fn dense_strides_pack_in_memory_order(
+            dims in proptest::collection::vec((0i64..5, -13i64..=13), 0..=5),
+            item in proptest::sample::select(vec![1usize, 2, 3, 8]),
+        ) {
+            let shape: Vec<i64> = dims.iter().map(|d| d.0).collect();
+            let given: Vec<i64> = dims.iter().map(|d| d.1).collect();
+            let out = crate::layout::dense_strides(&shape, &given, item).unwrap();
+            let mut offs = offsets(&shape, &out, 1);
+            offs.sort_unstable();
+            let numel = offs.len() as i64;
+            prop_assert_eq!(offs, (0..numel).map(|i| i * item as i64).collect::<Vec<_>>());
+            for a in 0..shape.len() {
+                for b in 0..shape.len() {
+                    if shape[a] > 1 && shape[b] > 1 && given[a].abs() < given[b].abs() {
+                        prop_assert!(out[a] < out[b], "{:?} {:?} -> {:?}", shape, given, out);
+                    }
+                }
             }
         }
 

@@ -199,6 +199,108 @@ proptest! {
     }
 }
 
+/// Reference: whether two elements of a layout share a byte, by marking every byte of every
+/// element.
+fn shares_bytes(shape: &[usize], strides: &[isize], itemsize: usize) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let numel: usize = shape.iter().product();
+    for flat in 0..numel {
+        let (mut rest, mut at) = (flat, 0isize);
+        for k in (0..shape.len()).rev() {
+            at += (rest % shape[k]) as isize * strides[k];
+            rest /= shape[k];
+        }
+        if !(0..itemsize as isize).all(|b| seen.insert(at + b)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Shape, source and destination strides of any byte value (zero, negative, odd, interleaved
+/// in ways that don't nest), the destination's elements disjoint (by the reference), not only
+/// the permuted packed layouts `case` gives the destination.
+fn any_disjoint_case() -> impl Strategy<Value = Case> {
+    let item = proptest::sample::select(vec![1usize, 2, 3, 4, 8, 16]);
+    (item, 0usize..=4)
+        .prop_flat_map(|(item, ndim)| {
+            let shape = proptest::collection::vec(0usize..5, ndim);
+            let span = 5 * item as isize + 5;
+            let stride = move || {
+                prop_oneof![
+                    (-5isize..=5).prop_map(move |k| k * item as isize),
+                    -span..=span,
+                ]
+            };
+            let src = proptest::collection::vec(stride(), ndim);
+            let dst = proptest::collection::vec(stride(), ndim);
+            let swap = prop_oneof![Just(None), Just(Some(item)), Just(Some((item / 2).max(1)))];
+            (shape, src, dst, Just(item), swap, (0usize..4, 0usize..4))
+        })
+        .prop_filter(
+            "destination elements overlap",
+            |(shape, _, dst, item, _, _)| !shares_bytes(shape, dst, *item),
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    #[test]
+    fn any_disjoint_destination_matches_reference(
+        (shape, src, dst, item, swap, pads) in any_disjoint_case()
+    ) {
+        for config in configs() {
+            check(&shape, &src, &dst, item, swap, pads, config)?;
+        }
+    }
+
+    /// `byte_span` and `may_overlap` against every element's bytes. No memory is touched: the
+    /// base addresses are plain numbers.
+    #[test]
+    fn spans_and_overlap_match_enumeration(
+        a in proptest::collection::vec((0usize..4, -9isize..=9), 0..=3),
+        b in proptest::collection::vec((0usize..4, -9isize..=9), 0..=3),
+        bases in (1000usize..1040, 1000usize..1040),
+        item in 1usize..5,
+    ) {
+        let strided = |dims: &[(usize, isize)], base: usize| Strided {
+            ptr: base as *mut u8,
+            shape: dims.iter().map(|d| d.0).collect(),
+            strides: dims.iter().map(|d| d.1).collect(),
+        };
+        let bytes = |x: &Strided| -> std::collections::BTreeSet<i128> {
+            let numel: usize = x.shape.iter().product();
+            let mut out = std::collections::BTreeSet::new();
+            for flat in 0..numel {
+                let (mut rest, mut at) = (flat, x.ptr as usize as i128);
+                for k in (0..x.shape.len()).rev() {
+                    at += (rest % x.shape[k]) as i128 * x.strides[k] as i128;
+                    rest /= x.shape[k];
+                }
+                out.extend(at..at + item as i128);
+            }
+            out
+        };
+        let (sa, sb) = (strided(&a, bases.0), strided(&b, bases.1));
+        let (ba, bb) = (bytes(&sa), bytes(&sb));
+        let span = |set: &std::collections::BTreeSet<i128>| {
+            Some((*set.first()?, *set.last()? + 1))
+        };
+        prop_assert_eq!(byte_span(&sa, item), span(&ba));
+        prop_assert_eq!(byte_span(&sb, item), span(&bb));
+        // Conservative: bytes in common imply "may overlap"; "may overlap" is exactly that the
+        // two spans meet.
+        let meet = match (span(&ba), span(&bb)) {
+            (Some(x), Some(y)) => x.0 < y.1 && y.0 < x.1,
+            _ => false,
+        };
+        prop_assert_eq!(may_overlap(&sa, &sb, item), meet);
+        if !ba.is_disjoint(&bb) {
+            prop_assert!(may_overlap(&sa, &sb, item));
+        }
+    }
+}
+
 /// One thread, whatever the size.
 fn one_thread() -> Config {
     Config {
