@@ -42,6 +42,14 @@ pub fn lend(tensor: &Tensor, flags: c_int) -> Result<Lend> {
             ));
         }
     }
+    if flags & python::PyBUF_FORMAT != 0 && tensor.dtype().buffer_format(false).is_none() {
+        return Err(Error::buffer(format!(
+            "{} has no buffer protocol (PEP 3118) format, so a consumer reading the format \
+             would misread its bytes: use DLPack (torch.from_dlpack, jax.numpy.from_dlpack) or \
+             __array_interface__",
+            tensor.dtype().name()
+        )));
+    }
     let writable = flags & python::PyBUF_WRITABLE != 0;
     if writable && tensor.readonly() {
         return Err(Error::buffer(
@@ -123,14 +131,10 @@ pub unsafe fn fill(view: *mut Py_buffer, owner: *mut PyObject, tensor: &Tensor, 
         } else {
             1
         },
-        format: if asks(python::PyBUF_FORMAT) {
-            tensor
-                .dtype()
-                .buffer_format(tensor.swapped())
-                .as_ptr()
-                .cast_mut()
-        } else {
-            std::ptr::null_mut::<c_char>()
+        // `lend` refused a format request of a type that has none.
+        format: match tensor.dtype().buffer_format(tensor.swapped()) {
+            Some(format) if asks(python::PyBUF_FORMAT) => format.as_ptr().cast_mut(),
+            _ => std::ptr::null_mut::<c_char>(),
         },
         shape: if asks(python::PyBUF_ND) {
             shape
