@@ -66,10 +66,25 @@ def buffer_address(obj: Any) -> int:
 
 
 def pointer_via_dlpack(obj: Any) -> int:
-    """The data pointer a DLPack producer reports (used where a library has no other way)."""
+    """The data pointer a DLPack producer reports, read by asdlpack (what the report tests:
+    not for the providers' own addresses)."""
     from dlpack import asdlpack
 
     return asdlpack(obj).data_ptr
+
+
+def capsule_address(capsule: Any) -> int:
+    """The address of the first element a legacy DLPack capsule ("dltensor") holds, read from
+    the producer's ``DLTensor`` with ctypes (``data`` + ``byte_offset``), apart from asdlpack;
+    the capsule is not consumed."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    get.restype = ctypes.c_void_p
+    tensor = get(capsule, b"dltensor")
+    # DLTensor: data, device (2 x int32), ndim (int32), dtype (4 bytes), shape, strides,
+    # byte_offset (uint64) at byte 40
+    data = ctypes.c_void_p.from_address(tensor).value or 0
+    return data + ctypes.c_uint64.from_address(tensor + 40).value
 
 
 @dataclass
@@ -179,8 +194,11 @@ def _tensorflow(device: str) -> Sample:
         raise Unavailable(f"{version('tensorflow')} sees no GPU")
     with tf.device(name):
         t = tf.reshape(tf.range(6, dtype=tf.float32), (2, 3))
-    ptr = pointer_via_dlpack(dlpack.to_dlpack(t))
-    return Sample(dlpack.to_dlpack(t), VALUES_2x3, "float32", ptr, keep=t)
+    # TensorFlow has no pointer API: a host tensor's own buffer protocol lends its memory in
+    # place; a GPU tensor's (a host copy) can't, so there the capsule TensorFlow made is read.
+    capsule = dlpack.to_dlpack(t)
+    ptr = capsule_address(capsule) if device == "cuda" else buffer_address(t)
+    return Sample(capsule, VALUES_2x3, "float32", ptr, keep=t)
 
 
 def _pyarrow(device: str) -> Sample:
@@ -205,7 +223,7 @@ def _mlx(device: str) -> Sample:
     x = mx.reshape(mx.arange(6, dtype=mx.float32), (2, 3))
     if not hasattr(x, "__dlpack__"):
         raise Unavailable(f"{version('mlx.core')} arrays have no __dlpack__")
-    return Sample(x, VALUES_2x3, "float32", pointer_via_dlpack(x))
+    return Sample(x, VALUES_2x3, "float32", buffer_address(x))  # MLX's buffer protocol
 
 
 def _paddle(device: str) -> Sample:
@@ -214,10 +232,11 @@ def _paddle(device: str) -> Sample:
         raise Unavailable(f"{version('paddle')} is built without CUDA")
     place = "gpu" if device == "cuda" else "cpu"
     x = paddle.to_tensor(VALUES_2x3, dtype="float32", place=place)
-    if hasattr(x, "__dlpack__"):
-        return Sample(x, VALUES_2x3, "float32", pointer_via_dlpack(x))
     to_dlpack = paddle.utils.dlpack.to_dlpack
-    ptr = pointer_via_dlpack(to_dlpack(x))
+    # Paddle's own pointer (Tensor.data_ptr) where it has one, else the capsule Paddle makes
+    ptr = x.data_ptr() if hasattr(x, "data_ptr") else capsule_address(to_dlpack(x))
+    if hasattr(x, "__dlpack__"):
+        return Sample(x, VALUES_2x3, "float32", ptr)
     return Sample(to_dlpack(x), VALUES_2x3, "float32", ptr, keep=x)
 
 

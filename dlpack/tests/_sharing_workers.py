@@ -83,9 +83,16 @@ _kept: list = []
 
 
 def elements(obj) -> tuple:
-    """What a test compares: the elements' bytes in C order, shape, dtype name, read-only."""
+    """What a process sees of ``obj`` through ``asdlpack``: the elements' bytes in C order,
+    shape, dtype name, read-only."""
     view = dlpack.asdlpack(obj)
-    return memoryview(view).tobytes(), view.shape, view.dtype, view.readonly
+    return memoryview(view).tobytes(), view.shape, str(view.dtype), view.readonly
+
+
+def numpy_elements(array: np.ndarray) -> tuple:
+    """What ``elements`` must find for the numpy ``array``, as numpy itself says it (not through
+    ``asdlpack``): its bytes in C order, shape and dtype name."""
+    return np.ascontiguousarray(array).tobytes(), array.shape, str(array.dtype)
 
 
 def read(handle) -> tuple:
