@@ -123,6 +123,12 @@ for _source, _label in ((WITH_NULLS, "with a bitmap"), (NUMBERS, "without a bitm
         case(f"{_field} {_value} {_label}", "ValueError", _match)(
             lambda s=_source, f=_field, v=_value: asdlpack(edited(s, array={f: v}))
         )
+    # Each alone stays inside an i64; their sum, where the array ends, does not.
+    case(
+        f"offset + length past 2**63 {_label}",
+        "ValueError",
+        r"length \(4611686018427387904\) and offset",
+    )(lambda s=_source: asdlpack(edited(s, array={"offset": 2**62, "length": 2**62})))
 case("nulls said, no bitmap", "ValueError", "no validity bitmap")(
     lambda: asdlpack(edited(NUMBERS, array={"null_count": 1}))
 )

@@ -85,6 +85,20 @@ case("ai-bad-typestr-x9", ValueError)(lambda: _iface(typestr="x9"))
 case("ai-bad-typestr-empty", ValueError)(lambda: _iface(typestr=""))
 case("ai-bad-typestr-nosize", ValueError)(lambda: _iface(typestr="<f"))
 case("ai-bad-typestr-size-nan", ValueError)(lambda: _iface(typestr="<iq"))
+# 3 int32 in 11 bytes: one byte short (the exact fit is test_bad_input's)
+case("ai-buffer-one-byte-short", ValueError)(
+    lambda: ArrayInterface({"shape": (3,), "typestr": "<i4", "data": bytearray(11), "version": 3})
+)
+case("ai-buffer-strided-one-byte-short", ValueError)(
+    lambda: ArrayInterface(
+        {"shape": (2, 3), "strides": (16, 4), "typestr": "<i4", "data": bytearray(27), "version": 3}
+    )
+)
+case("ai-buffer-offset-one-byte-short", ValueError)(
+    lambda: ArrayInterface(
+        {"shape": (3,), "typestr": "<i4", "data": bytearray(12), "offset": 1, "version": 3}
+    )
+)
 case("ai-buffer-too-small", ValueError)(
     lambda: ArrayInterface({"shape": (100,), "typestr": "<i4", "data": bytearray(8), "version": 3})
 )

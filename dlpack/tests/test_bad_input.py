@@ -30,6 +30,27 @@ def test_the_runner_fails_on_a_wrong_answer(monkeypatch, capsys):
     assert "WRONG wants-exactly-exception: TypeError" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "fields, size",
+    [
+        ({"shape": (3,)}, 12),
+        ({"shape": (2, 3), "strides": (16, 4)}, 28),
+        ({"shape": (2, 3), "strides": (-16, 4), "offset": 16}, 28),
+        ({"shape": (3,), "offset": 1}, 13),
+    ],
+)
+def test_array_interface_over_a_buffer_that_fits_exactly(fields, size):
+    """The last byte the layout reaches is the buffer's last: accepted, in place (one byte
+    less is refused: the *-one-byte-short cases)."""
+    np = need("numpy")
+    data = bytearray(range(size))
+    iface = {"typestr": "<i4", "data": data, "version": 3, **fields}
+    out = np.from_dlpack(asdlpack(ArrayInterface(iface)))
+    ref = np.ndarray(fields["shape"], "<i4", data, fields.get("offset", 0), fields.get("strides"))
+    np.testing.assert_array_equal(out, ref)
+    assert out.ctypes.data == ref.ctypes.data
+
+
 def test_array_interface_without_data_names_the_missing_buffer():
     with pytest.raises(TypeError, match='has no "data", so the memory is the object'):
         asdlpack(ArrayInterface({"shape": (4,), "typestr": "<i4", "version": 3}))
