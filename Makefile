@@ -35,7 +35,7 @@ MIXED_PYTEST_ARGS ?= -k 'not crashing_libraries'
 MIXED_PY := $(MIXED_VENV)/bin/python
 
 .PHONY: demo test lint bench build wheel sdist mixed mixed-venv lock deps rust-test py-test \
-	py-test-checked stubtest mypy venv clean example-test bench-rust-api docs
+	py-test-checked py-test-x64 stubtest mypy venv clean example-test bench-rust-api docs
 
 venv: $(PY)
 $(PY):
@@ -100,18 +100,27 @@ bench-rust-api: venv
 py-test:
 	DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) $(PY) -P -m pytest --pyargs dlpack.tests -q -ra -p no:cacheprovider $(PYTEST_ARGS)
 
+# The interop tests again with JAX's 64-bit types on (JAX_ENABLE_X64=1, as many JAX users run):
+# 64-bit arrays stay 64-bit there instead of narrowing, and the tests expect what JAX holds.
+INTEROP_TESTS := dlpack.tests.test_interop dlpack.tests.test_interop_functions \
+	dlpack.tests.test_interop_faults dlpack.tests.test_interop_states
+py-test-x64:
+	JAX_ENABLE_X64=1 DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) $(PY) -P -m pytest --pyargs $(INTEROP_TESTS) -q -ra -p no:cacheprovider
+
 # The type stubs must match the built extension.
 stubtest:
 	cd $(VENV) && $(abspath $(PY)) -P -m mypy.stubtest dlpack._dlpack
 
 # The Python suite against a build with debug assertions and overflow checks on (the `checked`
 # profile), installed in place of the release wheel for the run: undefined behaviour that Rust's
-# checks can see (null slices, overflows) fails the suite instead of passing silently.
+# checks can see (null slices, overflows) fails the suite instead of passing silently. Then the
+# interop tests in JAX's other mode.
 py-test-checked: venv
 	rm -rf dist-checked
 	$(PY) -m maturin build --profile checked --quiet -o dist-checked
 	$(PIP) install --force-reinstall --no-deps dist-checked/*.whl
 	$(MAKE) py-test
+	$(MAKE) py-test-x64
 
 # What CI runs after lint: the suite on the checked build, the stubs, the Rust tests, the Rust
 # API's example; then the sdist and the release wheel built from it, and the suite from that wheel in the mixed
