@@ -16,7 +16,7 @@ from ._libraries import (
     torch_cuda,
     version,
 )
-from ._providers import PROVIDERS, Provider, buffer_address, pointer_via_dlpack
+from ._providers import PROVIDERS, Provider, buffer_address, capsule_address
 
 # ---------------------------------------------------------------------------
 # consumers: each library's from_dlpack
@@ -78,7 +78,8 @@ def _c_tensorflow(obj: Any, device: str) -> Consumed:
     if dlpack is None:
         raise Unavailable(f"{version('tensorflow')} has no tf.experimental.dlpack")
     t = dlpack.from_dlpack(obj.__dlpack__())  # tensorflow takes a (legacy) capsule
-    return t, t.numpy().tolist(), pointer_via_dlpack(dlpack.to_dlpack(t))
+    # TensorFlow has no pointer API: the address in the capsule it makes of its tensor
+    return t, t.numpy().tolist(), capsule_address(dlpack.to_dlpack(t))
 
 
 def _c_paddle(obj: Any, device: str) -> Consumed:
@@ -88,7 +89,10 @@ def _c_paddle(obj: Any, device: str) -> Consumed:
         x = from_dlpack(obj)
     except TypeError:  # older paddle takes only a capsule
         x = from_dlpack(obj.__dlpack__())
-    return x, x.numpy().tolist(), pointer_via_dlpack(x)
+    # Paddle's own pointer where it has one, else the capsule it makes of its tensor
+    if hasattr(x, "data_ptr"):
+        return x, x.numpy().tolist(), x.data_ptr()
+    return x, x.numpy().tolist(), capsule_address(paddle.utils.dlpack.to_dlpack(x))
 
 
 def _c_array_api_strict(obj: Any, device: str) -> Consumed:

@@ -65,14 +65,6 @@ def buffer_address(obj: Any) -> int:
         release(ctypes.byref(view))
 
 
-def pointer_via_dlpack(obj: Any) -> int:
-    """The data pointer a DLPack producer reports, read by asdlpack (what the report tests:
-    not for the providers' own addresses)."""
-    from dlpack import asdlpack
-
-    return asdlpack(obj).data_ptr
-
-
 def capsule_address(capsule: Any) -> int:
     """The address of the first element a legacy DLPack capsule ("dltensor") holds, read from
     the producer's ``DLTensor`` with ctypes (``data`` + ``byte_offset``), apart from asdlpack;
