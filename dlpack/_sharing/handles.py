@@ -5,7 +5,6 @@ one) are the extension's (``src/share``)."""
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Iterable
 from typing import Any, SupportsIndex
@@ -76,9 +75,6 @@ def empty_shared(shape: SupportsIndex | Iterable[SupportsIndex], dtype: Any) -> 
     known = ELEMENT_TYPES.get(name)
     if known is None:
         raise ValueError(f"unknown element type {name!r} (one of {', '.join(ELEMENT_TYPES)})")
-    _, itemsize = known
-    if math.prod(shape) * itemsize > sys.maxsize:
-        raise ValueError(f"shape {shape} of {name} needs more bytes than an address space has")
     require_linux()
     return _share_empty(shape, name)
 
@@ -94,8 +90,10 @@ def _shape(shape: Any) -> tuple[int, ...]:
         if isinstance(n, bool) or not hasattr(type(n), "__index__"):
             raise TypeError(f"shape must hold ints, not {type(n).__name__}")
     dims = tuple(n.__index__() for n in dims)
-    if any(n < 0 for n in dims):
-        raise ValueError(f"shape {dims} has a negative extent")
+    # The extension checks extents and sizes; it takes them as 64-bit ints.
+    for n in dims:
+        if not -(2**63) <= n < 2**63:
+            raise ValueError(f"extent {n} of shape {dims} does not fit in 64 bits")
     return dims
 
 
