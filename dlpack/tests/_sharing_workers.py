@@ -86,7 +86,9 @@ def elements(obj) -> tuple:
     """What a process sees of ``obj`` through ``asdlpack``: the elements' bytes in C order,
     shape, dtype name, read-only."""
     view = dlpack.asdlpack(obj)
-    return memoryview(view).tobytes(), view.shape, str(view.dtype), view.readonly
+    # numpy reads the object's own protocols (the array interface where the buffer protocol has
+    # no format for the type: bfloat16, float8)
+    return np.asarray(view).tobytes(), view.shape, str(view.dtype), view.readonly
 
 
 def numpy_elements(array: np.ndarray) -> tuple:
