@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import importlib
 import warnings
 
@@ -11,7 +12,7 @@ import pytest
 
 from dlpack.interop import DtypeNarrowingWarning, to_numpy
 
-from ._helpers import need
+from ._helpers import need, need_cuda
 
 np = need("numpy")
 torch = need("torch")
@@ -21,7 +22,23 @@ check_grads = importlib.import_module("jax.test_util").check_grads
 
 
 HAS_CUDA = torch.cuda.is_available() and any(d.platform == "gpu" for d in jax.devices())
-needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device in torch and JAX")
+
+
+def needs_cuda(test):
+    """Skips ``test`` (a function, or each test of a class) without a CUDA device that torch
+    and JAX both see (a failure where DLPACK_TESTS_REQUIRE names cuda)."""
+    if isinstance(test, type):
+        for name, value in list(vars(test).items()):
+            if name.startswith("test") and callable(value):
+                setattr(test, name, needs_cuda(value))
+        return test
+
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        need_cuda(HAS_CUDA, "needs a CUDA device in torch and JAX")
+        return test(*args, **kwargs)
+
+    return run
 
 
 def jax_ptr(array) -> int:
