@@ -430,6 +430,20 @@ class TestDtypes:
             out = to_jax(source, copy=False)
         assert out.dtype == jnp.dtype(wide) and jax_ptr(out) == source.data_ptr()
 
+    @pytest.mark.parametrize("wide", ["float64", "int64", "complex128"])
+    def test_64_bit_copies_with_x64_stay_64_bit(self, wide, x64):
+        # Sources JAX can't take in place (strided, read-only through numpy) are copied: the
+        # copy keeps the type when JAX holds 64-bit types.
+        strided = _tensor_of(wide)[:, ::2]
+        read_only = to_numpy(_tensor_of(wide)).copy()
+        read_only.flags.writeable = False
+        for source, expected in ((strided, strided.numpy()), (read_only, read_only)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", DtypeNarrowingWarning)
+                out = to_jax(source)
+            assert out.dtype == jnp.dtype(wide)
+            np.testing.assert_array_equal(np.asarray(out), expected)
+
     def test_types_torch_lacks(self):
         if not hasattr(jnp, "float8_e3m4"):
             pytest.skip("this JAX has no float8_e3m4")

@@ -193,6 +193,20 @@ def test_cuda_asked_for_is_a_copy_there_or_refused(side):
     assert torch.equal(moved.cpu(), torch.from_numpy(SOURCE))
 
 
+def test_read_only_memory_in_shared_memory_is_never_shared_writable(side):
+    """Read-only memory lies in a segment already (a read-only view of an empty_shared array, a
+    read-only handle received): a writable handle to it is refused, not found and lent."""
+    shared = np.asarray(dlpack.empty_shared((3, 4), "float64"))
+    shared[...] = SOURCE
+    view = shared.view()
+    view.flags.writeable = False
+    read_only = side(dlpack.share(shared))
+    for source in (view, read_only):
+        with pytest.raises(ValueError, match="^read-only memory can't be shared writable$"):
+            dlpack.share(source, writable=True)
+    assert dlpack.share(shared, writable=True).writable  # the writable array itself may be
+
+
 # -- empty_shared sizes ---------------------------------------------------------------------
 
 
