@@ -66,6 +66,8 @@ pub fn byte_extent(shape: &[i64], byte_strides: &[i64], itemsize: usize) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::reference::offsets;
+    use proptest::prelude::*;
 
     #[test]
     fn dense_strides_keep_memory_order() {
@@ -77,5 +79,42 @@ mod tests {
         assert_eq!(dense_strides(&[0, 3], &[4, 8], 4).unwrap(), [4, 4]);
         assert!(dense_strides(&[2], &[4, 4], 4).is_err());
         assert!(dense_strides(&[1 << 62, 4], &[4, 8], 4).is_err());
+    }
+
+    proptest! {
+        /// `dense_strides` packs every element exactly once, keeping the order of the source's
+        /// stride magnitudes.
+        #[test]
+        fn dense_strides_pack_in_memory_order(
+            dims in proptest::collection::vec((0i64..5, -13i64..=13), 0..=5),
+            item in proptest::sample::select(vec![1usize, 2, 3, 8]),
+        ) {
+            let shape: Vec<i64> = dims.iter().map(|d| d.0).collect();
+            let given: Vec<i64> = dims.iter().map(|d| d.1).collect();
+            let out = dense_strides(&shape, &given, item).unwrap();
+            let mut offs = offsets(&shape, &out, 1);
+            offs.sort_unstable();
+            let numel = offs.len() as i64;
+            prop_assert_eq!(offs, (0..numel).map(|i| i * item as i64).collect::<Vec<_>>());
+            for a in 0..shape.len() {
+                for b in 0..shape.len() {
+                    if shape[a] > 1 && shape[b] > 1 && given[a].abs() < given[b].abs() {
+                        prop_assert!(out[a] < out[b], "{:?} {:?} -> {:?}", shape, given, out);
+                    }
+                }
+            }
+        }
+
+        /// The free function is the layout's extent.
+        #[test]
+        fn byte_extent_is_the_layouts(
+            dims in proptest::collection::vec((0i64..5, -13i64..=13), 0..=5),
+            item in proptest::sample::select(vec![1usize, 2, 3, 8]),
+        ) {
+            let shape: Vec<i64> = dims.iter().map(|d| d.0).collect();
+            let given: Vec<i64> = dims.iter().map(|d| d.1).collect();
+            let layout = Layout::from_byte_strides(&shape, Some(&given), item).unwrap();
+            prop_assert_eq!(byte_extent(&shape, &given, item).unwrap(), layout.byte_extent(item).unwrap());
+        }
     }
 }
