@@ -15,6 +15,7 @@ __all__ = [
     "HOST_DEVICE_TYPES",
     "SharedHandle",
     "__version__",
+    "_C_API",
     "_SHARE_POOL_SEGMENTS",
     "_footprint",
     "_from_buffer",
@@ -59,6 +60,9 @@ HOST_DEVICE_TYPES: frozenset[int]
 """Host memory: the CPU addresses it directly, with no stream to order with."""
 CPU_READABLE_DEVICE_TYPES: frozenset[int]
 """Memory the CPU can read in place: host memory and CUDA managed memory."""
+_C_API: object
+"""A capsule named ``"dlpack._dlpack._C_API"``: the table of functions other extensions view
+memory and make ``DLPackObject``s through (see the internals documentation)."""
 ELEMENT_TYPES: Mapping[str, tuple[str, int]]
 """Element type name -> (typestr in native byte order, itemsize), as ``DLPackObject`` spells
 them; bfloat16 and the float8 types are raw bytes (``|V2``, ``|V1``) to the array interface."""

@@ -52,6 +52,8 @@ pub use dlpack_core::abi::DLDevice;
 #[pymodule]
 fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DLPackObject", object::type_object(m.py())?)?;
+    // The runtime other extensions view memory through (see `api::capi`).
+    m.add("_C_API", api::capi::capsule(m.py())?)?;
     m.add("asdlpack", object::asdlpack_function(m)?)?;
     m.add_function(wrap_pyfunction!(object::copyto, m)?)?;
     m.add_function(wrap_pyfunction!(object::_footprint, m)?)?;

@@ -19,11 +19,18 @@ use dlpack_core::layout::{SelfOverlap, self_overlap};
 /// It keeps the source alive and holds its memory as borrowed (see the crate's safety model)
 /// until dropped.
 pub struct ArrayView<'py> {
-    source: Source<'py>,
-    _borrow: Option<Borrow>,
+    held: Held,
     // Tied to the interpreter's lock: the source's Python references are released with it, and
     // copies release it while they run.
     py: Python<'py>,
+}
+
+/// What a view holds, free of the interpreter's lifetime (the C API hands it out boxed): the
+/// source that keeps the memory alive, and the memory's borrow. Dropped with the GIL held.
+pub(crate) struct Held {
+    source: Source,
+    _borrow: Option<Borrow>,
+    exclusive: bool,
 }
 
 /// A view that may also write: only of writable host memory, and only while no other view of
@@ -32,9 +39,9 @@ pub struct ArrayViewMut<'py> {
     view: ArrayView<'py>,
 }
 
-enum Source<'py> {
+enum Source {
     /// A `DLPackObject`: its own tensor, read in place.
-    Object(Bound<'py, PyAny>),
+    Object(Py<PyAny>),
     Imported(Tensor),
 }
 
@@ -43,30 +50,37 @@ enum Source<'py> {
 /// object that supports no protocol, the producer's own error for memory it won't export);
 /// a `BufferError` if a mutable view holds some of the memory.
 pub fn view<'py>(obj: &Bound<'py, PyAny>) -> PyResult<ArrayView<'py>> {
-    Ok(ArrayView::new(obj, false)?)
+    Ok(ArrayView {
+        held: Held::new(obj, false)?,
+        py: obj.py(),
+    })
 }
 
 /// A mutable view of `obj`'s memory, which must be writable host memory that no other view of
 /// this crate holds: a `BufferError` otherwise (read-only memory, an immutable JAX array,
 /// device memory, memory another view holds).
 pub fn view_mut<'py>(obj: &Bound<'py, PyAny>) -> PyResult<ArrayViewMut<'py>> {
-    let view = ArrayView::new(obj, true)?;
+    let view = ArrayView {
+        held: Held::new(obj, true)?,
+        py: obj.py(),
+    };
     Ok(ArrayViewMut { view })
 }
 
-impl<'py> ArrayView<'py> {
-    fn new(obj: &Bound<'py, PyAny>, exclusive: bool) -> Result<Self> {
+impl Held {
+    /// `obj`'s memory, held shared, or `exclusive`ly (writable host memory only).
+    pub(crate) fn new(obj: &Bound<'_, PyAny>, exclusive: bool) -> Result<Self> {
         let source = if tensor_of(obj).is_some() {
-            Source::Object(obj.clone())
+            Source::Object(obj.clone().unbind())
         } else {
             Source::Imported(import::import_in_place(obj)?.tensor)
         };
-        let mut view = ArrayView {
+        let mut view = Held {
             source,
             _borrow: None,
-            py: obj.py(),
+            exclusive,
         };
-        let tensor = view.tensor();
+        let tensor = view.tensor(obj.py());
         if exclusive {
             host_memory(tensor)?;
             if tensor.readonly() || import::is_immutable(obj) {
@@ -89,13 +103,26 @@ impl<'py> ArrayView<'py> {
         Ok(view)
     }
 
-    fn tensor(&self) -> &Tensor {
+    /// The memory held, as described when the view was made (a `DLPackObject`'s tensor never
+    /// changes).
+    pub(crate) fn tensor<'a>(&'a self, py: Python<'a>) -> &'a Tensor {
         match &self.source {
             Source::Object(object) => {
-                tensor_of(object).expect("a DLPackObject when the view was made, and still")
+                tensor_of(object.bind(py)).expect("a DLPackObject when the view was made, and still")
             }
             Source::Imported(tensor) => tensor,
         }
+    }
+
+    /// Whether the memory is held exclusively (a mutable view).
+    pub(crate) fn exclusive(&self) -> bool {
+        self.exclusive
+    }
+}
+
+impl<'py> ArrayView<'py> {
+    fn tensor(&self) -> &Tensor {
+        self.held.tensor(self.py)
     }
 
     /// Extents, one per dimension.
@@ -364,7 +391,7 @@ fn check_len(given: usize, elements: usize) -> Result<()> {
 
 /// A `BufferError` if two of the elements lie in the same bytes (a broadcast view), which no
 /// write can serve faithfully.
-fn check_disjoint(tensor: &Tensor) -> Result<()> {
+pub(super) fn check_disjoint(tensor: &Tensor) -> Result<()> {
     let layout = tensor.layout();
     let dims = layout.shape().iter().zip(layout.byte_strides());
     let overlap = self_overlap(

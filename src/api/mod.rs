@@ -3,6 +3,7 @@
 
 mod array;
 mod borrows;
+pub mod capi;
 mod element;
 #[cfg(feature = "ndarray")]
 mod ndarray;

@@ -1,0 +1,273 @@
+"""The C API capsule ``dlpack._dlpack._C_API``, called through ctypes as a C extension calls it:
+views of any array through the runtime's importers, one registry of borrowed memory, copies, and
+``DLPackObject``s over a caller's memory released exactly once."""
+
+import ctypes
+import gc
+import threading
+
+import pytest
+
+from dlpack import _dlpack, asdlpack
+
+from ._helpers import DLDataType, DLDevice, need
+
+np = need("numpy")
+
+VIEW_MUTABLE, VIEW_SWAPPED, VIEW_INDIRECT = 1, 2, 4
+
+
+class View(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("dtype", DLDataType),
+        ("ndim", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+        ("readonly", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_strides", ctypes.POINTER(ctypes.c_int64)),
+        ("held", ctypes.c_void_p),
+    ]
+
+
+RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class Memory(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", DLDataType),
+        ("ndim", ctypes.c_int32),
+        ("readonly", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_strides", ctypes.POINTER(ctypes.c_int64)),
+        ("release", RELEASE),
+        ("context", ctypes.c_void_p),
+    ]
+
+
+# PYFUNCTYPE: called holding the GIL, and a raised exception comes back as one (as in C, where
+# -1 or NULL says one is set).
+_VIEW = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint32, ctypes.POINTER(View))
+_RELEASE_VIEW = ctypes.PYFUNCTYPE(None, ctypes.POINTER(View))
+_COPY_TO = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(View), ctypes.c_void_p, ctypes.c_size_t)
+_COPY_FROM = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(View), ctypes.c_void_p, ctypes.c_size_t)
+_FROM_MEMORY = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.POINTER(Memory))
+
+
+class CApi(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_uint32),
+        ("size", ctypes.c_uint32),
+        ("view", _VIEW),
+        ("release_view", _RELEASE_VIEW),
+        ("copy_to", _COPY_TO),
+        ("copy_from", _COPY_FROM),
+        ("from_memory", _FROM_MEMORY),
+    ]
+
+
+def _table() -> CApi:
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    get.restype = ctypes.c_void_p
+    return CApi.from_address(get(_dlpack._C_API, b"dlpack._dlpack._C_API"))
+
+
+API = _table()
+
+
+class Viewed:
+    """A filled view, given back on exit."""
+
+    def __init__(self, obj, flags=0):
+        self.view = View()
+        API.view(obj, flags, ctypes.byref(self.view))
+
+    def __enter__(self):
+        return self.view
+
+    def __exit__(self, *exc):
+        API.release_view(ctypes.byref(self.view))
+
+
+def _dims(pointer, ndim):
+    return tuple(pointer[i] for i in range(ndim))
+
+
+def test_the_table_says_its_version_and_size():
+    assert API.version == 1
+    assert API.size == ctypes.sizeof(CApi)
+    # The capsule is the module's one table: asking again gives the same.
+    assert ctypes.addressof(_table()) == ctypes.addressof(API)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: np.arange(12.0).reshape(3, 4),
+        lambda: np.arange(24, dtype=np.int32).reshape(4, 6)[::-2, 1::2],
+        lambda: np.arange(5, dtype=">i2"),
+        lambda: bytearray(b"abc"),
+    ],
+    ids=["c-order", "strided", "swapped", "bytearray"],
+)
+def test_a_view_describes_the_memory_as_numpy_does(make):
+    src = make()
+    ref = np.asarray(src) if not isinstance(src, bytearray) else np.frombuffer(src, np.uint8)
+    with Viewed(src) as view:
+        assert view.data == ref.ctypes.data
+        assert (view.device.device_type, view.device.device_id) == (1, 0)
+        assert _dims(view.shape, view.ndim) == ref.shape
+        assert _dims(view.byte_strides, view.ndim) == ref.strides
+        assert view.dtype.bits == ref.dtype.itemsize * 8
+        assert bool(view.flags & VIEW_SWAPPED) is (not ref.dtype.isnative)
+        assert view.flags & VIEW_MUTABLE == 0 and view.readonly == 0
+        out = (ctypes.c_char * ref.nbytes)()
+        API.copy_to(ctypes.byref(view), out, ref.nbytes)
+        native = ref.astype(ref.dtype.newbyteorder("="))
+        assert bytes(out) == np.ascontiguousarray(native).tobytes()
+
+
+def test_read_only_memory_is_said_and_never_viewed_mutably():
+    src = bytes(range(8))
+    with Viewed(src) as view:
+        assert view.readonly == 1
+    with pytest.raises(BufferError, match="read-only"):
+        Viewed(src, VIEW_MUTABLE)
+    assert src == bytes(range(8))
+
+
+def test_one_registry_a_mutable_view_excludes_every_other():
+    """The runtime's registry holds every view made through it: a mutable view of memory
+    another view holds is refused, whoever produced either (numpy here, torch over the same
+    memory there), and the memory is free again once the views are given back."""
+    a = np.zeros(16)
+    with Viewed(a[:8]):
+        with pytest.raises(BufferError, match="borrowed"):
+            Viewed(a[4:], VIEW_MUTABLE)
+        torch = need("torch")
+        with pytest.raises(BufferError, match="borrowed"):
+            Viewed(torch.from_numpy(a), VIEW_MUTABLE)
+        with Viewed(a[8:], VIEW_MUTABLE) as disjoint:  # other memory: allowed
+            assert disjoint.flags & VIEW_MUTABLE
+    with Viewed(a, VIEW_MUTABLE) as alone:
+        with pytest.raises(BufferError, match="already borrowed mutably"):
+            Viewed(a[3:5])
+        assert alone.flags & VIEW_MUTABLE
+
+
+def test_copy_from_writes_any_layout_through_a_mutable_view():
+    dst = np.zeros((4, 6))
+    target = dst[::2, ::-3]
+    values = np.arange(target.size, dtype=np.float64)
+    with Viewed(target, VIEW_MUTABLE) as view:
+        API.copy_from(ctypes.byref(view), values.ctypes.data, values.nbytes)
+    np.testing.assert_array_equal(target, values.reshape(target.shape))
+    assert dst.sum() == values.sum()  # nothing outside the view was written
+
+
+def test_copy_from_needs_a_mutable_view_and_copies_need_the_exact_size():
+    dst = np.zeros(3)
+    values = np.ones(3)
+    with Viewed(dst) as view:
+        with pytest.raises(BufferError, match="must be mutable"):
+            API.copy_from(ctypes.byref(view), values.ctypes.data, values.nbytes)
+        out = (ctypes.c_char * 23)()
+        with pytest.raises(ValueError, match="take 24 bytes, the buffer given 23"):
+            API.copy_to(ctypes.byref(view), out, 23)
+    assert not dst.any()
+
+
+def test_objects_the_runtime_cannot_read_raise_what_asdlpack_raises():
+    with pytest.raises(TypeError, match="__dlpack__"):
+        Viewed(object())
+    with pytest.raises(TypeError, match="NULL view"):
+        API.copy_to(None, None, 0)
+
+
+def test_a_released_view_is_refused_and_releasing_twice_is_harmless():
+    src = np.arange(3.0)
+    viewed = Viewed(src)
+    API.release_view(ctypes.byref(viewed.view))
+    assert viewed.view.held is None
+    API.release_view(ctypes.byref(viewed.view))
+    with pytest.raises(ValueError, match="released"):
+        API.copy_to(ctypes.byref(viewed.view), None, 0)
+    with Viewed(src, VIEW_MUTABLE):  # the released view holds nothing
+        pass
+
+
+class Owned:
+    """Memory a C extension owns, with a release callback that counts its calls."""
+
+    def __init__(self, values, shape, strides=None, readonly=False):
+        self.buffer = (ctypes.c_double * len(values))(*values)
+        self.shape = (ctypes.c_int64 * len(shape))(*shape)
+        self.strides = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
+        self.released = []
+        self.callback = RELEASE(lambda context: self.released.append(threading.get_ident()))
+        self.memory = Memory(
+            data=ctypes.addressof(self.buffer),
+            ndim=len(shape),
+            readonly=int(readonly),
+            shape=self.shape,
+            byte_strides=self.strides,
+            release=self.callback,
+            context=None,
+        )
+        self.memory.dtype.code, self.memory.dtype.bits, self.memory.dtype.lanes = 2, 64, 1
+
+
+def test_from_memory_is_a_dlpack_object_over_the_callers_memory():
+    owned = Owned([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], (2, 3))
+    obj = API.from_memory(ctypes.byref(owned.memory))
+    assert type(obj) is _dlpack.DLPackObject
+    assert obj.data_ptr == ctypes.addressof(owned.buffer)
+    out = np.from_dlpack(obj)
+    assert out.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    out[1, 2] = 50.0
+    assert owned.buffer[5] == 50.0
+    del obj
+    gc.collect()
+    assert owned.released == []  # numpy's array still reaches the memory
+    del out
+    gc.collect()
+    assert len(owned.released) == 1
+
+
+def test_from_memory_strided_and_read_only():
+    owned = Owned([float(i) for i in range(6)], (3,), strides=(16,), readonly=True)
+    obj = API.from_memory(ctypes.byref(owned.memory))
+    assert obj.readonly
+    assert np.asarray(obj).tolist() == [0.0, 2.0, 4.0]
+    assert asdlpack(obj) is obj
+    del obj
+    gc.collect()
+    assert len(owned.released) == 1
+
+
+def test_from_memory_refused_keeps_the_memory_the_callers():
+    owned = Owned([1.0, 2.0], (2,))
+    owned.memory.dtype.code = 99  # no such element type
+    with pytest.raises(BufferError, match="unsupported DLPack data type"):
+        API.from_memory(ctypes.byref(owned.memory))
+    owned.memory.dtype.code = 2
+    owned.memory.ndim = -1
+    with pytest.raises(ValueError, match="ndim -1 is negative"):
+        API.from_memory(ctypes.byref(owned.memory))
+    gc.collect()
+    assert owned.released == []
+
+
+def test_from_memory_released_on_the_thread_that_lets_go():
+    owned = Owned([1.0], (1,))
+    obj = API.from_memory(ctypes.byref(owned.memory))
+    box = [obj]
+    del obj
+    worker = threading.Thread(target=box.clear)
+    worker.start()
+    worker.join()
+    gc.collect()
+    assert owned.released == [worker.ident]

@@ -1,0 +1,341 @@
+//! The C API other extensions reach this runtime through, as numpy's `_ARRAY_API`: a table of
+//! function pointers in a capsule, `dlpack._dlpack._C_API`, so that every extension of a
+//! process views memory through one importer and one registry of borrowed memory, and makes one
+//! `DLPackObject` type.
+//!
+//! The table starts with its version and size and only ever grows, by appending: a caller built
+//! against version N reads the first N's functions of any later table. Every function is called
+//! with the GIL held; one that fails returns -1 (or NULL) with a Python exception set.
+//! `docs/internals.md` gives the C declarations.
+
+use std::ffi::{CStr, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use dlpack_core::abi::{DLDataType, DLDevice};
+use dlpack_core::dtype::{DType, Element as Stored};
+use dlpack_core::layout::Layout;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::ffi::PyObject;
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use super::array::{Held, check_disjoint};
+use crate::copy::host;
+use crate::error::{Error, Result};
+use crate::ffi::python;
+use crate::object::{Described, new_view, type_object};
+use crate::tensor::Owner;
+
+/// The table's version: 1 is the first. Bumped when functions are appended.
+pub const VERSION: u32 = 1;
+
+/// The capsule's name, which `PyCapsule_Import("dlpack._dlpack._C_API", 0)` finds.
+pub const CAPSULE_NAME: &CStr = c"dlpack._dlpack._C_API";
+
+/// `View::flags`: the view holds its memory exclusively and may write it.
+pub const VIEW_MUTABLE: u32 = 1;
+/// `View::flags`: the elements are in the other byte order (read them through `copy_to`).
+pub const VIEW_SWAPPED: u32 = 2;
+/// `View::flags`: rows are reached through pointers (suboffsets): `data` is not the elements
+/// (read them through `copy_to`).
+pub const VIEW_INDIRECT: u32 = 4;
+
+/// A view of an object's memory, which the runtime fills; valid, with every pointer in it,
+/// until `release_view`.
+#[repr(C)]
+pub struct View {
+    /// The first element.
+    pub data: *mut c_void,
+    pub device: DLDevice,
+    pub dtype: DLDataType,
+    pub ndim: i32,
+    /// `VIEW_*` bits.
+    pub flags: u32,
+    /// 1 when the memory is read-only.
+    pub readonly: i32,
+    /// `ndim` extents.
+    pub shape: *const i64,
+    /// `ndim` strides, in bytes.
+    pub byte_strides: *const i64,
+    /// The runtime's: what keeps the memory alive and borrowed.
+    pub held: *mut c_void,
+}
+
+/// Memory a caller owns, described for `from_memory`.
+#[repr(C)]
+pub struct Memory {
+    /// The first element (host memory).
+    pub data: *mut c_void,
+    pub dtype: DLDataType,
+    pub ndim: i32,
+    pub readonly: i32,
+    /// `ndim` extents.
+    pub shape: *const i64,
+    /// `ndim` strides in bytes, or NULL for C order.
+    pub byte_strides: *const i64,
+    /// Called once with `context` when nothing reaches the memory any more: on any thread,
+    /// without the GIL, perhaps at interpreter shutdown. NULL: nothing to release.
+    pub release: Option<unsafe extern "C" fn(context: *mut c_void)>,
+    pub context: *mut c_void,
+}
+
+/// The table.
+#[repr(C)]
+pub struct CApi {
+    pub version: u32,
+    /// `size_of` this table, as the runtime was built: the functions it has.
+    pub size: u32,
+    /// Fill `out` with a view of `obj`'s memory (anything `dlpack.asdlpack` reads), held shared,
+    /// or exclusively with `VIEW_MUTABLE` in `flags` (writable host memory no other view holds,
+    /// in any extension). 0, or -1 with the exception `asdlpack` or the borrow raised.
+    pub view: unsafe extern "C" fn(obj: *mut PyObject, flags: u32, out: *mut View) -> c_int,
+    /// Give a view back: its borrow ends and the source may go. Once per filled view.
+    pub release_view: unsafe extern "C" fn(view: *mut View),
+    /// Copy the view's elements, C-ordered and in native byte order, to `dst` (`bytes` long:
+    /// exactly the elements' size). 0 or -1.
+    pub copy_to: unsafe extern "C" fn(view: *const View, dst: *mut c_void, bytes: usize) -> c_int,
+    /// Write `src`'s C-ordered elements (`bytes` long) into a mutable view's memory, any layout.
+    /// 0 or -1.
+    pub copy_from:
+        unsafe extern "C" fn(view: *const View, src: *const c_void, bytes: usize) -> c_int,
+    /// A new `DLPackObject` over `memory` (a new reference), or NULL with an exception set; on
+    /// failure `release` is not called (the memory stays the caller's).
+    pub from_memory: unsafe extern "C" fn(memory: *const Memory) -> *mut PyObject,
+}
+
+static TABLE: CApi = CApi {
+    version: VERSION,
+    size: size_of::<CApi>() as u32,
+    view,
+    release_view,
+    copy_to,
+    copy_from,
+    from_memory,
+};
+
+/// The capsule the module publishes as `_C_API`.
+pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+    let table: *const CApi = &TABLE;
+    // SAFETY: the GIL is held; the table is static and never written, so the pointer outlives
+    // the capsule; the name is static.
+    let capsule = unsafe { python::capsule_new_static(table.cast_mut().cast(), CAPSULE_NAME) };
+    // SAFETY: a new reference, or null with an exception set.
+    let capsule = unsafe { Bound::from_owned_ptr_or_err(py, capsule)? };
+    // SAFETY: `capsule_new_static` made a capsule.
+    Ok(unsafe { capsule.cast_into_unchecked() })
+}
+
+/// Run `body` attached to Python; an error or a panic becomes a raised exception and `failed`.
+fn guarded<T>(failed: T, body: impl FnOnce(Python<'_>) -> Result<T>) -> T {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        Python::attach(|py| match body(py) {
+            Ok(value) => Ok(value),
+            Err(err) => {
+                PyErr::from(err).restore(py);
+                Err(())
+            }
+        })
+    }));
+    match outcome {
+        Ok(Ok(value)) => value,
+        Ok(Err(())) => failed,
+        Err(_) => {
+            Python::attach(|py| {
+                PyRuntimeError::new_err("dlpack: internal error (panic) in the C API").restore(py);
+            });
+            failed
+        }
+    }
+}
+
+/// The `Held` behind a filled view.
+///
+/// # Safety
+/// `view` is null or a `View` that `view` filled and `release_view` has not given back.
+unsafe fn held<'a>(view: *const View) -> Result<&'a Held> {
+    // SAFETY: per the contract, null or a live view.
+    let view = unsafe { view.as_ref() }
+        .ok_or_else(|| Error::type_("the dlpack C API got a NULL view"))?;
+    // SAFETY: `held` of a filled view is the `Box<Held>` `view` leaked, alive until released.
+    unsafe { view.held.cast::<Held>().as_ref() }
+        .ok_or_else(|| Error::value("this view was released or never filled"))
+}
+
+unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut View) -> c_int {
+    guarded(-1, |py| {
+        if obj.is_null() || out.is_null() {
+            return Err(Error::type_("the dlpack C API's view got a NULL argument"));
+        }
+        // SAFETY: a caller holding the GIL passes a live object (checked not null).
+        let obj = unsafe { Bound::from_borrowed_ptr(py, obj) };
+        let held = Box::new(Held::new(&obj, flags & VIEW_MUTABLE != 0)?);
+        let tensor = held.tensor(py);
+        let layout = tensor.layout();
+        let mut bits = flags & VIEW_MUTABLE;
+        if tensor.swapped() {
+            bits |= VIEW_SWAPPED;
+        }
+        if tensor.indirect() {
+            bits |= VIEW_INDIRECT;
+        }
+        let filled = View {
+            data: tensor.data(),
+            device: tensor.device().get()?,
+            dtype: tensor.dtype().0,
+            ndim: layout.ndim() as i32,
+            flags: bits,
+            readonly: i32::from(tensor.readonly()),
+            shape: layout.shape().as_ptr(),
+            byte_strides: layout.byte_strides().as_ptr(),
+            held: Box::into_raw(held).cast(),
+        };
+        // SAFETY: `out` is a writable `View` (the caller's, checked not null). The pointers in
+        // it point into the boxed `Held`'s tensor, which stays where it is until released.
+        unsafe { out.write(filled) };
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn release_view(view: *mut View) {
+    guarded((), |_py| {
+        // SAFETY: the caller passes a view `view` filled, or null.
+        let Some(view) = (unsafe { view.as_mut() }) else {
+            return Ok(());
+        };
+        let held = std::mem::replace(&mut view.held, std::ptr::null_mut());
+        if !held.is_null() {
+            // SAFETY: the `Box<Held>` `view` leaked, given back once (the field is now null);
+            // dropped with the GIL held (`guarded` attached).
+            drop(unsafe { Box::from_raw(held.cast::<Held>()) });
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn copy_to(view: *const View, dst: *mut c_void, bytes: usize) -> c_int {
+    guarded(-1, |py| {
+        // SAFETY: per `copy_to`'s contract, a filled view or null.
+        let tensor = unsafe { held(view) }?.tensor(py);
+        exact_size(tensor.nbytes(), bytes)?;
+        if dst.is_null() && bytes > 0 {
+            return Err(Error::type_("the dlpack C API's copy_to got a NULL destination"));
+        }
+        // SAFETY: the caller's `dst` is writable for `bytes` bytes (the elements' size,
+        // checked), apart from the view's memory, as `copy_to` asks of it.
+        unsafe { host::write_c_order(py, tensor, dst.cast(), bytes) }?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn copy_from(view: *const View, src: *const c_void, bytes: usize) -> c_int {
+    guarded(-1, |py| {
+        // SAFETY: per `copy_from`'s contract, a filled view or null.
+        let held = unsafe { held(view) }?;
+        if !held.exclusive() {
+            return Err(Error::buffer(
+                "copy_from writes: the view must be mutable (VIEW_MUTABLE)",
+            ));
+        }
+        let tensor = held.tensor(py);
+        exact_size(tensor.nbytes(), bytes)?;
+        check_disjoint(tensor)?;
+        if src.is_null() && bytes > 0 {
+            return Err(Error::type_("the dlpack C API's copy_from got a NULL source"));
+        }
+        // SAFETY: the caller's `src` is readable for `bytes` bytes (the elements' size,
+        // checked); the view holds its writable host memory alone (exclusive borrow), whose
+        // elements share no bytes (checked).
+        unsafe { host::read_c_order(py, tensor, src.cast(), bytes) }?;
+        Ok(0)
+    })
+}
+
+fn exact_size(elements: i64, bytes: usize) -> Result<()> {
+    if usize::try_from(elements).ok() != Some(bytes) {
+        return Err(Error::value(format!(
+            "the view's elements take {elements} bytes, the buffer given {bytes}"
+        )));
+    }
+    Ok(())
+}
+
+/// A caller's release callback, run once when the last holder of the memory lets go (unless
+/// disarmed: the object was never made, and the memory stays the caller's).
+struct Release {
+    release: Option<unsafe extern "C" fn(*mut c_void)>,
+    context: *mut c_void,
+    disarmed: AtomicBool,
+}
+
+// SAFETY: the C API's contract makes `release` callable on any thread with its `context`.
+unsafe impl Send for Release {}
+// SAFETY: shared access reads nothing; only `drop` uses the fields.
+unsafe impl Sync for Release {}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.filter(|_| !self.disarmed.load(Ordering::Acquire)) {
+            // SAFETY: the caller's callback, called once (this value is dropped once) with its
+            // context, as `from_memory`'s contract allows on any thread.
+            unsafe { release(self.context) };
+        }
+    }
+}
+
+unsafe extern "C" fn from_memory(memory: *const Memory) -> *mut PyObject {
+    guarded(std::ptr::null_mut(), |py| {
+        // SAFETY: the caller passes a readable `Memory` or null.
+        let memory = unsafe { memory.as_ref() }
+            .ok_or_else(|| Error::type_("the dlpack C API's from_memory got NULL"))?;
+        let ndim = usize::try_from(memory.ndim)
+            .map_err(|_| Error::value(format!("ndim {} is negative", memory.ndim)))?;
+        let dims = |ptr: *const i64, what: &str| -> Result<&[i64]> {
+            if ndim == 0 {
+                return Ok(&[]);
+            }
+            if ptr.is_null() {
+                return Err(Error::type_(format!("from_memory's {what} is NULL")));
+            }
+            // SAFETY: the caller's `ndim` values at a non-null pointer, as `Memory` asks.
+            Ok(unsafe { std::slice::from_raw_parts(ptr, ndim) })
+        };
+        let shape = dims(memory.shape, "shape")?;
+        let dtype = DType::from_dlpack(memory.dtype)?;
+        let strides = if memory.byte_strides.is_null() {
+            None
+        } else {
+            Some(dims(memory.byte_strides, "byte_strides")?)
+        };
+        let layout = Layout::from_byte_strides(shape, strides, dtype.itemsize())?;
+        type_object(py)?;
+        let described = Described {
+            data: memory.data,
+            device: DLDevice::CPU,
+            element: Stored {
+                dtype,
+                swapped: false,
+            },
+            layout,
+            readonly: memory.readonly != 0,
+        };
+        let release = Arc::new(Release {
+            release: memory.release,
+            context: memory.context,
+            disarmed: AtomicBool::new(false),
+        });
+        let owner = Owner::Held(release.clone());
+        // SAFETY: the caller vouches, as `Memory` asks, that `data` and the layout address host
+        // memory of `dtype`'s elements in native order, writable unless `readonly`, alive until
+        // `release` runs (when the owner goes).
+        match unsafe { new_view(py, owner, described) } {
+            Ok(object) => Ok(object.into_ptr()),
+            Err(err) => {
+                // No object holds the memory: it stays the caller's, unreleased.
+                release.disarmed.store(true, Ordering::Release);
+                Err(err)
+            }
+        }
+    })
+}
