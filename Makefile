@@ -77,15 +77,21 @@ demo: deps
 # The example and the benchmark extensions have no Rust tests (clippy checks them; make
 # example-test builds and tests the example from Python). The `checked` profile, as the Python
 # suite's build: the dependencies built for it serve here too, and overflow checks stay on.
+# The Rust API crate's tests reach the runtime through the dlpack package installed in VENV
+# (`make py-test-checked` installs it), imported by the interpreter they embed.
 rust-test:
-	cargo test --profile checked --workspace --all-features --quiet --exclude dlpack-example \
+	PYTHONPATH=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+		cargo test --profile checked --workspace --all-features --quiet --exclude dlpack-example \
 		--exclude dlpack-bench-rust-api
 
 # The example extension on the Rust API (examples/rust-api), built against this checkout and
-# tested with the libraries the suite uses. The checked profile: no LTO, so it builds quickly.
+# tested with the libraries the suite uses; beside it the benchmark extension (bench/rust-api),
+# a second client of the runtime in the same process. The checked profile: no LTO, so they
+# build quickly.
 example-test: venv
 	rm -rf dist-example
 	$(PY) -m maturin build --profile checked --quiet -m examples/rust-api/Cargo.toml -o dist-example
+	$(PY) -m maturin build --profile checked --quiet -m bench/rust-api/Cargo.toml -o dist-example
 	$(PIP) install --force-reinstall --no-deps dist-example/*.whl
 	$(PY) -P -m pytest examples/rust-api/tests -q -ra -p no:cacheprovider
 

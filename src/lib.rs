@@ -1,9 +1,6 @@
-#![doc = include_str!("../docs/guide/rust.md")]
-//!
-//! # The crate
-//!
-//! `dlpack._dlpack`, the extension behind the `dlpack` Python package, and the Rust API above
-//! (`api`, re-exported at the root). Here, module registration only. The data path is `import` (one importer per
+//! `dlpack._dlpack`, the extension behind the `dlpack` Python package and the one runtime of a
+//! process: other extensions reach it through its C API (`api::capi`, whose Rust client is the
+//! `dlpack-adapter` crate). Here, module registration only. The data path is `import` (one importer per
 //! protocol) -> `tensor` (the one description) -> `export` (DLPack capsules, the C exchange
 //! API) and `copy`; `object` is the Python face, `tables` what Python asks of the core. What
 //! needs no Python (DLPack's ABI, element types, layouts, memory we own, the copy engines, the
@@ -42,12 +39,6 @@ mod tables;
 mod tensor;
 
 use pyo3::prelude::*;
-
-#[cfg(feature = "ndarray")]
-pub use api::from_ndarray;
-pub use api::{ArrayView, ArrayViewMut, Element, from_boxed_slice, from_vec, view, view_mut};
-pub use dlpack_core::DType;
-pub use dlpack_core::abi::DLDevice;
 
 #[pymodule]
 fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {

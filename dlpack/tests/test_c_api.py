@@ -54,6 +54,7 @@ _RELEASE_VIEW = ctypes.PYFUNCTYPE(None, ctypes.POINTER(View))
 _COPY_TO = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(View), ctypes.c_void_p, ctypes.c_size_t)
 _COPY_FROM = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(View), ctypes.c_void_p, ctypes.c_size_t)
 _FROM_MEMORY = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.POINTER(Memory))
+_CHECK_MEMORY = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_uint64)
 
 
 class CApi(ctypes.Structure):
@@ -65,6 +66,7 @@ class CApi(ctypes.Structure):
         ("copy_to", _COPY_TO),
         ("copy_from", _COPY_FROM),
         ("from_memory", _FROM_MEMORY),
+        ("check_memory", _CHECK_MEMORY),
     ]
 
 
@@ -259,6 +261,12 @@ def test_from_memory_refused_keeps_the_memory_the_callers():
         API.from_memory(ctypes.byref(owned.memory))
     gc.collect()
     assert owned.released == []
+
+
+def test_check_memory_refuses_what_this_process_cannot_have():
+    assert API.check_memory(1 << 20) == 0
+    with pytest.raises(MemoryError, match="can't allocate"):
+        API.check_memory(1 << 62)
 
 
 def test_from_memory_released_on_the_thread_that_lets_go():

@@ -8,12 +8,16 @@
 //! with the GIL held; one that fails returns -1 (or NULL) with a Python exception set.
 //! `docs/internals.md` gives the C declarations.
 
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use dlpack_core::abi::{DLDataType, DLDevice};
+pub use dlpack_adapter::capi::CAPSULE_NAME;
+use dlpack_adapter::capi::{
+    CApi, Memory, VERSION, VIEW_INDIRECT, VIEW_MUTABLE, VIEW_SWAPPED, View,
+};
+use dlpack_core::abi::DLDevice;
 use dlpack_core::dtype::{DType, Element as Stored};
 use dlpack_core::layout::Layout;
 use pyo3::exceptions::PyRuntimeError;
@@ -21,89 +25,12 @@ use pyo3::ffi::PyObject;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use super::array::{Held, check_disjoint};
+use super::held::{Held, check_disjoint};
 use crate::copy::host;
 use crate::error::{Error, Result};
 use crate::ffi::python;
 use crate::object::{Described, new_view, type_object};
 use crate::tensor::Owner;
-
-/// The table's version: 1 is the first. Bumped when functions are appended.
-pub const VERSION: u32 = 1;
-
-/// The capsule's name, which `PyCapsule_Import("dlpack._dlpack._C_API", 0)` finds.
-pub const CAPSULE_NAME: &CStr = c"dlpack._dlpack._C_API";
-
-/// `View::flags`: the view holds its memory exclusively and may write it.
-pub const VIEW_MUTABLE: u32 = 1;
-/// `View::flags`: the elements are in the other byte order (read them through `copy_to`).
-pub const VIEW_SWAPPED: u32 = 2;
-/// `View::flags`: rows are reached through pointers (suboffsets): `data` is not the elements
-/// (read them through `copy_to`).
-pub const VIEW_INDIRECT: u32 = 4;
-
-/// A view of an object's memory, which the runtime fills; valid, with every pointer in it,
-/// until `release_view`.
-#[repr(C)]
-pub struct View {
-    /// The first element.
-    pub data: *mut c_void,
-    pub device: DLDevice,
-    pub dtype: DLDataType,
-    pub ndim: i32,
-    /// `VIEW_*` bits.
-    pub flags: u32,
-    /// 1 when the memory is read-only.
-    pub readonly: i32,
-    /// `ndim` extents.
-    pub shape: *const i64,
-    /// `ndim` strides, in bytes.
-    pub byte_strides: *const i64,
-    /// The runtime's: what keeps the memory alive and borrowed.
-    pub held: *mut c_void,
-}
-
-/// Memory a caller owns, described for `from_memory`.
-#[repr(C)]
-pub struct Memory {
-    /// The first element (host memory).
-    pub data: *mut c_void,
-    pub dtype: DLDataType,
-    pub ndim: i32,
-    pub readonly: i32,
-    /// `ndim` extents.
-    pub shape: *const i64,
-    /// `ndim` strides in bytes, or NULL for C order.
-    pub byte_strides: *const i64,
-    /// Called once with `context` when nothing reaches the memory any more: on any thread,
-    /// without the GIL, perhaps at interpreter shutdown. NULL: nothing to release.
-    pub release: Option<unsafe extern "C" fn(context: *mut c_void)>,
-    pub context: *mut c_void,
-}
-
-/// The table.
-#[repr(C)]
-pub struct CApi {
-    pub version: u32,
-    /// `size_of` this table, as the runtime was built: the functions it has.
-    pub size: u32,
-    /// Fill `out` with a view of `obj`'s memory (anything `dlpack.asdlpack` reads), held shared,
-    /// or exclusively with `VIEW_MUTABLE` in `flags` (writable host memory no other view holds,
-    /// in any extension). 0, or -1 with the exception `asdlpack` or the borrow raised.
-    pub view: unsafe extern "C" fn(obj: *mut PyObject, flags: u32, out: *mut View) -> c_int,
-    /// Give a view back: its borrow ends and the source may go. Once per filled view.
-    pub release_view: unsafe extern "C" fn(view: *mut View),
-    /// Copy the view's elements, C-ordered and in native byte order, to `dst` (`bytes` long:
-    /// exactly the elements' size). 0 or -1.
-    pub copy_to: unsafe extern "C" fn(view: *const View, dst: *mut c_void, bytes: usize) -> c_int,
-    /// Write `src`'s C-ordered elements (`bytes` long) into a mutable view's memory, any layout.
-    /// 0 or -1.
-    pub copy_from:
-        unsafe extern "C" fn(view: *const View, src: *const c_void, bytes: usize) -> c_int,
-    /// A new `DLPackObject` over `memory` (a new reference), or NULL with an exception set; on
-    /// failure `release` is not called (the memory stays the caller's).
-    pub from_memory: unsafe extern "C" fn(memory: *const Memory) -> *mut PyObject,
-}
 
 static TABLE: CApi = CApi {
     version: VERSION,
@@ -113,6 +40,7 @@ static TABLE: CApi = CApi {
     copy_to,
     copy_from,
     from_memory,
+    check_memory,
 };
 
 /// The capsule the module publishes as `_C_API`.
@@ -156,8 +84,8 @@ fn guarded<T>(failed: T, body: impl FnOnce(Python<'_>) -> Result<T>) -> T {
 /// `view` is null or a `View` that `view` filled and `release_view` has not given back.
 unsafe fn held<'a>(view: *const View) -> Result<&'a Held> {
     // SAFETY: per the contract, null or a live view.
-    let view = unsafe { view.as_ref() }
-        .ok_or_else(|| Error::type_("the dlpack C API got a NULL view"))?;
+    let view =
+        unsafe { view.as_ref() }.ok_or_else(|| Error::type_("the dlpack C API got a NULL view"))?;
     // SAFETY: `held` of a filled view is the `Box<Held>` `view` leaked, alive until released.
     unsafe { view.held.cast::<Held>().as_ref() }
         .ok_or_else(|| Error::value("this view was released or never filled"))
@@ -220,7 +148,9 @@ unsafe extern "C" fn copy_to(view: *const View, dst: *mut c_void, bytes: usize) 
         let tensor = unsafe { held(view) }?.tensor(py);
         exact_size(tensor.nbytes(), bytes)?;
         if dst.is_null() && bytes > 0 {
-            return Err(Error::type_("the dlpack C API's copy_to got a NULL destination"));
+            return Err(Error::type_(
+                "the dlpack C API's copy_to got a NULL destination",
+            ));
         }
         // SAFETY: the caller's `dst` is writable for `bytes` bytes (the elements' size,
         // checked), apart from the view's memory, as `copy_to` asks of it.
@@ -242,7 +172,9 @@ unsafe extern "C" fn copy_from(view: *const View, src: *const c_void, bytes: usi
         exact_size(tensor.nbytes(), bytes)?;
         check_disjoint(tensor)?;
         if src.is_null() && bytes > 0 {
-            return Err(Error::type_("the dlpack C API's copy_from got a NULL source"));
+            return Err(Error::type_(
+                "the dlpack C API's copy_from got a NULL source",
+            ));
         }
         // SAFETY: the caller's `src` is readable for `bytes` bytes (the elements' size,
         // checked); the view holds its writable host memory alone (exclusive borrow), whose
@@ -276,7 +208,10 @@ unsafe impl Sync for Release {}
 
 impl Drop for Release {
     fn drop(&mut self) {
-        if let Some(release) = self.release.filter(|_| !self.disarmed.load(Ordering::Acquire)) {
+        if let Some(release) = self
+            .release
+            .filter(|_| !self.disarmed.load(Ordering::Acquire))
+        {
             // SAFETY: the caller's callback, called once (this value is dropped once) with its
             // context, as `from_memory`'s contract allows on any thread.
             unsafe { release(self.context) };
@@ -337,5 +272,12 @@ unsafe extern "C" fn from_memory(memory: *const Memory) -> *mut PyObject {
                 Err(err)
             }
         }
+    })
+}
+
+unsafe extern "C" fn check_memory(bytes: u64) -> c_int {
+    guarded(-1, |_py| {
+        dlpack_core::available::check(bytes, "memory")?;
+        Ok(0)
     })
 }

@@ -1,16 +1,7 @@
-//! The Rust API: PyO3 extensions accept any array through [`view`] and hand arrays back with
-//! [`from_vec`]. See the crate's documentation for the safety model.
+//! What other extensions reach this runtime through: the C API table (`capi`, published as
+//! `dlpack._dlpack._C_API`), views' holds on memory (`held`), and the one registry of borrowed
+//! memory (`borrows`). The `dlpack-adapter` crate is its Rust client.
 
-mod array;
 mod borrows;
 pub mod capi;
-mod element;
-#[cfg(feature = "ndarray")]
-mod ndarray;
-mod owned;
-
-pub use array::{ArrayView, ArrayViewMut, view, view_mut};
-pub use element::Element;
-#[cfg(feature = "ndarray")]
-pub use owned::from_ndarray;
-pub use owned::{from_boxed_slice, from_vec};
+mod held;

@@ -55,20 +55,12 @@ pub fn reduce_ex<'py>(
             device.device_type, device.device_id
         )));
     }
-    let reconstructor = match RECONSTRUCTOR.get(py) {
-        Some(function) => function.bind(py).clone(),
-        // This crate linked into another extension (the Rust API): its objects unpickle as the
-        // `dlpack` package's, which must then be installed.
-        None => py
-            .import("dlpack._dlpack")
-            .and_then(|module| module.getattr("_from_buffer"))
-            .map_err(|err| {
-                Error::runtime(format!(
-                    "pickling a DLPackObject needs the dlpack package (pip install \
-                     dlpack-adapter): {err}"
-                ))
-            })?,
-    };
+    // Set when the module is initialised, before any DLPackObject can exist.
+    let reconstructor = RECONSTRUCTOR
+        .get(py)
+        .ok_or_else(|| Error::runtime("internal error: no reconstructor registered"))?
+        .bind(py)
+        .clone();
     let reconstructor = &reconstructor;
     let typestr = tensor.dtype().typestr(tensor.swapped());
     let name = tensor.dtype().name();

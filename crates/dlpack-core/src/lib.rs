@@ -31,15 +31,19 @@
 //! ```
 
 pub mod abi;
+#[cfg(feature = "runtime")]
 pub mod available;
+#[cfg(feature = "runtime")]
 pub mod copy;
+#[cfg(feature = "runtime")]
 pub mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod layout;
+#[cfg(feature = "runtime")]
 pub mod memory;
-#[cfg(target_os = "linux")]
+#[cfg(all(feature = "runtime", target_os = "linux"))]
 pub mod share;
 
 pub use dtype::DType;

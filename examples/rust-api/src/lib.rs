@@ -2,14 +2,34 @@
 //! host, bytes, array.array, Arrow columns, a `DLPackObject`) and return arrays every library
 //! takes, through `dlpack_adapter`.
 
-use dlpack_adapter::{ArrayView, from_ndarray, from_vec, view, view_mut};
+use dlpack_adapter::{Array, ArrayMut, from_ndarray, from_vec, view, view_mut};
 use pyo3::prelude::*;
 
-/// The sum of a float64 array of any layout (a C-ordered copy when not contiguous).
+/// The sum of a float64 array of any layout (a C-ordered copy when not contiguous): a typed
+/// argument, so another element type is a TypeError naming `x`.
 #[pyfunction]
-fn total(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
-    let v: ArrayView<'_> = view(obj)?;
-    Ok(v.to_vec::<f64>()?.iter().sum())
+fn total(x: Array<'_, f64>) -> PyResult<f64> {
+    Ok(x.to_vec()?.iter().sum())
+}
+
+/// Add `value` to every element of a writable, contiguous float64 array, in place.
+#[pyfunction]
+fn add_in_place(mut y: ArrayMut<'_, f64>, value: f64) -> PyResult<()> {
+    for v in y.as_slice_mut()? {
+        *v += value;
+    }
+    Ok(())
+}
+
+/// Call `during()` while a mutable view of `obj` is held, and return what it returns: any other
+/// view of that memory meanwhile, in this extension or another, is a BufferError.
+#[pyfunction]
+fn while_held_mutably<'py>(
+    obj: &Bound<'py, PyAny>,
+    during: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let _held = view_mut(obj)?;
+    during.call0()
 }
 
 /// The sum of a contiguous float64 array, read in place.
@@ -125,6 +145,8 @@ fn mismatched<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
 #[pymodule]
 fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(total, m)?)?;
+    m.add_function(wrap_pyfunction!(add_in_place, m)?)?;
+    m.add_function(wrap_pyfunction!(while_held_mutably, m)?)?;
     m.add_function(wrap_pyfunction!(total_in_place, m)?)?;
     m.add_function(wrap_pyfunction!(first, m)?)?;
     m.add_function(wrap_pyfunction!(describe, m)?)?;

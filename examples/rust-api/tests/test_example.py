@@ -5,6 +5,7 @@ import array
 import gc
 import threading
 
+import dlpack_bench_rust_api as other
 import dlpack_example as ex
 import jax
 import jax.numpy as jnp
@@ -63,7 +64,7 @@ def test_in_place_reads_need_contiguous_memory_of_the_type():
     with pytest.raises(BufferError, match="not C-contiguous"):
         ex.total_in_place(np.arange(10.0)[::2])
     with pytest.raises(TypeError, match="holds float32, not float64"):
-        ex.total(np.arange(3, dtype=np.float32))
+        ex.total_in_place(np.arange(3, dtype=np.float32))
     with pytest.raises(TypeError, match="holds int64, not float32"):
         ex.first(torch.arange(3))
     # Non-native byte order is no slice, but copies in native order.
@@ -129,8 +130,11 @@ def test_device_memory_is_refused_naming_the_device():
                 "version": 3,
             }
 
-    with pytest.raises(BufferError):
+    with pytest.raises(BufferError, match="CUDA"):
+        ex.copy_out(OnCuda())
+    with pytest.raises(TypeError, match="CUDA") as info:  # a typed argument names itself
         ex.total(OnCuda())
+    assert isinstance(info.value.__cause__, BufferError)
 
 
 def test_row_sums_through_ndarray_any_strides():
@@ -144,9 +148,9 @@ def test_row_sums_through_ndarray_any_strides():
 
 def test_arrays_made_in_rust_reach_every_library():
     obj = ex.arange(5)
-    # The extension's own copy of the type (it links the crate), speaking every protocol.
-    assert type(obj).__name__ == "DLPackObject" and obj.shape == (5,)
-    assert hasattr(type(obj), "__dlpack_c_exchange_api__")
+    # The runtime's one type, made through its C API: the package's own objects.
+    assert type(obj) is dlpack.DLPackObject and obj.shape == (5,)
+    assert dlpack.asdlpack(obj) is obj
     assert dlpack.asdlpack(obj).dtype == "float32"
     np.testing.assert_array_equal(np.from_dlpack(obj), np.arange(5, dtype=np.float32))
     t = torch.from_dlpack(ex.arange(5))
@@ -205,3 +209,42 @@ def test_a_mutable_view_needs_its_memory_alone():
     # The views are given back: the same call works again.
     ex.axpy(a[:2], 1.0, a[2:])
     np.testing.assert_array_equal(a, [22, 34, 2, 3])
+
+
+def test_views_in_two_extensions_share_one_registry():
+    """A mutable view held in this extension excludes every view of overlapping memory in
+    another (the benchmark extension, built on the same crate), whichever producer hands the
+    memory over there: one registry, the runtime's, for the whole process."""
+    a = np.arange(8.0)
+    for same_memory in (a, a[2:5], torch.from_numpy(a), dlpack.asdlpack(a[::-1])):
+        with pytest.raises(BufferError, match="borrowed mutably"):
+            ex.while_held_mutably(a, lambda x=same_memory: other.total_view(x))
+    # Disjoint memory, and the same memory once the mutable view is given back, are fine.
+    assert ex.while_held_mutably(a[:4], lambda: other.total_view(a[4:])) == 4 + 5 + 6 + 7
+    assert other.total_view(a) == a.sum()
+    # And the other way round: a shared view there (a typed argument) excludes writing here.
+    b = np.zeros(3)
+    with pytest.raises(BufferError, match="borrowed"):
+        ex.while_held_mutably(b, lambda: ex.while_held_mutably(b, lambda: None))
+
+
+def test_typed_arguments_name_the_argument():
+    # PyO3 names the argument of a TypeError ("while processing 'x'").
+    assert ex.total(np.arange(4.0)) == 6.0
+    with pytest.raises(
+        TypeError, match="(?s)expected an array of float64, got an array of float32.*'x'"
+    ):
+        ex.total(np.arange(4, dtype=np.float32))
+    with pytest.raises(TypeError, match="(?s)expected an array of float64: .*__dlpack__.*'x'"):
+        ex.total(object())
+    y = np.zeros(3)
+    ex.add_in_place(y, 2.0)
+    np.testing.assert_array_equal(y, [2.0, 2.0, 2.0])
+    read_only = np.zeros(3)
+    read_only.flags.writeable = False
+    with pytest.raises(
+        TypeError, match="(?s)expected a writable array of float64: .*read-only.*'y'"
+    ) as info:
+        ex.add_in_place(read_only, 1.0)
+    assert isinstance(info.value.__cause__, BufferError)
+    assert not read_only.any()

@@ -1,36 +1,37 @@
-//! `from_vec`: a `DLPackObject` over memory a Rust value owns, freed when the last consumer
-//! lets go (on whichever thread that is, without Python).
+//! `from_vec`: a `DLPackObject` (the runtime's one type) over memory a Rust value owns, freed
+//! when the last consumer lets go (on whichever thread that is, without Python).
 
-use std::sync::Arc;
+use std::ffi::c_void;
 
-use dlpack_core::abi::DLDevice;
-use dlpack_core::dtype::Element as Stored;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use super::element::Element;
-use crate::error::{Error, Result};
-use crate::object::{Described, new_view, type_object};
-use crate::tensor::{Layout, Owner};
+use crate::capi::{self, Memory};
+use crate::element::Element;
 
 /// A `Vec`'s heap memory, taken apart so that consumers may write it through the raw address
-/// the `DLPackObject` hands out; rebuilt and freed on drop.
+/// the `DLPackObject` hands out; rebuilt and freed when the runtime releases it.
 struct VecMemory<T> {
     ptr: *mut T,
     len: usize,
     capacity: usize,
 }
 
-// SAFETY: the memory is the `Vec`'s, owned by this value alone; `T` is `Send + Sync`
-// (`Element`).
-unsafe impl<T: Element> Send for VecMemory<T> {}
-// SAFETY: shared access hands out nothing (consumers reach the memory by its address only).
-unsafe impl<T: Element> Sync for VecMemory<T> {}
-
 impl<T> Drop for VecMemory<T> {
     fn drop(&mut self) {
         // SAFETY: the parts of a `Vec` taken apart in `from_vec`, rebuilt once.
         drop(unsafe { Vec::from_raw_parts(self.ptr, self.len, self.capacity) });
     }
+}
+
+/// The runtime's release callback for a `VecMemory<T>` boxed as `context`.
+///
+/// # Safety
+/// `context` is a `Box<VecMemory<T>>` made by `from_vec`, released once (the runtime's word);
+/// `T: Send` lets that happen on any thread.
+unsafe extern "C" fn release<T: Element>(context: *mut c_void) {
+    // SAFETY: per the contract.
+    drop(unsafe { Box::from_raw(context.cast::<VecMemory<T>>()) });
 }
 
 /// A `DLPackObject` owning `data` (no copy), of `shape` in C order: writable host memory that
@@ -52,28 +53,47 @@ pub fn from_vec<'py, T: Element>(
     data: Vec<T>,
     shape: &[usize],
 ) -> PyResult<Bound<'py, PyAny>> {
-    let layout = c_layout::<T>(shape, data.len())?;
+    let count = shape.iter().try_fold(1usize, |n, &k| n.checked_mul(k));
+    if count != Some(data.len()) {
+        return Err(PyValueError::new_err(format!(
+            "shape {shape:?} holds {} elements, the data {}",
+            count.map_or_else(|| "too many".to_owned(), |n| n.to_string()),
+            data.len()
+        )));
+    }
+    let extents = shape
+        .iter()
+        .map(|&n| i64::try_from(n).map_err(|_| PyValueError::new_err("shape too large")))
+        .collect::<PyResult<Vec<i64>>>()?;
+    let api = capi::api(py)?;
     let mut data = std::mem::ManuallyDrop::new(data);
-    let memory = VecMemory {
+    let memory = Box::new(VecMemory {
         ptr: data.as_mut_ptr(),
         len: data.len(),
         capacity: data.capacity(),
-    };
-    let described = Described {
+    });
+    let described = Memory {
         data: memory.ptr.cast(),
-        device: DLDevice::CPU,
-        element: Stored {
-            dtype: T::DTYPE,
-            swapped: false,
-        },
-        layout,
-        readonly: false,
+        dtype: T::DTYPE.0,
+        ndim: extents.len() as i32,
+        readonly: 0,
+        shape: extents.as_ptr(),
+        byte_strides: std::ptr::null(),
+        release: Some(release::<T>),
+        context: Box::into_raw(memory).cast(),
     };
-    type_object(py)?; // the type exists once the module is loaded, or this crate is linked in
-    // SAFETY: the layout (C order, checked against the length) addresses the `Vec`'s `len`
-    // elements of `T`'s type in native byte order: host memory, writable, which the owner
-    // keeps until the last holder lets go.
-    Ok(unsafe { new_view(py, Owner::Held(Arc::new(memory)), described) }?)
+    // SAFETY: the GIL is held; `described` addresses the `Vec`'s `len` elements of `T`'s type
+    // in C order (the shape holds exactly that many, checked): host memory, writable, owned by
+    // the boxed context until the runtime calls `release` once.
+    let object = unsafe { (api.from_memory)(&described) };
+    if object.is_null() {
+        // Refused: the runtime never calls `release`, so the memory is still ours to free.
+        // SAFETY: the box made above, released here once instead.
+        unsafe { release::<T>(described.context) };
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new reference the runtime made.
+    Ok(unsafe { Bound::from_owned_ptr(py, object) })
 }
 
 /// `from_vec` for a boxed slice.
@@ -102,27 +122,11 @@ pub fn from_ndarray<'py, T: Element>(
         // A slice of a larger array: only its elements go.
         let view = ndarray::ArrayView::from_shape(shape.clone(), &data[offset.unwrap_or(0)..]);
         let data = view
-            .map_err(|e| Error::value(e.to_string()))?
+            .map_err(|e| PyValueError::new_err(e.to_string()))?
             .iter()
             .copied()
             .collect();
         return from_vec(py, data, &shape);
     }
     from_vec(py, array.iter().copied().collect(), &shape)
-}
-
-/// The C-ordered layout of `shape` for `len` elements of `T`.
-fn c_layout<T: Element>(shape: &[usize], len: usize) -> Result<Layout> {
-    let count = shape.iter().try_fold(1usize, |n, &k| n.checked_mul(k));
-    if count != Some(len) {
-        return Err(Error::value(format!(
-            "shape {shape:?} holds {} elements, the data {len}",
-            count.map_or_else(|| "too many".to_owned(), |n| n.to_string())
-        )));
-    }
-    let extents = shape
-        .iter()
-        .map(|&n| i64::try_from(n).map_err(|_| Error::value("shape too large")))
-        .collect::<Result<Vec<i64>>>()?;
-    Ok(Layout::c_order(&extents, T::DTYPE.itemsize())?)
 }

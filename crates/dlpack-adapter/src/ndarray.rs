@@ -1,10 +1,10 @@
 //! `ndarray` views of a tensor's elements (the `ndarray` feature): ndarray takes non-negative
 //! strides from the lowest address, so reversed axes are built forwards and flipped back.
 
+use dlpack_core::layout::Layout;
 use ndarray::{ArrayBase, Axis, IxDyn, RawData, ShapeBuilder, StrideShape};
-
-use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use pyo3::PyResult;
+use pyo3::exceptions::PyBufferError;
 
 /// The axes of a layout that run backwards in memory, to flip back once built forwards.
 pub(super) struct Reversed(Vec<usize>);
@@ -22,16 +22,16 @@ impl Reversed {
 /// layout from there (strides in whole elements, none negative) and the axes it reverses; a
 /// `BufferError` for byte strides that are not whole elements.
 pub(super) fn lowest_first<T>(
-    tensor: &Tensor,
+    layout: &Layout,
     first: *mut T,
-) -> Result<(*mut T, StrideShape<IxDyn>, Reversed)> {
-    let Some(strides) = tensor.layout().strides() else {
-        return Err(Error::buffer(
+) -> PyResult<(*mut T, StrideShape<IxDyn>, Reversed)> {
+    let Some(strides) = layout.strides() else {
+        return Err(PyBufferError::new_err(
             "this array's byte strides are not whole elements, so ndarray can't view it; \
              to_vec() copies it",
         ));
     };
-    let shape = tensor.layout().shape();
+    let shape = layout.shape();
     let empty = shape.contains(&0);
     let mut ptr = first;
     let mut forwards = Vec::with_capacity(strides.len());
