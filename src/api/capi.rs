@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use dlpack_adapter::capi::CAPSULE_NAME;
 use dlpack_adapter::capi::{
-    CApi, Memory, VERSION, VIEW_INDIRECT, VIEW_MUTABLE, VIEW_SWAPPED, View,
+    CApi, Memory, VERSION, VIEW_C_CONTIGUOUS, VIEW_INDIRECT, VIEW_MUTABLE, VIEW_SWAPPED, View,
 };
 use dlpack_core::abi::DLDevice;
 use dlpack_core::dtype::{DType, Element as Stored};
@@ -55,24 +55,16 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     Ok(unsafe { capsule.cast_into_unchecked() })
 }
 
-/// Run `body` attached to Python; an error or a panic becomes a raised exception and `failed`.
-fn guarded<T>(failed: T, body: impl FnOnce(Python<'_>) -> Result<T>) -> T {
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        Python::attach(|py| match body(py) {
-            Ok(value) => Ok(value),
-            Err(err) => {
-                PyErr::from(err).restore(py);
-                Err(())
-            }
-        })
-    }));
-    match outcome {
+/// Run `body`; an error or a panic becomes a raised exception and `failed`.
+fn guarded<T>(py: Python<'_>, failed: T, body: impl FnOnce(Python<'_>) -> Result<T>) -> T {
+    match catch_unwind(AssertUnwindSafe(|| body(py))) {
         Ok(Ok(value)) => value,
-        Ok(Err(())) => failed,
+        Ok(Err(err)) => {
+            PyErr::from(err).restore(py);
+            failed
+        }
         Err(_) => {
-            Python::attach(|py| {
-                PyRuntimeError::new_err("dlpack: internal error (panic) in the C API").restore(py);
-            });
+            PyRuntimeError::new_err("dlpack: internal error (panic) in the C API").restore(py);
             failed
         }
     }
@@ -92,7 +84,9 @@ unsafe fn held<'a>(view: *const View) -> Result<&'a Held> {
 }
 
 unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut View) -> c_int {
-    guarded(-1, |py| {
+    // SAFETY: the table's contract: every function is called holding the GIL.
+    let py = unsafe { Python::assume_attached() };
+    guarded(py, -1, |py| {
         if obj.is_null() || out.is_null() {
             return Err(Error::type_("the dlpack C API's view got a NULL argument"));
         }
@@ -107,6 +101,9 @@ unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut View) -> c_i
         }
         if tensor.indirect() {
             bits |= VIEW_INDIRECT;
+        }
+        if layout.is_c_contiguous() {
+            bits |= VIEW_C_CONTIGUOUS;
         }
         let filled = View {
             data: tensor.data(),
@@ -127,7 +124,9 @@ unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut View) -> c_i
 }
 
 unsafe extern "C" fn release_view(view: *mut View) {
-    guarded((), |_py| {
+    // SAFETY: the table's contract: every function is called holding the GIL.
+    let py = unsafe { Python::assume_attached() };
+    guarded(py, (), |_py| {
         // SAFETY: the caller passes a view `view` filled, or null.
         let Some(view) = (unsafe { view.as_mut() }) else {
             return Ok(());
@@ -143,7 +142,9 @@ unsafe extern "C" fn release_view(view: *mut View) {
 }
 
 unsafe extern "C" fn copy_to(view: *const View, dst: *mut c_void, bytes: usize) -> c_int {
-    guarded(-1, |py| {
+    // SAFETY: the table's contract: every function is called holding the GIL.
+    let py = unsafe { Python::assume_attached() };
+    guarded(py, -1, |py| {
         // SAFETY: per `copy_to`'s contract, a filled view or null.
         let tensor = unsafe { held(view) }?.tensor(py);
         exact_size(tensor.nbytes(), bytes)?;
@@ -160,7 +161,9 @@ unsafe extern "C" fn copy_to(view: *const View, dst: *mut c_void, bytes: usize) 
 }
 
 unsafe extern "C" fn copy_from(view: *const View, src: *const c_void, bytes: usize) -> c_int {
-    guarded(-1, |py| {
+    // SAFETY: the table's contract: every function is called holding the GIL.
+    let py = unsafe { Python::assume_attached() };
+    guarded(py, -1, |py| {
         // SAFETY: per `copy_from`'s contract, a filled view or null.
         let held = unsafe { held(view) }?;
         if !held.exclusive() {
@@ -220,7 +223,9 @@ impl Drop for Release {
 }
 
 unsafe extern "C" fn from_memory(memory: *const Memory) -> *mut PyObject {
-    guarded(std::ptr::null_mut(), |py| {
+    // SAFETY: the table's contract: every function is called holding the GIL.
+    let py = unsafe { Python::assume_attached() };
+    guarded(py, std::ptr::null_mut(), |py| {
         // SAFETY: the caller passes a readable `Memory` or null.
         let memory = unsafe { memory.as_ref() }
             .ok_or_else(|| Error::type_("the dlpack C API's from_memory got NULL"))?;
@@ -276,7 +281,9 @@ unsafe extern "C" fn from_memory(memory: *const Memory) -> *mut PyObject {
 }
 
 unsafe extern "C" fn check_memory(bytes: u64) -> c_int {
-    guarded(-1, |_py| {
+    // SAFETY: the table's contract: every function is called holding the GIL.
+    let py = unsafe { Python::assume_attached() };
+    guarded(py, -1, |_py| {
         dlpack_core::available::check(bytes, "memory")?;
         Ok(0)
     })

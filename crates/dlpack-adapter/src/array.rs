@@ -10,7 +10,7 @@ use dlpack_core::layout::{Layout, SelfOverlap, self_overlap};
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::capi::{self, CApi, VIEW_INDIRECT, VIEW_MUTABLE, VIEW_SWAPPED, View};
+use crate::capi::{self, CApi, VIEW_C_CONTIGUOUS, VIEW_INDIRECT, VIEW_MUTABLE, VIEW_SWAPPED, View};
 use crate::element::Element;
 
 /// A read-only view of an array's memory, from any object `asdlpack` accepts, without a copy.
@@ -18,7 +18,7 @@ use crate::element::Element;
 /// (see the crate's safety model), until dropped.
 pub struct ArrayView<'py> {
     view: View,
-    layout: Layout,
+    numel: usize,
     api: &'static CApi,
     py: Python<'py>,
 }
@@ -66,49 +66,55 @@ impl<'py> ArrayView<'py> {
         }
         // SAFETY: the runtime filled it (status 0).
         let view = unsafe { filled.assume_init() };
-        let ndim = view.ndim as usize;
-        let dims = |ptr: *const i64| -> &[i64] {
-            if ndim == 0 {
-                return &[];
-            }
-            // SAFETY: a filled view's shape and strides hold `ndim` values each, valid until
-            // it is released (after the layout below copies them).
-            unsafe { std::slice::from_raw_parts(ptr, ndim) }
-        };
-        let dtype = DType(view.dtype);
-        let layout = Layout::from_byte_strides(
-            dims(view.shape),
-            Some(dims(view.byte_strides)),
-            dtype.itemsize(),
-        );
         let mut made = ArrayView {
             view,
-            layout: Layout::from_byte_strides(&[], None, 1).expect("a 0-d layout"),
+            numel: 0,
             api,
             py,
         };
-        // A layout the runtime described is one it checked; the error is kept anyway.
-        made.layout = layout.map_err(|e| PyValueError::new_err(format!("{e:?}")))?;
+        // The runtime's layouts count fewer than 2**63 elements.
+        made.numel = made.shape().iter().product::<i64>() as usize;
         Ok(made)
+    }
+
+    /// `ndim` values at `ptr`: the view's shape or strides.
+    fn dims(&self, ptr: *const i64) -> &[i64] {
+        if self.view.ndim <= 0 {
+            return &[];
+        }
+        // SAFETY: a filled view's shape and strides hold `ndim` values each, valid until it is
+        // released (when `self` drops).
+        unsafe { std::slice::from_raw_parts(ptr, self.view.ndim as usize) }
+    }
+
+    /// The view's layout, for the checks that need its math.
+    fn layout(&self) -> PyResult<Layout> {
+        Layout::from_byte_strides(
+            self.shape(),
+            Some(self.byte_strides()),
+            self.dtype().itemsize(),
+        )
+        // A layout the runtime described is one it checked; the error is kept anyway.
+        .map_err(|e| PyValueError::new_err(format!("{e:?}")))
     }
 
     /// Extents, one per dimension.
     pub fn shape(&self) -> &[i64] {
-        self.layout.shape()
+        self.dims(self.view.shape)
     }
 
     /// Strides in bytes, one per dimension (negative where the memory runs backwards).
     pub fn byte_strides(&self) -> &[i64] {
-        self.layout.byte_strides()
+        self.dims(self.view.byte_strides)
     }
 
     pub fn ndim(&self) -> usize {
-        self.layout.ndim()
+        self.shape().len()
     }
 
     /// The number of elements.
     pub fn len(&self) -> usize {
-        self.layout.numel() as usize
+        self.numel
     }
 
     pub fn is_empty(&self) -> bool {
@@ -131,7 +137,7 @@ impl<'py> ArrayView<'py> {
 
     /// C-contiguous (extents of 1 may have any stride).
     pub fn is_c_contiguous(&self) -> bool {
-        self.layout.is_c_contiguous()
+        self.view.flags & VIEW_C_CONTIGUOUS != 0
     }
 
     /// The address of the first element (device memory is described, never read).
@@ -144,12 +150,12 @@ impl<'py> ArrayView<'py> {
     pub fn as_slice<T: Element>(&self) -> PyResult<&[T]> {
         self.check_type::<T>()?;
         self.in_place::<T>()?;
-        if !self.layout.is_c_contiguous() {
+        if !self.is_c_contiguous() {
             return Err(PyBufferError::new_err(format!(
                 "this array is not C-contiguous (shape {:?}, byte strides {:?}); to_vec() \
                  copies it in C order",
-                self.layout.shape(),
-                self.layout.byte_strides()
+                self.shape(),
+                self.byte_strides()
             )));
         }
         let data = self.element_ptr::<T>();
@@ -201,7 +207,7 @@ impl<'py> ArrayView<'py> {
         self.check_type::<T>()?;
         self.in_place::<T>()?;
         let (ptr, shape, reversed) =
-            crate::ndarray::lowest_first::<T>(&self.layout, self.element_ptr::<T>())?;
+            crate::ndarray::lowest_first::<T>(&self.layout()?, self.element_ptr::<T>())?;
         if T::CHECKED {
             self.to_vec::<T>()?; // reads, and so checks, every element
         }
@@ -270,9 +276,7 @@ impl<'py> ArrayView<'py> {
             ));
         }
         let aligned = |address: i64| address.rem_euclid(align_of::<T>() as i64) == 0;
-        if !aligned(self.view.data as i64)
-            || !self.layout.byte_strides().iter().all(|&s| aligned(s))
-        {
+        if !aligned(self.view.data as i64) || !self.byte_strides().iter().all(|&s| aligned(s)) {
             return Err(PyBufferError::new_err(format!(
                 "this array's elements are not aligned for {} in memory; to_vec() copies them",
                 T::DTYPE.name()
@@ -330,7 +334,7 @@ impl ArrayViewMut<'_> {
         self.check_disjoint()?;
         self.view.as_array::<T>()?;
         let (ptr, shape, reversed) =
-            crate::ndarray::lowest_first::<T>(&self.view.layout, self.view.element_ptr::<T>())?;
+            crate::ndarray::lowest_first::<T>(&self.view.layout()?, self.view.element_ptr::<T>())?;
         // SAFETY: as `as_array` vouched, plus: writable memory (`view_mut`) this view alone
         // holds (exclusive; `&mut self` for the result's life), no two elements sharing bytes.
         let mut array = unsafe { ::ndarray::ArrayViewMutD::from_shape_ptr(shape, ptr) };
@@ -341,8 +345,7 @@ impl ArrayViewMut<'_> {
     /// A `BufferError` if two elements lie in the same bytes (a broadcast view), which no
     /// write can serve faithfully.
     fn check_disjoint(&self) -> PyResult<()> {
-        let layout = &self.view.layout;
-        let dims = layout.shape().iter().zip(layout.byte_strides());
+        let dims = self.view.shape().iter().zip(self.view.byte_strides());
         let overlap = self_overlap(
             dims.map(|(&n, &s)| (n as u64, s)),
             self.view.dtype().itemsize() as u64,

@@ -28,6 +28,8 @@ pub const VIEW_SWAPPED: u32 = 2;
 /// `View::flags`: rows are reached through pointers (suboffsets): `data` is not the elements
 /// (read them through `copy_to`).
 pub const VIEW_INDIRECT: u32 = 4;
+/// `View::flags`: the elements are C-contiguous (extents of 1 may have any stride).
+pub const VIEW_C_CONTIGUOUS: u32 = 8;
 
 /// A view of an object's memory, which the runtime fills; valid, with every pointer in it,
 /// until `release_view`.
