@@ -3,6 +3,7 @@ library: what an extension built on dlpack-adapter's Rust API sees."""
 
 import array
 import gc
+import re
 import threading
 
 import dlpack_bench_rust_api as other
@@ -248,3 +249,48 @@ def test_typed_arguments_name_the_argument():
         ex.add_in_place(read_only, 1.0)
     assert isinstance(info.value.__cause__, BufferError)
     assert not read_only.any()
+
+
+def _run_child(code, tmp_path):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-P", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "fake, message",
+    [
+        ("", "needs the dlpack Python package .* C API version 1 or later: "),
+        (
+            "__version__ = '0.0.1'\n",
+            "C API version 1 or later; the installed dlpack 0.0.1 has no C API",
+        ),
+    ],
+    ids=["missing", "too-old"],
+)
+def test_a_missing_or_too_old_dlpack_is_an_import_error(tmp_path, fake, message):
+    """The crate finds the runtime on first use: without one (an empty dlpack package first on
+    sys.path) or with one that has no C API, the call is an ImportError naming both versions."""
+    package = tmp_path / "shadow" / "dlpack"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    if fake:
+        (package / "_dlpack.py").write_text(fake)
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path / 'shadow')!r})\n"
+        "import array, dlpack_example as ex\n"
+        "try:\n"
+        "    ex.total_in_place(array.array('d', [1.0]))\n"
+        "except ImportError as exc:\n"
+        "    print('ImportError:', exc)\n"
+    )
+    out = _run_child(code, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert re.search(message, out.stdout), out.stdout
