@@ -126,16 +126,15 @@ unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut View) -> c_i
 unsafe extern "C" fn release_view(view: *mut View) {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
-    guarded(py, (), |_py| {
+    guarded(py, (), |py| {
         // SAFETY: the caller passes a view `view` filled, or null.
         let Some(view) = (unsafe { view.as_mut() }) else {
             return Ok(());
         };
         let held = std::mem::replace(&mut view.held, std::ptr::null_mut());
         if !held.is_null() {
-            // SAFETY: the `Box<Held>` `view` leaked, given back once (the field is now null);
-            // dropped with the GIL held (`guarded` attached).
-            drop(unsafe { Box::from_raw(held.cast::<Held>()) });
+            // SAFETY: the `Box<Held>` `view` leaked, given back once (the field is now null).
+            unsafe { Box::from_raw(held.cast::<Held>()) }.release(py);
         }
         Ok(())
     })

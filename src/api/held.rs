@@ -74,6 +74,25 @@ impl Held {
     pub(crate) fn exclusive(&self) -> bool {
         self.exclusive
     }
+
+    /// Give the hold back, the GIL held (`_py`): an imported tensor's owner is released
+    /// directly, where dropping it would first ask whether this thread may attach.
+    pub(crate) fn release(self: Box<Self>, _py: Python<'_>) {
+        let raw = Box::into_raw(self);
+        // SAFETY: the box's contents, live and ours alone; each field is dropped or released
+        // once below, and the box is then freed as uninitialised memory.
+        let held = unsafe { &mut *raw };
+        match &mut held.source {
+            // SAFETY: the GIL is held (`_py`); the tensor is live and never used again.
+            Source::Imported(tensor) => unsafe { Tensor::release_attached_in_place(tensor) },
+            // SAFETY: dropped once, here.
+            Source::Object(object) => unsafe { std::ptr::drop_in_place(object) },
+        }
+        // SAFETY: dropped once, here.
+        unsafe { std::ptr::drop_in_place(&raw mut held._borrow) };
+        // SAFETY: the allocation `Box::into_raw` gave, its contents released above.
+        drop(unsafe { Box::from_raw(raw.cast::<std::mem::MaybeUninit<Held>>()) });
+    }
 }
 
 // -- what a view checks ------------------------------------------------------------------------

@@ -25,20 +25,31 @@ pub struct ArrayMut<'py, T: Element> {
     _element: PhantomData<T>,
 }
 
-/// The argument's refusal as a `TypeError` (which PyO3 prefixes with the argument's name),
-/// with the view's own error as its cause.
-fn refused(py: Python<'_>, what: &str, err: PyErr) -> PyErr {
-    let wrapped = PyTypeError::new_err(format!("expected {what}: {}", err.value(py)));
+/// What an argument of `T`s must be, for its errors (written only when one is raised).
+fn what<T: Element>(writable: bool) -> String {
+    let writable = if writable { "a writable" } else { "an" };
+    format!("{writable} array of {}", T::DTYPE.name())
+}
+
+/// The argument's refusal as a `TypeError` (which PyO3 names the argument in), with the view's
+/// own error as its cause.
+fn refused<T: Element>(py: Python<'_>, writable: bool, err: PyErr) -> PyErr {
+    let wrapped = PyTypeError::new_err(format!(
+        "expected {}: {}",
+        what::<T>(writable),
+        err.value(py)
+    ));
     wrapped.set_cause(py, Some(err));
     wrapped
 }
 
-fn element_type<T: Element>(view: &ArrayView<'_>, what: &str) -> PyResult<()> {
+fn element_type<T: Element>(view: &ArrayView<'_>, writable: bool) -> PyResult<()> {
     if view.dtype() == T::DTYPE {
         return Ok(());
     }
     Err(PyTypeError::new_err(format!(
-        "expected {what}, got an array of {}",
+        "expected {}, got an array of {}",
+        what::<T>(writable),
         view.dtype().name()
     )))
 }
@@ -47,10 +58,8 @@ impl<'a, 'py, T: Element> FromPyObject<'a, 'py> for Array<'py, T> {
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let py = obj.py();
-        let what = format!("an array of {}", T::DTYPE.name());
-        let view = view(&obj).map_err(|err| refused(py, &what, err))?;
-        element_type::<T>(&view, &what)?;
+        let view = view(&obj).map_err(|err| refused::<T>(obj.py(), false, err))?;
+        element_type::<T>(&view, false)?;
         Ok(Array {
             view,
             _element: PhantomData,
@@ -62,10 +71,8 @@ impl<'a, 'py, T: Element> FromPyObject<'a, 'py> for ArrayMut<'py, T> {
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let py = obj.py();
-        let what = format!("a writable array of {}", T::DTYPE.name());
-        let view = view_mut(&obj).map_err(|err| refused(py, &what, err))?;
-        element_type::<T>(&view, &what)?;
+        let view = view_mut(&obj).map_err(|err| refused::<T>(obj.py(), true, err))?;
+        element_type::<T>(&view, true)?;
         Ok(ArrayMut {
             view,
             _element: PhantomData,
