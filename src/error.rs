@@ -124,3 +124,35 @@ impl From<Error> for PyErr {
         }
     }
 }
+
+/// A caught panic's message, for the `RuntimeError` (or a consumer's error callback) that
+/// reports it.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|m| m.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned());
+    format!("dlpack: internal error (a Rust panic, a bug): {message}")
+}
+
+/// Run a C entry point's `body` attached (`py`): its value; or `failed`, with its error raised,
+/// or a panic raised as a `RuntimeError` naming it (not PyO3's `PanicException`, a
+/// BaseException that `except Exception` misses). Nothing unwinds into C.
+pub fn at_c_boundary<T, E: Into<PyErr>>(
+    py: Python<'_>,
+    failed: T,
+    body: impl FnOnce(Python<'_>) -> std::result::Result<T, E>,
+) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(py))) {
+        Ok(Ok(value)) => value,
+        Ok(Err(err)) => {
+            err.into().restore(py);
+            failed
+        }
+        Err(payload) => {
+            PyRuntimeError::new_err(panic_message(&*payload)).restore(py);
+            failed
+        }
+    }
+}

@@ -9,7 +9,6 @@
 //! `docs/internals.md` gives the C declarations.
 
 use std::ffi::{c_int, c_void};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -20,14 +19,13 @@ use dlpack_adapter::capi::{
 use dlpack_core::abi::DLDevice;
 use dlpack_core::dtype::{DType, Element as Stored};
 use dlpack_core::layout::Layout;
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi::PyObject;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use super::held::{Held, check_disjoint};
 use crate::copy::host;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, at_c_boundary};
 use crate::ffi::python;
 use crate::object::{Described, new_view, type_object};
 use crate::tensor::Owner;
@@ -55,21 +53,6 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     Ok(unsafe { capsule.cast_into_unchecked() })
 }
 
-/// Run `body`; an error or a panic becomes a raised exception and `failed`.
-fn guarded<T>(py: Python<'_>, failed: T, body: impl FnOnce(Python<'_>) -> Result<T>) -> T {
-    match catch_unwind(AssertUnwindSafe(|| body(py))) {
-        Ok(Ok(value)) => value,
-        Ok(Err(err)) => {
-            PyErr::from(err).restore(py);
-            failed
-        }
-        Err(_) => {
-            PyRuntimeError::new_err("dlpack: internal error (panic) in the C API").restore(py);
-            failed
-        }
-    }
-}
-
 /// The `Held` behind a filled view.
 ///
 /// # Safety
@@ -86,7 +69,7 @@ unsafe fn held<'a>(view: *const View) -> Result<&'a Held> {
 unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut View) -> c_int {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
-    guarded(py, -1, |py| {
+    at_c_boundary(py, -1, |py| {
         if obj.is_null() || out.is_null() {
             return Err(Error::type_("the dlpack C API's view got a NULL argument"));
         }
@@ -126,7 +109,7 @@ unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut View) -> c_i
 unsafe extern "C" fn release_view(view: *mut View) {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
-    guarded(py, (), |py| {
+    at_c_boundary(py, (), |py| -> Result<()> {
         // SAFETY: the caller passes a view `view` filled, or null.
         let Some(view) = (unsafe { view.as_mut() }) else {
             return Ok(());
@@ -143,7 +126,7 @@ unsafe extern "C" fn release_view(view: *mut View) {
 unsafe extern "C" fn copy_to(view: *const View, dst: *mut c_void, bytes: usize) -> c_int {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
-    guarded(py, -1, |py| {
+    at_c_boundary(py, -1, |py| {
         // SAFETY: per `copy_to`'s contract, a filled view or null.
         let tensor = unsafe { held(view) }?.tensor(py);
         exact_size(tensor.nbytes(), bytes)?;
@@ -162,7 +145,7 @@ unsafe extern "C" fn copy_to(view: *const View, dst: *mut c_void, bytes: usize) 
 unsafe extern "C" fn copy_from(view: *const View, src: *const c_void, bytes: usize) -> c_int {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
-    guarded(py, -1, |py| {
+    at_c_boundary(py, -1, |py| {
         // SAFETY: per `copy_from`'s contract, a filled view or null.
         let held = unsafe { held(view) }?;
         if !held.exclusive() {
@@ -224,7 +207,7 @@ impl Drop for Release {
 unsafe extern "C" fn from_memory(memory: *const Memory) -> *mut PyObject {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
-    guarded(py, std::ptr::null_mut(), |py| {
+    at_c_boundary(py, std::ptr::null_mut(), |py| {
         // SAFETY: the caller passes a readable `Memory` or null.
         let memory = unsafe { memory.as_ref() }
             .ok_or_else(|| Error::type_("the dlpack C API's from_memory got NULL"))?;
@@ -282,7 +265,7 @@ unsafe extern "C" fn from_memory(memory: *const Memory) -> *mut PyObject {
 unsafe extern "C" fn check_memory(bytes: u64) -> c_int {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
-    guarded(py, -1, |_py| {
+    at_c_boundary(py, -1, |_py| -> Result<c_int> {
         dlpack_core::available::check(bytes, "memory")?;
         Ok(0)
     })

@@ -10,13 +10,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 use std::sync::Arc;
 
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use super::instance::{self, new_object};
 use super::state::DLPackObject;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, at_c_boundary, panic_message};
 use crate::export::capsule::{self, Source};
 use crate::ffi::python;
 use crate::ffi::{
@@ -61,19 +60,7 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
 
 /// Run `body` attached to Python, turning errors and panics into a raised exception and -1.
 fn guarded(body: impl FnOnce(Python<'_>) -> Result<()>) -> c_int {
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        Python::attach(|py| match body(py) {
-            Ok(()) => 0,
-            Err(err) => {
-                PyErr::from(err).restore(py);
-                -1
-            }
-        })
-    }));
-    outcome.unwrap_or_else(|_| {
-        Python::attach(|py| PyRuntimeError::new_err("dlpack: internal error (panic)").restore(py));
-        -1
-    })
+    Python::attach(|py| at_c_boundary(py, -1, |py| body(py).map(|()| 0)))
 }
 
 /// A consumer's `PyObject*` found to be a `DLPackObject`: only `new`, which checks, makes one.
@@ -252,8 +239,8 @@ unsafe extern "C" fn managed_tensor_allocator(
         let allocated = unsafe { allocate(prototype) };
         allocated.map_err(|err| err.python_type_name_and_message())
     }))
-    .unwrap_or_else(|_| {
-        let panic = Error::runtime("dlpack: internal error (panic)");
+    .unwrap_or_else(|payload| {
+        let panic = Error::runtime(panic_message(&*payload));
         Err(panic.python_type_name_and_message())
     });
     match result {

@@ -10,7 +10,6 @@ use std::ffi::{CStr, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyModule, PyString, PyType};
 
@@ -18,7 +17,7 @@ use super::instance::{self, Instance, dealloc, state_unchecked, traverse};
 use super::state::DLPackObject;
 use super::{arguments, behaviour, exchange_api, functions, pickling};
 use crate::arrow_c::Method;
-use crate::error::Result;
+use crate::error::{Result, at_c_boundary};
 use crate::export::policy::{self, Request};
 use crate::export::{arrow, buffer, capsule};
 use crate::ffi::python::{self, Py_ssize_t, PyObject, PyTypeObject};
@@ -49,25 +48,8 @@ pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
 /// references it drops are released at once), raising its error, or a panic as a RuntimeError
 /// that names it (not PyO3's `PanicException`, a BaseException that `except Exception` misses),
 /// and returning `failed` (NULL, or -1) for either.
-fn entry<T: Copy>(failed: T, body: impl FnOnce(Python<'_>) -> PyResult<T>) -> T {
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        Python::attach(|py| {
-            body(py).unwrap_or_else(|err| {
-                err.restore(py);
-                failed
-            })
-        })
-    }));
-    outcome.unwrap_or_else(|payload| {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|m| m.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".to_owned());
-        let message = format!("dlpack: internal error (a Rust panic, a bug): {message}");
-        Python::attach(|py| PyRuntimeError::new_err(message).restore(py));
-        failed
-    })
+fn entry<T>(failed: T, body: impl FnOnce(Python<'_>) -> PyResult<T>) -> T {
+    Python::attach(|py| at_c_boundary(py, failed, body))
 }
 
 /// Run a fast path without attaching through PyO3 (`None`: not taken), catching panics (which
