@@ -164,6 +164,10 @@ mypy:
 lint: deps
 	cargo fmt --check
 	cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
+	# the crates as a client extension takes them: default features, and the core without
+	# the runtime's
+	cargo clippy -p dlpack-adapter --all-targets --quiet -- -D warnings
+	cargo clippy -p dlpack-core --no-default-features --lib --quiet -- -D warnings
 	$(PY) tools/module_cycles.py
 	$(PY) -m ruff check dlpack bench tools examples
 	$(PY) -m ruff format --check dlpack bench tools examples

@@ -6,7 +6,9 @@ use std::ptr::NonNull;
 
 use dlpack_core::abi::DLDevice;
 use dlpack_core::dtype::DType;
-use dlpack_core::layout::{Layout, SelfOverlap, self_overlap};
+#[cfg(feature = "ndarray")]
+use dlpack_core::layout::Layout;
+use dlpack_core::layout::{SelfOverlap, self_overlap};
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -87,7 +89,8 @@ impl<'py> ArrayView<'py> {
         unsafe { std::slice::from_raw_parts(ptr, self.view.ndim as usize) }
     }
 
-    /// The view's layout, for the checks that need its math.
+    /// The view's layout, for `ndarray`'s strides in elements.
+    #[cfg(feature = "ndarray")]
     fn layout(&self) -> PyResult<Layout> {
         Layout::from_byte_strides(
             self.shape(),
@@ -317,7 +320,7 @@ impl ArrayViewMut<'_> {
         self.view.check_type::<T>()?;
         self.view.host_memory()?;
         check_len(src.len(), self.view.len())?;
-        self.check_disjoint()?;
+        // The runtime refuses elements that share bytes (a broadcast view).
         // SAFETY: a filled mutable view; `src` is readable for its own size; the GIL is held.
         let status = unsafe {
             (self.view.api.copy_from)(&self.view.view, src.as_ptr().cast(), size_of_val(src))
