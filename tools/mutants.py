@@ -169,6 +169,31 @@ MUTANTS = [
         ("test_copyto", "test_copyto_edges"),
         "copyto writes into a copy of the destination, silently swallowing the write",
     ),
+    # --------------------------------------------------------------- the C API
+    Mutant(
+        "capi-copy-from-overlap-unchecked",
+        "src/api/capi.rs",
+        "        check_disjoint(tensor)?;",
+        "        let _ = check_disjoint;",
+        ("test_c_api",),
+        "copy_from writes element by element into elements that share bytes",
+    ),
+    Mutant(
+        "capi-mutable-view-held-shared",
+        "src/api/held.rs",
+        "view._borrow = Borrow::take(start, end, exclusive)?;",
+        "view._borrow = Borrow::take(start, end, false)?;",
+        ("test_c_api",),
+        "a mutable view holds its memory as shared: another view may alias it",
+    ),
+    Mutant(
+        "capi-refused-memory-released",
+        "src/api/capi.rs",
+        "                release.disarmed.store(true, Ordering::Release);",
+        "                let _ = &release;",
+        ("test_c_api",),
+        "memory from_memory refused is released all the same (the caller frees it too)",
+    ),
     # --------------------------------------------------------------- Python front
     Mutant(
         "share-always-writable",

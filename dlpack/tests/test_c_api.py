@@ -170,6 +170,16 @@ def test_copy_from_writes_any_layout_through_a_mutable_view():
     assert dst.sum() == values.sum()  # nothing outside the view was written
 
 
+def test_copy_from_refuses_elements_that_share_bytes():
+    cell = np.zeros(1)
+    shared = np.lib.stride_tricks.as_strided(cell, (4,), (0,))
+    values = np.arange(4.0)
+    with Viewed(shared, VIEW_MUTABLE) as view:
+        with pytest.raises(BufferError, match="share memory"):
+            API.copy_from(ctypes.byref(view), values.ctypes.data, values.nbytes)
+    assert cell[0] == 0
+
+
 def test_copy_from_needs_a_mutable_view_and_copies_need_the_exact_size():
     dst = np.zeros(3)
     values = np.ones(3)
@@ -258,6 +268,11 @@ def test_from_memory_refused_keeps_the_memory_the_callers():
     owned.memory.dtype.code = 2
     owned.memory.ndim = -1
     with pytest.raises(ValueError, match="ndim -1 is negative"):
+        API.from_memory(ctypes.byref(owned.memory))
+    # Refused once the release callback is already held by the object being made.
+    owned.memory.ndim = 1
+    owned.memory.data = None
+    with pytest.raises(ValueError, match="null data pointer"):
         API.from_memory(ctypes.byref(owned.memory))
     gc.collect()
     assert owned.released == []

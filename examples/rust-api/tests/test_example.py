@@ -117,6 +117,13 @@ def test_read_only_memory_is_never_written():
     broadcast = np.broadcast_to(np.zeros(1), (4,))
     with pytest.raises(BufferError):
         ex.fill_counting(broadcast)
+    # A writable view whose elements share bytes: no element-by-element write is faithful.
+    cell = np.zeros(1)
+    shared = np.lib.stride_tricks.as_strided(cell, (4,), (0,))
+    assert shared.flags.writeable
+    with pytest.raises(BufferError, match="share memory"):
+        ex.fill_counting(shared)
+    assert cell[0] == 0
 
 
 def test_device_memory_is_refused_naming_the_device():
