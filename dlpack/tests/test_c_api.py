@@ -4,17 +4,18 @@ views of any array through the runtime's importers, one registry of borrowed mem
 
 import ctypes
 import gc
+import sys
 import threading
 
 import pytest
 
 from dlpack import _dlpack, asdlpack
 
-from ._helpers import DLDataType, DLDevice, need
+from ._helpers import NUMPY_NATIVE_DTYPES, DLDataType, DLDevice, need
 
 np = need("numpy")
 
-VIEW_MUTABLE, VIEW_SWAPPED, VIEW_INDIRECT = 1, 2, 4
+VIEW_MUTABLE, VIEW_SWAPPED, VIEW_INDIRECT, VIEW_C_CONTIGUOUS = 1, 2, 4, 8
 
 
 class View(ctypes.Structure):
@@ -130,6 +131,72 @@ def test_a_view_describes_the_memory_as_numpy_does(make):
         API.copy_to(ctypes.byref(view), out, ref.nbytes)
         native = ref.astype(ref.dtype.newbyteorder("="))
         assert bytes(out) == np.ascontiguousarray(native).tobytes()
+
+
+def _check_view_of(src, mutable):
+    """View ``src`` (a numpy array) and a ``DLPackObject`` of it: each view says what numpy
+    says of the array, and giving it back leaves the array's references as they were."""
+    refs = sys.getrefcount(src)
+    for obj in (src, asdlpack(src)):
+        with Viewed(obj, VIEW_MUTABLE if mutable else 0) as view:
+            assert view.data == src.ctypes.data
+            assert _dims(view.shape, view.ndim) == src.shape
+            strides = _dims(view.byte_strides, view.ndim)
+            if src.size:
+                for n, mine, numpys in zip(src.shape, strides, src.strides, strict=True):
+                    assert n == 1 or mine == numpys
+            assert bool(view.flags & VIEW_C_CONTIGUOUS) is src.flags.c_contiguous
+            assert bool(view.flags & VIEW_SWAPPED) is (not src.dtype.isnative)
+            assert view.readonly == (not src.flags.writeable)
+            assert view.dtype.bits == src.dtype.itemsize * 8
+            out = (ctypes.c_char * src.nbytes)()
+            API.copy_to(ctypes.byref(view), out, src.nbytes)
+            native = src.astype(src.dtype.newbyteorder("="))
+            assert bytes(out) == np.ascontiguousarray(native).tobytes()
+        del obj
+    assert sys.getrefcount(src) == refs
+
+
+try:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+except ImportError:
+
+    def test_views_of_any_numpy_layout_say_what_numpy_says():
+        need("hypothesis")  # a skip with the reason, or a failure where it is required
+
+else:
+
+    @st.composite
+    def _numpy_arrays(draw):
+        dtype = np.dtype(draw(st.sampled_from(NUMPY_NATIVE_DTYPES)))
+        dtype = dtype.newbyteorder(draw(st.sampled_from("<>")))
+        ndim = draw(st.integers(0, 4))
+        shape = tuple(draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim)))
+        raw = np.arange(int(np.prod(shape)) * dtype.itemsize) % 251
+        array = raw.astype(np.uint8).view(dtype).reshape(shape)
+        # Any order, gaps and reversals, as numpy's slicing and transposes make them.
+        for axis in range(ndim):
+            step = draw(st.sampled_from([1, 1, 2, -1]))
+            index = [slice(None)] * ndim
+            index[axis] = slice(None, None, step)
+            array = array[tuple(index)]
+        array = array.transpose(draw(st.permutations(range(ndim))))
+        if draw(st.booleans()):
+            array.flags.writeable = False
+        return array
+
+    @settings(max_examples=150, deadline=None)
+    @given(_numpy_arrays(), st.booleans())
+    def test_views_of_any_numpy_layout_say_what_numpy_says(src, mutable):
+        """Exact numpy arrays take the runtime's in-place path, ``DLPackObject``s their own
+        tensor: both describe the memory as numpy does, a mutable view only of writable
+        memory, and views made one after another (reusing what the last one held) agree."""
+        if mutable and not src.flags.writeable:
+            with pytest.raises(BufferError, match="read-only"):
+                Viewed(src, VIEW_MUTABLE)
+            mutable = False
+        _check_view_of(src, mutable)
 
 
 def test_read_only_memory_is_said_and_never_viewed_mutably():

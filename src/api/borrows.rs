@@ -4,36 +4,46 @@
 //! Memory is compared by the address range each view's layout spans (`byte_extent`), so two
 //! views of disjoint elements interleaved in one range (`a[::2]` and `a[1::2]`) conflict too:
 //! a refusal where the elements would not have aliased, never the other way round.
+//!
+//! The registry is guarded by the GIL, which every C API call holds, instead of a lock: the
+//! lock's two atomic operations per view cost more than the rest of the registry (a
+//! free-threaded build would need the lock back).
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use pyo3::Python;
 
 use crate::error::{Error, Result};
+use crate::ffi::python::GilCell;
 
+/// A held range; equal entries are interchangeable, so an entry is found by its value.
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Entry {
-    id: u64,
     start: usize,
     end: usize,
     exclusive: bool,
 }
 
-static HELD: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
-static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+static HELD: GilCell<Vec<Entry>> = GilCell::new(Vec::new());
 
-/// A held range of host memory, given back on drop.
-pub struct Borrow {
-    id: u64,
-}
+/// A held range of host memory, given back by `give_back` (or on drop, which attaches to the
+/// interpreter first).
+pub struct Borrow(Entry);
 
 impl Borrow {
     /// Hold `start..end` (addresses), shared or exclusive; a `BufferError` if another view
     /// holds overlapping memory and either of the two is exclusive. An empty range holds
     /// nothing and never conflicts.
-    pub fn take(start: usize, end: usize, exclusive: bool) -> Result<Option<Borrow>> {
+    pub fn take(
+        _py: Python<'_>,
+        start: usize,
+        end: usize,
+        exclusive: bool,
+    ) -> Result<Option<Borrow>> {
         if start >= end {
             return Ok(None);
         }
-        let mut held = HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // SAFETY: the GIL is held (`_py`), and nothing below reaches `HELD` again or runs
+        // Python code while `held` is used.
+        let held = unsafe { HELD.get() };
         let conflict = held
             .iter()
             .find(|e| e.start < end && start < e.end && (e.exclusive || exclusive));
@@ -46,28 +56,41 @@ impl Borrow {
                  it alone: drop the other views first"
             }));
         }
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        held.push(Entry {
-            id,
+        let entry = Entry {
             start,
             end,
             exclusive,
-        });
-        Ok(Some(Borrow { id }))
+        };
+        held.push(entry);
+        Ok(Some(Borrow(entry)))
+    }
+
+    /// End the hold, the GIL held (`py`).
+    pub fn give_back(self, py: Python<'_>) {
+        remove(py, self.0);
+        std::mem::forget(self);
+    }
+}
+
+fn remove(_py: Python<'_>, entry: Entry) {
+    // SAFETY: the GIL is held (`_py`), and nothing below reaches `HELD` again or runs Python
+    // code while `held` is used.
+    let held = unsafe { HELD.get() };
+    if let Some(k) = held.iter().rposition(|e| *e == entry) {
+        held.swap_remove(k);
     }
 }
 
 impl Drop for Borrow {
     fn drop(&mut self) {
-        let mut held = HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(k) = held.iter().position(|e| e.id == self.id) {
-            held.swap_remove(k);
-        }
+        Python::attach(|py| remove(py, self.0));
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use pyo3::Python;
+
     use super::Borrow;
 
     // Addresses far from any other test's, so tests running at once can't meet.
@@ -75,16 +98,22 @@ mod tests {
 
     #[test]
     fn shared_views_coexist_and_a_mutable_one_needs_its_memory_alone() {
-        let a = Borrow::take(BASE, BASE + 100, false).unwrap();
-        let b = Borrow::take(BASE + 50, BASE + 150, false).unwrap();
-        assert!(Borrow::take(BASE + 99, BASE + 120, true).is_err());
-        // Adjacent memory is not shared.
-        let c = Borrow::take(BASE + 150, BASE + 200, true).unwrap();
-        assert!(Borrow::take(BASE + 160, BASE + 170, false).is_err());
-        drop((a, b));
-        let d = Borrow::take(BASE, BASE + 150, true).unwrap();
-        drop((c, d));
-        assert!(Borrow::take(BASE, BASE + 200, true).unwrap().is_some());
-        assert!(Borrow::take(BASE, BASE, true).unwrap().is_none());
+        Python::initialize();
+        Python::attach(|py| {
+            let take =
+                |start, end, exclusive| Borrow::take(py, BASE + start, BASE + end, exclusive);
+            let a = take(0, 100, false).unwrap();
+            let b = take(50, 150, false).unwrap();
+            assert!(take(99, 120, true).is_err());
+            // Adjacent memory is not shared.
+            let c = take(150, 200, true).unwrap();
+            assert!(take(160, 170, false).is_err());
+            drop((a, b));
+            let d = take(0, 150, true).unwrap();
+            c.unwrap().give_back(py);
+            drop(d);
+            assert!(take(0, 200, true).unwrap().is_some());
+            assert!(take(0, 0, true).unwrap().is_none());
+        });
     }
 }

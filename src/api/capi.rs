@@ -75,8 +75,15 @@ unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut View) -> c_i
         }
         // SAFETY: a caller holding the GIL passes a live object (checked not null).
         let obj = unsafe { Bound::from_borrowed_ptr(py, obj) };
-        let held = Box::new(Held::new(&obj, flags & VIEW_MUTABLE != 0)?);
+        let held = Held::make(&obj, flags & VIEW_MUTABLE != 0)?;
         let tensor = held.tensor(py);
+        let device = match tensor.device().get() {
+            Ok(device) => device,
+            Err(err) => {
+                held.release(py);
+                return Err(err);
+            }
+        };
         let layout = tensor.layout();
         let mut bits = flags & VIEW_MUTABLE;
         if tensor.swapped() {
@@ -90,7 +97,7 @@ unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut View) -> c_i
         }
         let filled = View {
             data: tensor.data(),
-            device: tensor.device().get()?,
+            device,
             dtype: tensor.dtype().0,
             ndim: layout.ndim() as i32,
             flags: bits,

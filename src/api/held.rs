@@ -1,44 +1,121 @@
 //! What a view of an object's memory holds, for the C API: the source that keeps the memory
 //! alive and the memory's borrow in the process's one registry (`borrows`).
+//!
+//! A view is made and given back once per call of a Rust function taking an array, so its
+//! description is written in place into a reused box: moving a tensor and allocating its box
+//! cost more than reading an exact numpy array does.
+
+use std::mem::MaybeUninit;
 
 use dlpack_core::layout::{SelfOverlap, self_overlap};
 use pyo3::prelude::*;
 
 use super::borrows::Borrow;
 use crate::error::{Error, Result};
+use crate::ffi::python::GilCell;
 use crate::import;
 use crate::object::tensor_of;
 use crate::tensor::Tensor;
 
 /// What a view holds, free of the interpreter's lifetime (the C API hands it out boxed): the
-/// source that keeps the memory alive, and the memory's borrow. Dropped with the GIL held.
+/// source that keeps the memory alive, and the memory's borrow. Given back with the GIL held
+/// (`release`); only `make` builds one.
 pub(crate) struct Held {
+    /// The imported tensor, initialised exactly when `source.object` is `None`.
+    imported: MaybeUninit<Tensor>,
     source: Source,
-    _borrow: Option<Borrow>,
+}
+
+/// The rest of a `Held`, written at once beside the tensor written in place.
+struct Source {
+    /// A `DLPackObject`, whose own tensor is read in place; `None`: `imported` is the tensor.
+    object: Option<Py<PyAny>>,
+    borrow: Option<Borrow>,
     exclusive: bool,
 }
 
-enum Source {
-    /// A `DLPackObject`: its own tensor, read in place.
-    Object(Py<PyAny>),
-    Imported(Tensor),
+/// One box kept from the last view given back, for the next view to reuse.
+static SPARE: GilCell<Option<Box<MaybeUninit<Held>>>> = GilCell::new(None);
+
+fn take_box(_py: Python<'_>) -> Box<MaybeUninit<Held>> {
+    // SAFETY: the GIL is held (`_py`); the value is moved out at once.
+    let spare = unsafe { SPARE.get() }.take();
+    spare.unwrap_or_else(Box::new_uninit)
+}
+
+fn keep_box(_py: Python<'_>, spare: Box<MaybeUninit<Held>>) {
+    // SAFETY: the GIL is held (`_py`); the old box is moved out, then freed (no Python code).
+    drop(unsafe { SPARE.get() }.replace(spare));
 }
 
 impl Held {
-    /// `obj`'s memory, held shared, or `exclusive`ly (writable host memory only).
-    pub(crate) fn new(obj: &Bound<'_, PyAny>, exclusive: bool) -> Result<Self> {
-        let source = if tensor_of(obj).is_some() {
-            Source::Object(obj.clone().unbind())
+    /// `obj`'s memory, held shared, or `exclusive`ly (writable host memory only), in a box.
+    pub(crate) fn make(obj: &Bound<'_, PyAny>, exclusive: bool) -> Result<Box<Held>> {
+        let py = obj.py();
+        let mut slot = take_box(py);
+        let dst = slot.as_mut_ptr();
+        // SAFETY: `dst` is the box's memory, ours alone and valid for writes of a `Held`.
+        match unsafe { Held::write(dst, obj, exclusive) } {
+            // SAFETY: `write` initialised the whole `Held` when it succeeded.
+            Ok(()) => Ok(unsafe { slot.assume_init() }),
+            Err(err) => {
+                keep_box(py, slot);
+                Err(err)
+            }
+        }
+    }
+
+    /// Write the hold of `obj`'s memory at `dst`: whole when it succeeds, nothing to drop when
+    /// it fails.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of a `Held`.
+    unsafe fn write(dst: *mut Held, obj: &Bound<'_, PyAny>, exclusive: bool) -> Result<()> {
+        // SAFETY: per the contract, `dst`'s fields may be written.
+        let imported = unsafe { (&raw mut (*dst).imported).cast::<Tensor>() };
+        let object = if tensor_of(obj).is_some() {
+            Some(obj.clone().unbind())
+        // SAFETY: `imported` is valid for writes of a `Tensor` (the contract).
+        } else if unsafe { import::import_known_into(obj, imported) } {
+            None
         } else {
-            Source::Imported(import::import_in_place(obj)?.tensor)
+            let tensor = import::import_in_place(obj)?.tensor;
+            // SAFETY: `imported` is valid for writes of a `Tensor` (the contract), and
+            // `import_known_into` declined, leaving it unwritten.
+            unsafe { imported.write(tensor) };
+            None
         };
-        let mut view = Held {
-            source,
-            _borrow: None,
-            exclusive,
+        // SAFETY: per the contract, `dst` addresses a `Held`'s memory, which its fields lie in.
+        let source = unsafe { &raw mut (*dst).source };
+        // SAFETY: the field is valid for writes (the contract) and written once, here; the
+        // tensor was written exactly when `object` is `None`, so the `Held` is now whole.
+        unsafe {
+            source.write(Source {
+                object,
+                borrow: None,
+                exclusive,
+            })
         };
-        let tensor = view.tensor(obj.py());
-        if exclusive {
+        // SAFETY: whole, just above, and ours alone.
+        let held = unsafe { &mut *dst };
+        match held.hold(obj) {
+            Ok(borrow) => {
+                held.source.borrow = borrow;
+                Ok(())
+            }
+            Err(err) => {
+                // SAFETY: the `Held` is not used again: `make` keeps its memory as
+                // uninitialised (it holds no borrow, and nothing else needs dropping).
+                unsafe { held.drop_source(obj.py()) };
+                Err(err)
+            }
+        }
+    }
+
+    /// Check what an exclusive view needs, and take the memory's borrow.
+    fn hold(&self, obj: &Bound<'_, PyAny>) -> Result<Option<Borrow>> {
+        let tensor = self.tensor(obj.py());
+        if self.source.exclusive {
             host_memory(tensor)?;
             if tensor.readonly() || import::is_immutable(obj) {
                 return Err(Error::buffer(
@@ -51,47 +128,74 @@ impl Held {
             }
         }
         // Only host memory is read in place by Rust, so only host memory is held.
-        if host_memory(tensor).is_ok() && !tensor.indirect() {
-            let (low, high) = tensor.layout().byte_extent(tensor.dtype().itemsize())?;
-            let start = (tensor.data() as usize).wrapping_add_signed(low as isize);
-            let end = (tensor.data() as usize).wrapping_add_signed(high as isize);
-            view._borrow = Borrow::take(start, end, exclusive)?;
+        if host_memory(tensor).is_err() || tensor.indirect() {
+            return Ok(None);
         }
-        Ok(view)
+        let (low, high) = tensor.layout().byte_extent(tensor.dtype().itemsize())?;
+        let start = (tensor.data() as usize).wrapping_add_signed(low as isize);
+        let end = (tensor.data() as usize).wrapping_add_signed(high as isize);
+        Borrow::take(obj.py(), start, end, self.source.exclusive)
     }
 
     /// The memory held, as described when the view was made (a `DLPackObject`'s tensor never
     /// changes).
     pub(crate) fn tensor<'a>(&'a self, py: Python<'a>) -> &'a Tensor {
-        match &self.source {
-            Source::Object(object) => tensor_of(object.bind(py))
+        match &self.source.object {
+            Some(object) => tensor_of(object.bind(py))
                 .expect("a DLPackObject when the view was made, and still"),
-            Source::Imported(tensor) => tensor,
+            // SAFETY: without an object, the imported tensor is initialised (the type's rule).
+            None => unsafe { self.imported.assume_init_ref() },
         }
     }
 
     /// Whether the memory is held exclusively (a mutable view).
     pub(crate) fn exclusive(&self) -> bool {
-        self.exclusive
+        self.source.exclusive
     }
 
-    /// Give the hold back, the GIL held (`_py`): an imported tensor's owner is released
-    /// directly, where dropping it would first ask whether this thread may attach.
-    pub(crate) fn release(self: Box<Self>, _py: Python<'_>) {
-        let raw = Box::into_raw(self);
-        // SAFETY: the box's contents, live and ours alone; each field is dropped or released
-        // once below, and the box is then freed as uninitialised memory.
-        let held = unsafe { &mut *raw };
-        match &mut held.source {
-            // SAFETY: the GIL is held (`_py`); the tensor is live and never used again.
-            Source::Imported(tensor) => unsafe { Tensor::release_attached_in_place(tensor) },
-            // SAFETY: dropped once, here.
-            Source::Object(object) => unsafe { std::ptr::drop_in_place(object) },
+    /// Release the source, the GIL held (`py`), leaving the rest: an imported tensor's owner
+    /// is released directly, where dropping it would first ask whether this thread may attach.
+    ///
+    /// # Safety
+    /// Nothing of the `Held` but its borrow is used again: its memory is then freed (or kept)
+    /// as uninitialised, never dropped as a `Held`.
+    unsafe fn drop_source(&mut self, py: Python<'_>) {
+        match self.source.object.take() {
+            // Released as attached: a `Py` dropped here would be queued for later, as PyO3
+            // can't tell that a C API caller holds the GIL.
+            Some(object) => drop(object.into_bound(py)),
+            // SAFETY: without an object, the imported tensor is initialised (the type's rule);
+            // the GIL is held (`py`), and the tensor is never used again (the contract).
+            None => unsafe { Tensor::release_attached_in_place(self.imported.as_mut_ptr()) },
         }
-        // SAFETY: dropped once, here.
-        unsafe { std::ptr::drop_in_place(&raw mut held._borrow) };
-        // SAFETY: the allocation `Box::into_raw` gave, its contents released above.
-        drop(unsafe { Box::from_raw(raw.cast::<std::mem::MaybeUninit<Held>>()) });
+    }
+
+    /// Give the hold back, the GIL held (`py`), and keep the box for the next view (dropping
+    /// it gives the hold back too, more slowly).
+    pub(crate) fn release(self: Box<Self>, py: Python<'_>) {
+        let raw = Box::into_raw(self);
+        // SAFETY: the box's contents, live and ours alone.
+        let held = unsafe { &mut *raw };
+        // SAFETY: only the borrow is used after this, and the memory is kept as uninitialised.
+        unsafe { held.drop_source(py) };
+        if let Some(borrow) = held.source.borrow.take() {
+            borrow.give_back(py);
+        }
+        // SAFETY: the allocation `Box::into_raw` gave; its source was released and its borrow
+        // given back above, and what remains (a `None` and a bool) needs no drop.
+        keep_box(py, unsafe {
+            Box::from_raw(raw.cast::<MaybeUninit<Held>>())
+        });
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.source.object.is_none() {
+            // SAFETY: without an object, the imported tensor is initialised (the type's rule),
+            // and dropped once, here.
+            unsafe { self.imported.assume_init_drop() };
+        }
     }
 }
 

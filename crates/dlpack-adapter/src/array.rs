@@ -150,7 +150,30 @@ impl<'py> ArrayView<'py> {
 
     /// The elements in place: C-contiguous host memory of `T`'s type, in native byte order and
     /// aligned for `T`; a `TypeError` or `BufferError` saying which it isn't otherwise.
+    #[inline]
     pub fn as_slice<T: Element>(&self) -> PyResult<&[T]> {
+        // The common case at once; the checks one by one only to say what is wrong. A slice
+        // reads `len` elements from `data` on, so an aligned `data` is all the alignment needed.
+        let direct = self.view.flags & (VIEW_C_CONTIGUOUS | VIEW_SWAPPED | VIEW_INDIRECT)
+            == VIEW_C_CONTIGUOUS
+            && self.dtype() == T::DTYPE
+            && self.view.device.is_host()
+            && self.view.data.cast::<T>().is_aligned();
+        if !direct {
+            self.slice_refused::<T>()?;
+        }
+        let data = self.element_ptr::<T>();
+        // SAFETY: `len` aligned elements of `T`'s type, contiguous, in host memory this view
+        // keeps alive and holds borrowed (no mutable view aliases it) for `&self`'s life.
+        let slice = unsafe { std::slice::from_raw_parts(data, self.len()) };
+        // SAFETY: the same memory, as bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size_of_val(slice)) };
+        check_valid::<T>(bytes)?;
+        Ok(slice)
+    }
+
+    /// What keeps `as_slice` from reading the elements in place, checked one by one.
+    fn slice_refused<T: Element>(&self) -> PyResult<()> {
         self.check_type::<T>()?;
         self.in_place::<T>()?;
         if !self.is_c_contiguous() {
@@ -161,14 +184,7 @@ impl<'py> ArrayView<'py> {
                 self.byte_strides()
             )));
         }
-        let data = self.element_ptr::<T>();
-        // SAFETY: `len` aligned elements of `T`'s type, contiguous, in host memory this view
-        // keeps alive and holds borrowed (no mutable view aliases it) for `&self`'s life.
-        let slice = unsafe { std::slice::from_raw_parts(data, self.len()) };
-        // SAFETY: the same memory, as bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size_of_val(slice)) };
-        check_valid::<T>(bytes)?;
-        Ok(slice)
+        Ok(())
     }
 
     /// The elements in C order, native byte order, as a new `Vec` (one copy): host memory of
