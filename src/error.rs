@@ -1,6 +1,6 @@
 //! One error type for the extension and its one mapping to Python exceptions.
 //!
-//! Our own errors are the core's (`dlpack_core::Error`: a kind and a message), raised as the
+//! Our own errors are the core's (`dlpack_core::error::Error`: a kind and a message), raised as the
 //! Python exception their kind names: `Buffer` means "this memory can't be DLPack" (consumers
 //! may fall back on another path), `Type` a wrong argument type, `Value` a wrong value. Errors
 //! raised by Python code we call pass through unchanged.
@@ -9,7 +9,7 @@ use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError
 use pyo3::types::PyTypeMethods;
 use pyo3::{PyErr, Python};
 
-pub use dlpack_core::Error as CoreError;
+pub use dlpack_core::error::Error as CoreError;
 
 #[derive(Debug)]
 pub enum Error {

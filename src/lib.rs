@@ -53,7 +53,10 @@ fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     object::set_reconstructor(&m.getattr("_from_buffer")?);
     m.add(
         "DLPACK_VERSION",
-        (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION),
+        (
+            dlpack_core::abi::DLPACK_MAJOR_VERSION,
+            dlpack_core::abi::DLPACK_MINOR_VERSION,
+        ),
     )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     tables::register(m)?;

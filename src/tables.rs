@@ -5,7 +5,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFrozenSet, PyMappingProxy};
 
 use dlpack_core::device::{CPU_READABLE_DEVICE_TYPES, DEVICE_TYPES, HOST_DEVICE_TYPES};
-use dlpack_core::{DType, layout};
+use dlpack_core::dtype::DType;
+use dlpack_core::layout;
 
 use crate::error::Result;
 

@@ -16,8 +16,12 @@ use pyo3::prelude::*;
 
 use super::host;
 use crate::error::{Error, Result};
-use crate::ffi::{DLDevice, device_type};
-use crate::tensor::{AlignedBuffer, Device, DeviceBuffer, Layout, Owner, Tensor};
+use crate::tensor::{Device, Owner, Tensor};
+use dlpack_core::abi::DLDevice;
+use dlpack_core::abi::device_type;
+use dlpack_core::layout::Layout;
+use dlpack_core::memory::AlignedBuffer;
+use dlpack_core::memory::DeviceBuffer;
 
 fn cuda_id(tensor: &Tensor) -> Result<i32> {
     match place(tensor)? {
@@ -74,7 +78,7 @@ fn drive(
     home: Option<i32>,
     stream: Option<i64>,
     wait: bool,
-    body: impl FnOnce(&mut Driver) -> dlpack_core::Result<()> + Send,
+    body: impl FnOnce(&mut Driver) -> dlpack_core::error::Result<()> + Send,
 ) -> Result<()> {
     let done = py.detach(|| {
         // SAFETY: `stream` is the consumer's, which the protocols (`__dlpack__`, `copyto`'s

@@ -10,7 +10,9 @@ use pyo3::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::ffi::python;
-use crate::tensor::{AlignedBuffer, Layout, Owner, Tensor};
+use crate::tensor::{Owner, Tensor};
+use dlpack_core::layout::Layout;
+use dlpack_core::memory::AlignedBuffer;
 
 /// Below this many bytes, releasing and retaking the GIL costs more than the copy.
 const DETACH_THRESHOLD: usize = 64 * 1024;

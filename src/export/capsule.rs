@@ -16,11 +16,14 @@ use pyo3::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::ffi::python::{self, GilState, PyObject};
-use crate::ffi::{
-    CAPSULE_LEGACY, CAPSULE_VERSIONED, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
-    DLPACK_MAJOR_VERSION, DLPackVersion, DLTensor,
-};
+use crate::ffi::{CAPSULE_LEGACY, CAPSULE_VERSIONED};
 use crate::tensor::{Exportable, Tensor};
+use dlpack_core::abi::DLDevice;
+use dlpack_core::abi::DLManagedTensor;
+use dlpack_core::abi::DLManagedTensorVersioned;
+use dlpack_core::abi::DLPACK_MAJOR_VERSION;
+use dlpack_core::abi::DLPackVersion;
+use dlpack_core::abi::DLTensor;
 
 /// Which capsule to make.
 #[derive(Clone, Copy, Debug)]

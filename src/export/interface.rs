@@ -75,7 +75,7 @@ fn ready_on(tensor: &Tensor) -> Option<i64> {
 
 /// Whether the CUDA array interface describes this tensor's memory (CUDA or managed memory).
 pub fn is_cuda(tensor: &Tensor) -> bool {
-    use crate::ffi::device_type::{CUDA, CUDA_MANAGED};
+    use dlpack_core::abi::device_type::{CUDA, CUDA_MANAGED};
     match tensor.device() {
         Device::Known(device) => matches!(device.device_type, CUDA | CUDA_MANAGED),
         Device::Unresolved { .. } => true, // CUDA memory whose device the driver couldn't name

@@ -9,9 +9,13 @@ use pyo3::prelude::*;
 
 use crate::copy;
 use crate::error::{CoreError, Error, Result};
-use crate::ffi::{DLDevice, DLPACK_MINOR_VERSION, FLAG_IS_COPIED, FLAG_READ_ONLY, device_type};
 use crate::import;
 use crate::tensor::{Device, Tensor};
+use dlpack_core::abi::DLDevice;
+use dlpack_core::abi::DLPACK_MINOR_VERSION;
+use dlpack_core::abi::FLAG_IS_COPIED;
+use dlpack_core::abi::FLAG_READ_ONLY;
+use dlpack_core::abi::device_type;
 
 use super::capsule::Kind;
 

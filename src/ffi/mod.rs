@@ -10,5 +10,4 @@ pub use capsule::{
     CAPSULE_EXCHANGE_API, CAPSULE_LEGACY, CAPSULE_LEGACY_USED, CAPSULE_VERSIONED,
     CAPSULE_VERSIONED_USED,
 };
-pub use dlpack_core::abi::*;
 pub use numpy::{NPY_ARRAY_WRITEABLE, NumpyArrayFields, PyArrayInterface, array_struct_flags};

@@ -12,8 +12,9 @@ use super::buffer::View;
 use crate::error::{Error, Result};
 use crate::ffi::python;
 use crate::ffi::{PyArrayInterface, array_struct_flags};
-use crate::tensor::dtype::{self, DType, Element, TypeStr};
-use crate::tensor::{Device, Layout, Owner, Tensor, TensorParts};
+use crate::tensor::{Device, Owner, Tensor, TensorParts};
+use dlpack_core::dtype::{self, DType, Element, TypeStr};
+use dlpack_core::layout::Layout;
 
 /// Reads the fields of an interface dict, naming the interface in its errors.
 pub struct InterfaceDict<'py> {
@@ -333,11 +334,11 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
     // Shape and (when non-null) strides have `nd` entries while the capsule lives: numpy's
     // protocol ("as said" below).
     // SAFETY: as said; not null when `ndim > 0` (checked above), not read when 0.
-    let shape = unsafe { crate::ffi::c_array(info.shape, ndim) };
+    let shape = unsafe { dlpack_core::abi::c_array(info.shape, ndim) };
     let shape: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
     let strides = (ndim > 0 && !info.strides.is_null()).then(|| {
         // SAFETY: as said.
-        let strides = unsafe { crate::ffi::c_array(info.strides, ndim) };
+        let strides = unsafe { dlpack_core::abi::c_array(info.strides, ndim) };
         strides.iter().map(|&n| n as i64).collect::<Vec<_>>()
     });
     let layout = Layout::from_byte_strides(&shape, strides.as_deref(), dtype.itemsize())?;

@@ -25,7 +25,8 @@ use crate::arrow_c::{
     ARROW_DEVICE_CPU, FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, Method, SCHEMA, StreamKind,
 };
 use crate::error::{Error, Result};
-use crate::tensor::{Layout, Owner, Tensor};
+use crate::tensor::{Owner, Tensor};
+use dlpack_core::layout::Layout;
 
 /// The stream method whose capsule `obj` is, if it is an Arrow stream capsule (plain or
 /// device).

@@ -12,7 +12,9 @@ use dlpack_core::abi::type_code as tc;
 use dlpack_core::dtype::DType;
 
 use crate::error::{Error, Result};
-use crate::tensor::{AlignedBuffer, Device, Layout, Owner, Tensor, TensorParts};
+use crate::tensor::{Device, Owner, Tensor, TensorParts};
+use dlpack_core::layout::Layout;
+use dlpack_core::memory::AlignedBuffer;
 
 /// The parts of a tensor of an imported Arrow array's values, on the host, in native order.
 pub fn host_values(data: *mut c_void, dtype: DType, layout: Layout, owner: Owner) -> TensorParts {

@@ -8,7 +8,9 @@ use crate::ffi::python::{self, Py_buffer};
 use pyo3::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::tensor::{Device, FilledView, Layout, Owner, Tensor, TensorParts, dtype};
+use crate::tensor::{Device, FilledView, Owner, Tensor, TensorParts};
+use dlpack_core::dtype;
+use dlpack_core::layout::Layout;
 
 /// A held `Py_buffer`: released by its `Owner` exactly once.
 pub struct View {
@@ -59,7 +61,7 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
     let ndim = usize::try_from(raw.ndim).map_err(|_| Error::value("negative buffer ndim"))?;
     // SAFETY: a non-null suboffsets array has `ndim` entries.
     let indirect = !raw.suboffsets.is_null()
-        && unsafe { crate::ffi::c_array(raw.suboffsets, ndim) }
+        && unsafe { dlpack_core::abi::c_array(raw.suboffsets, ndim) }
             .iter()
             .any(|&s| s >= 0);
     let itemsize = usize::try_from(raw.itemsize).unwrap_or(0);
@@ -76,10 +78,10 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
         Layout::from_byte_strides(&extent, None, itemsize)?
     } else {
         // SAFETY: shape (and strides, when present) have `ndim` entries while the view lives.
-        let shape = unsafe { crate::ffi::c_array(raw.shape, ndim) };
+        let shape = unsafe { dlpack_core::abi::c_array(raw.shape, ndim) };
         // SAFETY: as above.
-        let strides =
-            (!raw.strides.is_null()).then(|| unsafe { crate::ffi::c_array(raw.strides, ndim) });
+        let strides = (!raw.strides.is_null())
+            .then(|| unsafe { dlpack_core::abi::c_array(raw.strides, ndim) });
         Layout::build(
             ndim,
             itemsize,

@@ -8,8 +8,9 @@ use pyo3::prelude::*;
 
 use super::array_interface::{InterfaceDict, resolve_dtype};
 use crate::error::{Error, Result};
-use crate::tensor::{Device, Layout, Owner, Tensor, TensorParts};
+use crate::tensor::{Device, Owner, Tensor, TensorParts};
 use dlpack_core::cuda;
+use dlpack_core::layout::Layout;
 
 pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<Tensor> {
     let fields = InterfaceDict::new(interface, "__cuda_array_interface__")?;

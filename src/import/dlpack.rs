@@ -15,12 +15,17 @@ use pyo3::{PyTypeInfo, intern};
 use super::protocols::ExchangeApi;
 use crate::error::{CoreError, Error, Result};
 use crate::ffi::python;
-use crate::ffi::{
-    CAPSULE_LEGACY, CAPSULE_LEGACY_USED, CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED,
-    DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
-    DLTensor, FLAG_READ_ONLY,
-};
-use crate::tensor::{DType, Device, Layout, Managed, Owner, Tensor, TensorParts, layout};
+use crate::ffi::{CAPSULE_LEGACY, CAPSULE_LEGACY_USED, CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED};
+use crate::tensor::{Device, Managed, Owner, Tensor, TensorParts};
+use dlpack_core::abi::DLManagedTensor;
+use dlpack_core::abi::DLManagedTensorVersioned;
+use dlpack_core::abi::DLPACK_MAJOR_VERSION;
+use dlpack_core::abi::DLPACK_MINOR_VERSION;
+use dlpack_core::abi::DLTensor;
+use dlpack_core::abi::FLAG_READ_ONLY;
+use dlpack_core::dtype::DType;
+use dlpack_core::layout;
+use dlpack_core::layout::Layout;
 
 /// Call a producer's `__dlpack__` method (newest protocol first, then the pre-versioning call
 /// for old producers that don't take `max_version`) and import the capsule. `stream` is
@@ -203,10 +208,10 @@ unsafe fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor>
     }
     let dtype = DType::from_dlpack(t.dtype)?;
     // SAFETY: per the contract; not null when `ndim > 0` (checked above), not read when 0.
-    let shape = unsafe { crate::ffi::c_array(t.shape, ndim) };
+    let shape = unsafe { dlpack_core::abi::c_array(t.shape, ndim) };
     // SAFETY: per the contract.
-    let strides =
-        (ndim > 0 && !t.strides.is_null()).then(|| unsafe { crate::ffi::c_array(t.strides, ndim) });
+    let strides = (ndim > 0 && !t.strides.is_null())
+        .then(|| unsafe { dlpack_core::abi::c_array(t.strides, ndim) });
     let item = dtype.itemsize() as i64;
     let byte_stride = strides.map(|s| {
         move |k: usize| {

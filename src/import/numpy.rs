@@ -20,9 +20,12 @@ use super::address_map::AddressMap;
 use super::array_interface::resolve_dtype;
 use crate::error::Result;
 use crate::ffi::python;
-use crate::ffi::{DLDataType, NPY_ARRAY_WRITEABLE, NumpyArrayFields};
-use crate::tensor::dtype::Element;
-use crate::tensor::{DType, Device, Layout, Owner, Tensor};
+use crate::ffi::{NPY_ARRAY_WRITEABLE, NumpyArrayFields};
+use crate::tensor::{Device, Owner, Tensor};
+use dlpack_core::abi::DLDataType;
+use dlpack_core::dtype::DType;
+use dlpack_core::dtype::Element;
+use dlpack_core::layout::Layout;
 
 /// Whether `ty` is numpy's ndarray itself (not a subclass, which may export differently, nor a
 /// class made at run time under its name). Remembers it for `ExactNdarray::new`.
@@ -134,9 +137,9 @@ fn self_check(array: ExactNdarray<'_, '_>) -> Option<FieldsOffset> {
     // When the header matches, dimensions and strides have `nd` entries ("as said" below).
     // SAFETY: as said.
     let agrees = header_agrees
-        && unsafe { crate::ffi::c_array(f.dimensions, nd) } == shape.as_slice()
+        && unsafe { dlpack_core::abi::c_array(f.dimensions, nd) } == shape.as_slice()
         // SAFETY: as said.
-        && unsafe { crate::ffi::c_array(f.strides, nd) } == strides.as_slice();
+        && unsafe { dlpack_core::abi::c_array(f.strides, nd) } == strides.as_slice();
     agrees.then_some(FieldsOffset(offset))
 }
 
@@ -280,9 +283,9 @@ unsafe fn describe_into(
     };
     // An ndarray's dimensions and strides have `nd` entries while it lives ("as said" below).
     // SAFETY: as said.
-    let shape = unsafe { crate::ffi::c_array(f.dimensions, ndim) };
+    let shape = unsafe { dlpack_core::abi::c_array(f.dimensions, ndim) };
     // SAFETY: as said.
-    let strides = unsafe { crate::ffi::c_array(f.strides, ndim) };
+    let strides = unsafe { dlpack_core::abi::c_array(f.strides, ndim) };
     let strides = Some(|k: usize| Ok(strides[k] as i64));
     // The layout is built in place too (see `Layout::build_into`); every other field is written
     // once it can't fail any more (`Tensor::complete_in_place`), so `dst` is either whole or

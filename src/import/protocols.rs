@@ -10,8 +10,10 @@ use pyo3::types::{PyCapsule, PyString, PyType};
 
 use super::address_map::AddressMap;
 use crate::arrow_c::Method;
+use crate::ffi::CAPSULE_EXCHANGE_API;
 use crate::ffi::python;
-use crate::ffi::{CAPSULE_EXCHANGE_API, DLPACK_MAJOR_VERSION, DLPackExchangeAPI};
+use dlpack_core::abi::DLPACK_MAJOR_VERSION;
+use dlpack_core::abi::DLPackExchangeAPI;
 use pyo3::intern;
 
 #[derive(Clone, Copy, Debug)]

@@ -11,8 +11,9 @@ use pyo3::types::{PyBool, PyString, PyTuple};
 use crate::error::{Error, Result};
 use crate::export::policy::{Request, reported_minor};
 use crate::ffi::python::{self, GilCell, Py_ssize_t, PyObject};
-use crate::ffi::{DLDevice, c_array};
 use crate::import::array_interface::{to_i64, type_name};
+use dlpack_core::abi::DLDevice;
+use dlpack_core::abi::c_array;
 
 /// `__dlpack__`'s parameters, all keyword-only, in signature order.
 pub const KEYWORDS: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];

@@ -5,7 +5,7 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use dlpack_core::DType;
+use dlpack_core::dtype::DType;
 use pyo3::exceptions::PyAttributeError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -19,8 +19,9 @@ use crate::export::capsule::{self, Kind, Source};
 use crate::export::interface::{self, Data};
 use crate::export::policy::{self, MANAGED_REQUEST, Request};
 use crate::ffi::python::{self, GilCell};
-use crate::ffi::{DLDevice, DLManagedTensorVersioned};
 use crate::tensor::{Device, Tensor};
+use dlpack_core::abi::DLDevice;
+use dlpack_core::abi::DLManagedTensorVersioned;
 
 impl DLPackObject {
     /// What the export of this object's tensor shares it through: a reference to `slf`, this

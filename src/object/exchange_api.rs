@@ -17,13 +17,22 @@ use super::instance::{self, new_object};
 use super::state::DLPackObject;
 use crate::error::{Error, Result, at_c_boundary, panic_message};
 use crate::export::capsule::{self, Source};
+use crate::ffi::CAPSULE_EXCHANGE_API;
 use crate::ffi::python;
-use crate::ffi::{
-    CAPSULE_EXCHANGE_API, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
-    DLPackExchangeAPI, DLPackExchangeAPIHeader, DLPackSetError, DLPackVersion, DLTensor,
-};
 use crate::import::dlpack::import_versioned;
-use crate::tensor::{AlignedBuffer, DType, Device, Layout, Tensor, layout};
+use crate::tensor::{Device, Tensor};
+use dlpack_core::abi::DLManagedTensorVersioned;
+use dlpack_core::abi::DLPACK_MAJOR_VERSION;
+use dlpack_core::abi::DLPACK_MINOR_VERSION;
+use dlpack_core::abi::DLPackExchangeAPI;
+use dlpack_core::abi::DLPackExchangeAPIHeader;
+use dlpack_core::abi::DLPackSetError;
+use dlpack_core::abi::DLPackVersion;
+use dlpack_core::abi::DLTensor;
+use dlpack_core::dtype::DType;
+use dlpack_core::layout;
+use dlpack_core::layout::Layout;
+use dlpack_core::memory::AlignedBuffer;
 
 /// The table; a plain static so its address is valid for the life of the process, as the
 /// protocol requires.
@@ -207,7 +216,7 @@ unsafe fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorV
         &[][..]
     } else {
         // SAFETY: per the contract (`ndim` is the prototype's, the shape not null).
-        unsafe { crate::ffi::c_array(prototype.shape, ndim) }
+        unsafe { dlpack_core::abi::c_array(prototype.shape, ndim) }
     };
     let layout = Layout::from_byte_strides(shape, None, dtype.itemsize())?;
     let bytes = usize::try_from(layout.numel() * dtype.itemsize() as i64)

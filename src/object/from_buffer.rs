@@ -8,10 +8,10 @@ use pyo3::types::{PyByteArray, PyBytes};
 
 use super::view::{Described, new_view, spelled};
 use crate::error::{Error, Result};
-use crate::ffi::DLDevice;
 use crate::import::buffer::View;
-use crate::tensor::Layout;
-use crate::tensor::dtype::{DType, Element};
+use dlpack_core::abi::DLDevice;
+use dlpack_core::dtype::{DType, Element};
+use dlpack_core::layout::Layout;
 
 /// The element type `typestr` spells (in either byte order), named `dtype` (the name decides
 /// for the types a typestr has no code for: bfloat16, the float8 types).

@@ -10,7 +10,8 @@ use crate::copy;
 use crate::error::{Error, Result};
 use crate::export::capsule;
 use crate::import::{self, array_interface::to_i64, array_interface::type_name};
-use crate::tensor::{Tensor, layout};
+use crate::tensor::Tensor;
+use dlpack_core::layout;
 
 /// Wrap `obj` (anything with DLPack, the CUDA array interface, the array interface or the
 /// buffer protocol) in a `DLPackObject`, without copying.

@@ -15,7 +15,7 @@ use pyo3::types::{PyByteArray, PyTuple};
 use super::functions::copyto;
 use super::state::DLPackObject;
 use crate::error::{Error, Result};
-use crate::tensor::layout;
+use dlpack_core::layout;
 
 /// The module's `_from_buffer` function object, which pickles name as the reconstructor (by
 /// module and name, so unpickling finds it without this process's state).

@@ -11,8 +11,10 @@ use pyo3::prelude::*;
 use super::instance::{new_object, state};
 use super::state::DLPackObject;
 use crate::error::{Error, Result};
-use crate::ffi::DLDevice;
-use crate::tensor::{DType, Device, Layout, Owner, Tensor, TensorParts};
+use crate::tensor::{Device, Owner, Tensor, TensorParts};
+use dlpack_core::abi::DLDevice;
+use dlpack_core::dtype::DType;
+use dlpack_core::layout::Layout;
 
 /// Where a view's elements are, what they are, and whether they may be written.
 pub struct Described {

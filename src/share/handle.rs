@@ -10,8 +10,8 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::state;
 use crate::error::Result;
-use crate::ffi::device_type;
 use crate::object::{register_stand_in, tensor_of};
+use dlpack_core::abi::device_type;
 
 /// A handle to memory shared with other processes: pickle it (``Queue.put``,
 /// ``Connection.send``, ``pickle.dumps``) to send it, and pass it to ``asdlpack`` (or any

@@ -12,8 +12,8 @@ use super::mapped::{self, Mapped};
 use super::views;
 use super::{client, lender, pool};
 use crate::error::{CoreError, Error, Result};
-use crate::ffi::device_type;
 use crate::object;
+use dlpack_core::abi::device_type;
 use dlpack_core::share::{self as os, error::describe};
 
 impl From<os::Error> for Error {

@@ -12,8 +12,10 @@ use super::segment::TRAILER;
 use super::views::segment_view;
 use crate::error::{Error, Result};
 use crate::object::{empty_view, tensor_of};
-use crate::tensor::{DType, Layout, Owner, Tensor};
+use crate::tensor::{Owner, Tensor};
+use dlpack_core::dtype::DType;
 use dlpack_core::dtype::Element;
+use dlpack_core::layout::Layout;
 use dlpack_core::share::handle_state::{self, HandleState, Lent, boot_id_text, malformed};
 use dlpack_core::share::system;
 

@@ -10,9 +10,12 @@ use super::lender;
 use super::mapped::Mapped;
 use crate::copy;
 use crate::error::{Error, Result};
-use crate::ffi::DLDevice;
 use crate::object::{Described, empty_view, new_view};
-use crate::tensor::{DType, Device, Layout, Owner, Tensor, layout};
+use crate::tensor::{Device, Owner, Tensor};
+use dlpack_core::abi::DLDevice;
+use dlpack_core::dtype::DType;
+use dlpack_core::layout;
+use dlpack_core::layout::Layout;
 use dlpack_core::share::private_pages_written;
 
 /// Below this, faulting pages in as the copy writes them costs less than starting threads.

@@ -9,7 +9,7 @@ use dlpack_core::memory::AlignedBuffer;
 
 use super::owner::Owner;
 use crate::error::{Error, Result};
-use crate::ffi::DLDevice;
+use dlpack_core::abi::DLDevice;
 
 /// Where the data lives.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,4 @@ mod description;
 mod owner;
 
 pub use description::{Device, Exportable, Tensor, TensorParts};
-pub use dlpack_core::dtype::{self, DType};
-pub use dlpack_core::layout::{self, Layout};
-pub use dlpack_core::memory::{AlignedBuffer, DeviceBuffer};
 pub use owner::{FilledView, Managed, Owner};

@@ -10,7 +10,8 @@ use dlpack_core::memory::{AlignedBuffer, DeviceBuffer};
 use pyo3::{Py, PyAny, Python};
 
 use crate::ffi::python::{self, Py_buffer, PyObject};
-use crate::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use dlpack_core::abi::DLManagedTensor;
+use dlpack_core::abi::DLManagedTensorVersioned;
 
 /// What keeps the memory alive; released exactly once, when the last holder drops the tensor.
 /// Python handles are `ManuallyDrop` so that they are only released while attached.

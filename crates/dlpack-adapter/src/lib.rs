@@ -17,8 +17,8 @@ mod owned;
 
 pub use args::{Array, ArrayMut};
 pub use array::{ArrayView, ArrayViewMut, view, view_mut};
-pub use dlpack_core::DType;
 pub use dlpack_core::abi::DLDevice;
+pub use dlpack_core::dtype::DType;
 pub use element::Element;
 #[cfg(feature = "ndarray")]
 pub use owned::from_ndarray;

@@ -45,7 +45,3 @@ pub mod layout;
 pub mod memory;
 #[cfg(all(feature = "runtime", target_os = "linux"))]
 pub mod share;
-
-pub use dtype::DType;
-pub use error::{Error, Result};
-pub use layout::Layout;
