@@ -1,5 +1,5 @@
-//! The C ABIs we speak: DLPack's (from the core, `dlpack_core::abi`, re-exported here), the
-//! Python DLPack protocol's capsule names (`capsule`), numpy's structs (`numpy`), and (in
+//! The C ABIs we speak beside DLPack's (which is the core's, `dlpack_core::abi`): the Python
+//! DLPack protocol's capsule names (`capsule`), numpy's structs (`numpy`), and (in
 //! `python`) every raw call into CPython's C API.
 
 mod capsule;
