@@ -29,7 +29,7 @@ def rss_bytes() -> int:
 
 def footprint(a) -> list[tuple[str, int]]:
     obj = asdlpack(a)
-    rust = dict(_dlpack._footprint(a.ndim))
+    rust = dict(_dlpack._testing.footprint(a.ndim))
     capsule = obj.__dlpack__(max_version=(1, 3))
     rows = [
         (

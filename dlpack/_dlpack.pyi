@@ -2,6 +2,7 @@
 
 from collections.abc import Mapping, Sequence
 from enum import IntEnum
+from types import ModuleType
 from typing import Any, SupportsIndex, final
 
 from typing_extensions import CapsuleType
@@ -17,21 +18,20 @@ __all__ = [
     "__version__",
     "_C_API",
     "_SHARE_POOL_SEGMENTS",
-    "_footprint",
     "_from_buffer",
     "_share_after_fork",
     "_share_clear_pool",
-    "_share_counts",
     "_share_empty",
     "_share",
     "_share_rebuild",
-    "_share_state_fields",
-    "_share_state_pack",
     "asdlpack",
     "byte_extent",
     "copyto",
     "dense_strides",
 ]
+
+# Hooks for the package's own tests and benchmarks, not API (``dlpack._dlpack._testing``).
+_testing: ModuleType
 
 DLPACK_VERSION: tuple[int, int]
 __version__: str
@@ -109,9 +109,6 @@ def copyto(dst: Any, src: Any, *, stream: int | None = None) -> None:
     broadcast and bad streams.
     """
 
-def _footprint(ndim: int) -> list[tuple[str, int]]:
-    """Bytes behind our objects for a tensor of ``ndim`` dimensions (for memory reports)."""
-
 # Sharing (``dlpack.sharing``; Linux only).
 
 @final
@@ -151,12 +148,6 @@ class SharedHandle:
 def _share_rebuild(state: Any) -> SharedHandle:
     """Unpickle a handle: check its state, then open what it names in this process."""
 
-def _share_state_fields(state: bytes) -> dict[str, Any]:
-    """The fields of a handle's state (for tests that forge handles)."""
-
-def _share_state_pack(fields: dict[str, Any]) -> bytes:
-    """The state ``fields`` spell, whatever they say (for tests that forge handles)."""
-
 _SHARE_POOL_SEGMENTS: int
 
 def _share(obj: Any, writable: Any) -> SharedHandle:
@@ -167,9 +158,6 @@ def _share_empty(shape: Sequence[int], dtype: str) -> DLPackObject:
 
 def _share_after_fork() -> None:
     """Sharing's per-process state in a forked child."""
-
-def _share_counts() -> tuple[int, int, int]:
-    """(segments mapped, segments kept for reuse, tokens pinned) in this process."""
 
 def _share_clear_pool() -> None:
     """Close the segments kept for reuse."""

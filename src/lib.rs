@@ -2,7 +2,7 @@
 //! process: other extensions reach it through its C API (`api::capi`, whose Rust client is the
 //! `dlpack-adapter` crate). Here, module registration only. The data path is `import` (one importer per
 //! protocol) -> `tensor` (the one description) -> `export` (DLPack capsules, the C exchange
-//! API) and `copy`; `object` is the Python face, `tables` what Python asks of the core. What
+//! API) and `copy`; `object` is the Python face, `facts_for_python` what Python asks of the core. What
 //! needs no Python (DLPack's ABI, element types, layouts, memory we own, the copy engines, the
 //! CUDA driver loaded at run time) is the core crate's, `dlpack_core`; `ffi` adds the Python
 //! side's ABIs, `error` the one mapping to Python exceptions.
@@ -17,11 +17,13 @@
 //! arrow_c  the Arrow PyCapsule interface's methods and capsule names, and the C Device
 //!          interface's structs, which arrow-rs doesn't bind
 //! copy     copies between tensors: host, cuda, copyto (the checks both share)
-//! object   DLPackObject: state, behaviour, instance (its CPython memory), pytype (the type and
-//!          entry points), arguments, exchange_api; functions (asdlpack, copyto, _footprint)
-//! ffi      the DLPack ABI (the core's), capsule names, numpy's structs, python (every raw
-//!          CPython call)
-//! tables   device types, element types and layout math for the Python package
+//! object   DLPackObject: state, methods, instance (its CPython memory), pytype (the type and
+//!          entry points), arguments, exchange_api; asdlpack and copy_into (the module's
+//!          functions)
+//! ffi      capsule names, numpy's structs, python (every raw CPython call); DLPack's ABI is
+//!          the core's
+//! facts_for_python  device types, element types and layout math for the Python package
+//! testing  hooks for the package's tests and benchmarks (dlpack._dlpack._testing), not API
 //! error    the core's error or Python's, one mapping to Python exceptions
 //! ```
 
@@ -30,13 +32,14 @@ mod arrow_c;
 mod copy;
 mod error;
 mod export;
+mod facts_for_python;
 mod ffi;
 mod import;
 mod object;
 #[cfg(target_os = "linux")]
 mod share;
-mod tables;
 mod tensor;
+mod testing;
 
 use pyo3::prelude::*;
 
@@ -47,7 +50,6 @@ fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("_C_API", api::capi::capsule(m.py())?)?;
     m.add("asdlpack", object::asdlpack_function(m)?)?;
     m.add_function(wrap_pyfunction!(object::copyto, m)?)?;
-    m.add_function(wrap_pyfunction!(object::_footprint, m)?)?;
     m.add_function(wrap_pyfunction!(object::_from_buffer, m)?)?;
     // Pickles name `_from_buffer` as the reconstructor of a DLPackObject.
     object::set_reconstructor(&m.getattr("_from_buffer")?);
@@ -59,8 +61,9 @@ fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ),
     )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    tables::register(m)?;
+    facts_for_python::register(m)?;
     #[cfg(target_os = "linux")]
     share::register(m)?;
+    testing::register(m)?;
     Ok(())
 }

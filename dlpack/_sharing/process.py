@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["POOL_SEGMENTS", "clear_pool", "live_segments", "pinned", "pooled", "require_linux"]
+__all__ = ["POOL_SEGMENTS", "clear_pool", "require_linux"]
 
 if sys.platform == "linux":
     from .._dlpack import _SHARE_POOL_SEGMENTS as POOL_SEGMENTS
-    from .._dlpack import _share_after_fork, _share_clear_pool, _share_counts
+    from .._dlpack import _share_after_fork, _share_clear_pool
 else:
     POOL_SEGMENTS = 0
 
@@ -24,24 +24,6 @@ def not_linux() -> BufferError:
 def require_linux() -> None:
     if sys.platform != "linux":
         raise not_linux()
-
-
-def live_segments() -> int:
-    """How many segments this process maps (for tests and leak checks)."""
-    require_linux()
-    return _share_counts()[0]
-
-
-def pooled() -> int:
-    """How many segments are kept for reuse (for tests)."""
-    require_linux()
-    return _share_counts()[1]
-
-
-def pinned() -> int:
-    """How many handles this process lent that no receiver has released yet (for tests)."""
-    require_linux()
-    return _share_counts()[2]
 
 
 def clear_pool() -> None:

@@ -18,8 +18,23 @@ import traceback
 import numpy as np
 
 import dlpack
-from dlpack import _dlpack
-from dlpack._sharing import handles, process
+from dlpack._dlpack import _testing
+from dlpack._sharing import handles
+
+
+def live_segments() -> int:
+    """How many segments this process maps."""
+    return _testing.share_counts()[0]
+
+
+def pooled() -> int:
+    """How many segments this process keeps for reuse."""
+    return _testing.share_counts()[1]
+
+
+def pinned() -> int:
+    """How many handles this process lent that no receiver has released yet."""
+    return _testing.share_counts()[2]
 
 
 def serve(connection) -> None:
@@ -110,7 +125,7 @@ def open_and_keep(data: bytes) -> tuple[int, int]:
     """Open a pickled handle and keep it open: (address of its first element, segments mapped)."""
     view = dlpack.asdlpack(pickle.loads(data))
     _kept.append(view)
-    return view.data_ptr, process.live_segments()
+    return view.data_ptr, live_segments()
 
 
 def read_kept(index: int) -> tuple:
@@ -120,7 +135,7 @@ def read_kept(index: int) -> tuple:
 def drop_all() -> int:
     _kept.clear()
     gc.collect()
-    return process.live_segments()
+    return live_segments()
 
 
 def first_element(handle) -> float:
@@ -151,12 +166,12 @@ def fields_of(handle) -> dict:
     as by pickling), to alter and ``pack``."""
     rebuild, (state,) = handle.__reduce__()
     assert rebuild is handles._rebuild
-    return _dlpack._share_state_fields(state)
+    return _testing.share_state_fields(state)
 
 
 def pack(fields: dict) -> bytes:
     """The state ``fields`` spell, whatever they say."""
-    return _dlpack._share_state_pack(fields)
+    return _testing.share_state_pack(fields)
 
 
 def count_resources() -> tuple[int, int]:

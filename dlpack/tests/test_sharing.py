@@ -278,11 +278,11 @@ def test_consumer_sigkill_leaves_the_producer_serving():
     # The lender closed the connections of the dead (and of the survivor, gone too); the only
     # segments still open here are those of pins never released by the dead, and those kept
     # for reuse (two descriptors each: the writable one, and the read-only one lent).
-    unreleased = process.pinned()  # first: it lets go of what was released since
+    unreleased = workers.pinned()  # first: it lets go of what was released since
     assert unreleased <= 3
     kinds = workers.descriptor_kinds()
     assert kinds["socket"] == sockets_before
-    assert kinds["memfd"] == 2 * (unreleased + process.pooled())
+    assert kinds["memfd"] == 2 * (unreleased + workers.pooled())
 
 
 def test_no_leaks_over_ten_thousand_cycles():
@@ -391,8 +391,8 @@ def pooled_soon(count: int) -> bool:
     deadline = time.monotonic() + 10
     while True:
         gc.collect()
-        if process.pooled() == count or time.monotonic() > deadline:
-            return process.pooled() == count
+        if workers.pooled() == count or time.monotonic() > deadline:
+            return workers.pooled() == count
         time.sleep(0.005)
 
 
@@ -412,7 +412,7 @@ def test_a_fresh_copy_reuses_a_segment_nothing_maps(peer, empty_pool):
     assert pooled_soon(1)
     second = np.full(1000, 2.0)
     handle = dlpack.share(second)
-    assert segment_key(handle) == key and process.pooled() == 0  # the same memory, rewritten
+    assert segment_key(handle) == key and workers.pooled() == 0  # the same memory, rewritten
     assert peer.call("read", handle)[0] == second.tobytes()
 
 
@@ -470,7 +470,7 @@ def test_reuse_from_many_threads_hands_each_segment_out_once(empty_pool):
     for thread in threads:
         thread.join()
     assert not failures
-    assert 0 < process.pooled() <= process.POOL_SEGMENTS
+    assert 0 < workers.pooled() <= process.POOL_SEGMENTS
 
 
 @pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")  # see above

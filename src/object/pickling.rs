@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyTuple};
 
-use super::functions::copyto;
+use super::copy_into::copyto;
 use super::state::DLPackObject;
 use crate::error::{Error, Result};
 use dlpack_core::layout;

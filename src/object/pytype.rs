@@ -15,7 +15,7 @@ use pyo3::types::{PyBool, PyModule, PyString, PyType};
 
 use super::instance::{self, Instance, dealloc, state_unchecked, traverse};
 use super::state::DLPackObject;
-use super::{arguments, behaviour, exchange_api, functions, pickling};
+use super::{arguments, asdlpack, exchange_api, methods, pickling};
 use crate::arrow_c::Method;
 use crate::error::{Result, at_c_boundary};
 use crate::export::policy::{self, Request};
@@ -90,7 +90,7 @@ unsafe extern "C" fn asdlpack_entry(
             let obj = unsafe { *args };
             // SAFETY: as said.
             let obj = unsafe { Borrowed::from_ptr(py, obj) };
-            let made = functions::asdlpack_known(&obj)?;
+            let made = asdlpack::asdlpack_known(&obj)?;
             Some(made.map(Bound::into_ptr).map_err(Into::into))
         };
         // SAFETY: as said.
@@ -102,7 +102,7 @@ unsafe extern "C" fn asdlpack_entry(
     entry(ptr::null_mut(), |py| {
         // SAFETY: CPython calls us holding the GIL, with fast-call arguments.
         let obj = unsafe { arguments::asdlpack_argument(py, args, nargs, kwnames)? };
-        Ok(functions::asdlpack(&obj)?.into_ptr())
+        Ok(asdlpack::asdlpack(&obj)?.into_ptr())
     })
 }
 
@@ -363,7 +363,7 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 17] = [
     (
         c"dtype",
         c"The element type: a numpy.dtype where numpy can be imported (ml_dtypes' types, such as bfloat16, where ml_dtypes can), else its name, e.g. \"float32\".",
-        |s, o| Ok(behaviour::dtype_object(o.py(), s.tensor().dtype())),
+        |s, o| Ok(methods::dtype_object(o.py(), s.tensor().dtype())),
     ),
     (c"itemsize", c"Bytes per element.", |s, o| {
         Ok(s.tensor().dtype().itemsize().into_pyobject(o.py())?.into_any())

@@ -1,13 +1,15 @@
 //! `DLPackObject`'s state: the tensor it describes and the producer to ask again, with what the
-//! garbage collector and the deallocator need of it. (Its Python-visible behaviour is
-//! `behaviour`'s; the instance that holds it, `instance`'s.)
+//! garbage collector and the deallocator need of it, and the bytes it takes (`footprint`). (Its Python-visible behaviour is
+//! `methods`'s; the instance that holds it, `instance`'s.)
 
 use std::ffi::c_int;
 
 use pyo3::prelude::*;
 
+use crate::export::capsule;
 use crate::ffi::python;
 use crate::tensor::Tensor;
+use dlpack_core::layout;
 
 /// A DLPack view of another object's memory: pass it to any `from_dlpack`. This is the state of
 /// the Python object (see `instance`), immutable once made.
@@ -75,4 +77,31 @@ impl DLPackObject {
         // SAFETY: as said; the GIL is held (the contract).
         unsafe { Tensor::release_attached_in_place(tensor) };
     }
+}
+
+/// Heap bytes behind our objects, for memory reports: `(name, bytes)` pairs. Rust-side sizes
+/// are exact; Python object headers are what `sys.getsizeof` adds.
+pub fn footprint(ndim: usize) -> Vec<(&'static str, usize)> {
+    vec![
+        ("DLPackObject struct", std::mem::size_of::<DLPackObject>()),
+        // The description lives in the Python object (`sys.getsizeof` counts it), and so do
+        // the layout's dims up to `INLINE_NDIM` dimensions; more take one allocation.
+        ("tensor description", 0),
+        (
+            "tensor dims",
+            if ndim <= layout::INLINE_NDIM {
+                0
+            } else {
+                3 * ndim * std::mem::size_of::<i64>()
+            },
+        ),
+        (
+            "versioned capsule allocation",
+            capsule::export_bytes(ndim, true),
+        ),
+        (
+            "legacy capsule allocation",
+            capsule::export_bytes(ndim, false),
+        ),
+    ]
 }

@@ -1,12 +1,11 @@
 //! What `dlpack._sharing` calls: `SharedHandle` and its reconstructor (`handle`), making
 //! handles of host memory (`_share`) and shared arrays (`_share_empty`), the per-process
-//! state's upkeep after a fork, and what tests count.
+//! state's upkeep after a fork, and what it holds (`counts`, for tests).
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
 
-use super::forging;
 use super::handle::{self, SharedHandle};
 use super::mapped::{self, Mapped};
 use super::views;
@@ -39,9 +38,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_share, m)?)?;
     m.add_function(wrap_pyfunction!(_share_empty, m)?)?;
     handle::register(m)?;
-    forging::register(m)?;
     m.add_function(wrap_pyfunction!(_share_after_fork, m)?)?;
-    m.add_function(wrap_pyfunction!(_share_counts, m)?)?;
     m.add_function(wrap_pyfunction!(_share_clear_pool, m)?)?;
     m.add("_SHARE_POOL_SEGMENTS", pool::POOL_SEGMENTS)?;
     Ok(())
@@ -103,8 +100,7 @@ fn _share_after_fork() {
 }
 
 /// ``(segments mapped, segments kept for reuse, tokens pinned)`` in this process.
-#[pyfunction]
-fn _share_counts() -> (usize, usize, usize) {
+pub fn counts() -> (usize, usize, usize) {
     let pinned = lender::pinned(); // first: it lets go of what was released
     (Mapped::live(), pool::kept(), pinned)
 }

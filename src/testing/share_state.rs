@@ -1,6 +1,6 @@
 //! A handle's state as named fields and back, for tests that forge handles (a receiver must
-//! refuse any state its producer did not write): `_share_state_fields(state)` gives a dict,
-//! `_share_state_pack(fields)` the bytes of a dict of the same keys, whatever they say.
+//! refuse any state its producer did not write): `share_state_fields(state)` gives a dict,
+//! `share_state_pack(fields)` the bytes of a dict of the same keys, whatever they say.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -12,18 +12,12 @@ use dlpack_core::share::handle_state::{
     FORMAT, HandleState, Lent, Token, boot_id_bytes, boot_id_text,
 };
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(_share_state_fields, m)?)?;
-    m.add_function(wrap_pyfunction!(_share_state_pack, m)?)?;
-    Ok(())
-}
-
 /// The fields of a handle's state: ``format``, ``boot_id`` (its text), ``pid``, ``writable``,
 /// ``segment`` (None for no elements, else a dict of ``lender``, ``board_fd``, ``token``,
 /// ``file`` (device, inode), ``size``, ``generation``, ``fd``), ``offset``, ``dtype`` (DLPack
 /// code, bits, lanes), ``swapped``, ``shape`` and ``strides`` (in bytes).
 #[pyfunction]
-fn _share_state_fields<'py>(state: &Bound<'py, PyBytes>) -> Result<Bound<'py, PyDict>> {
+pub fn share_state_fields<'py>(state: &Bound<'py, PyBytes>) -> Result<Bound<'py, PyDict>> {
     let py = state.py();
     let state = HandleState::decode(state.as_bytes())?;
     let fields = PyDict::new(py);
@@ -56,7 +50,7 @@ fn _share_state_fields<'py>(state: &Bound<'py, PyBytes>) -> Result<Bound<'py, Py
 
 /// The state `fields` (as `_share_state_fields` gives them) spell, in their ``format``.
 #[pyfunction]
-fn _share_state_pack<'py>(fields: &Bound<'py, PyDict>) -> Result<Bound<'py, PyBytes>> {
+pub fn share_state_pack<'py>(fields: &Bound<'py, PyDict>) -> Result<Bound<'py, PyBytes>> {
     fn get<'py, T: FromPyObjectOwned<'py>>(dict: &Bound<'py, PyDict>, key: &str) -> Result<T> {
         let value = dict
             .get_item(key)?
