@@ -5,11 +5,16 @@
 //! may fall back on another path), `Type` a wrong argument type, `Value` a wrong value. Errors
 //! raised by Python code we call pass through unchanged.
 
-use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyBufferError, PyMemoryError, PyOSError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::types::PyTypeMethods;
+use std::borrow::Cow;
+
 use pyo3::{PyErr, Python};
 
-pub use dlpack_core::error::Error as CoreError;
+// The core's error, named here beside the extension's own `Error` that wraps it.
+use dlpack_core::error::Error as CoreError;
 
 #[derive(Debug)]
 pub enum Error {
@@ -20,9 +25,6 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// Makes a Python exception of one type from its message.
-type NewException = fn(String) -> PyErr;
 
 // The constructors and conversions are `#[cold]`: the optimiser then moves every error path out
 // of line, keeping the exchange's hot code compact (instruction-cache misses, not instruction
@@ -46,30 +48,31 @@ impl Error {
         Error::Core(CoreError::runtime(msg))
     }
 
-    /// The Python exception type of each of our kinds, by name and constructor, with the
-    /// message: the one mapping, which both Python callers (`From<Error> for PyErr`) and C
-    /// callers (the exchange API's error callback, `python_type_name_and_message`) see. `None`
-    /// for an exception Python raised.
-    fn ours(&self) -> Option<(&'static str, NewException, &str)> {
+    /// The Python exception type of each of our kinds, by name, with the message: the one
+    /// mapping, which both Python callers (`From<Error> for PyErr`) and C callers (the exchange
+    /// API's error callback, `python_type_name_and_message`) see. `None` for an exception
+    /// Python raised.
+    fn ours(&self) -> Option<(&'static str, Cow<'_, str>)> {
         let Error::Core(err) = self else {
             return None;
         };
-        let msg = err.message();
-        Some(match err {
-            CoreError::Buffer(_) => ("BufferError", PyBufferError::new_err::<String>, msg),
-            CoreError::Type(_) => ("TypeError", PyTypeError::new_err::<String>, msg),
-            CoreError::Value(_) => ("ValueError", PyValueError::new_err::<String>, msg),
-            CoreError::Runtime(_) => ("RuntimeError", PyRuntimeError::new_err::<String>, msg),
-            CoreError::Memory(_) => ("MemoryError", PyMemoryError::new_err::<String>, msg),
-        })
+        let name = match err {
+            CoreError::Buffer(_) => "BufferError",
+            CoreError::Type(_) => "TypeError",
+            CoreError::Value(_) => "ValueError",
+            CoreError::Runtime(_) => "RuntimeError",
+            CoreError::Memory(_) => "MemoryError",
+            CoreError::Os { .. } | CoreError::Limit { .. } => "OSError",
+        };
+        Some((name, err.message()))
     }
 
     /// The name of the Python exception type this error is raised as, and its message, for C
     /// callers that take errors as text. An exception Python raised is read while attached.
     #[cold]
     pub fn python_type_name_and_message(&self) -> (String, String) {
-        if let Some((name, _, msg)) = self.ours() {
-            return (name.to_owned(), msg.to_owned());
+        if let Some((name, msg)) = self.ours() {
+            return (name.to_owned(), msg.into_owned());
         }
         let Error::Python(err) = self else {
             unreachable!("only exceptions Python raised are not ours")
@@ -115,12 +118,21 @@ impl From<PyErr> for Error {
 impl From<Error> for PyErr {
     #[cold]
     fn from(err: Error) -> PyErr {
-        if let Some((_, make, msg)) = err.ours() {
-            return make(msg.to_owned());
-        }
+        let err = match err {
+            Error::Python(err) => return err,
+            Error::Core(err) => err,
+        };
+        let msg = err.message().into_owned();
         match err {
-            Error::Python(err) => err,
-            Error::Core(_) => unreachable!("every core error is ours"),
+            CoreError::Buffer(_) => PyBufferError::new_err(msg),
+            CoreError::Type(_) => PyTypeError::new_err(msg),
+            CoreError::Value(_) => PyValueError::new_err(msg),
+            CoreError::Runtime(_) => PyRuntimeError::new_err(msg),
+            CoreError::Memory(_) => PyMemoryError::new_err(msg),
+            // `OSError(errno, text)`: Python picks the subclass (`FileNotFoundError`, ...).
+            CoreError::Os { errno, .. } | CoreError::Limit { errno, .. } => {
+                PyOSError::new_err((errno.raw_os_error(), msg))
+            }
         }
     }
 }

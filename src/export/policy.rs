@@ -8,7 +8,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 
 use crate::copy;
-use crate::error::{CoreError, Error, Result};
+use crate::error::{Error, Result};
 use crate::import;
 use crate::tensor::{Device, Tensor};
 use dlpack_core::abi::DLDevice;
@@ -194,7 +194,7 @@ pub fn prepare(
         return Ok((fresh, target, kind));
     }
     let unavailable = |err: Error| match as_buffer_error(err) {
-        Error::Core(CoreError::Buffer(msg)) => {
+        Error::Core(dlpack_core::error::Error::Buffer(msg)) => {
             Error::buffer(format!("can't copy to {}: {msg}", target.name()))
         }
         other => other,
@@ -235,7 +235,7 @@ fn fresh_from_producer(
 /// can't serve, so consumers may fall back.
 fn as_buffer_error(err: Error) -> Error {
     match err {
-        Error::Core(CoreError::Runtime(msg)) => Error::buffer(msg),
+        Error::Core(dlpack_core::error::Error::Runtime(msg)) => Error::buffer(msg),
         other => other,
     }
 }

@@ -196,7 +196,7 @@ impl StreamLimit {
         self.next_check = self.bytes + (self.bytes / 8).max(available::CHECK_FROM);
         match available::available() {
             Some(free) if self.bytes > free.bytes => {
-                Err(Error::Core(crate::error::CoreError::memory(format!(
+                Err(Error::Core(dlpack_core::error::Error::memory(format!(
                     "the Arrow stream's {arrays} arrays read so far hold {} ({} bytes), more \
                      than the {} this process can still have ({}): it is read whole (its \
                      chunks joined in one copy), so pass it in parts",

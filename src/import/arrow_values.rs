@@ -223,7 +223,7 @@ fn total_rows(rows: impl Iterator<Item = usize>) -> Result<usize> {
 
 #[cold]
 fn too_large(what: &str) -> Error {
-    Error::Core(crate::error::CoreError::memory(format!(
+    Error::Core(dlpack_core::error::Error::memory(format!(
         "can't copy Arrow data: {what} pass the address space"
     )))
 }

@@ -13,7 +13,7 @@ use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3::{PyTypeInfo, intern};
 
 use super::protocols::ExchangeApi;
-use crate::error::{CoreError, Error, Result};
+use crate::error::{Error, Result};
 use crate::ffi::python;
 use crate::ffi::{CAPSULE_LEGACY, CAPSULE_LEGACY_USED, CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED};
 use crate::tensor::{Device, Managed, Owner, Tensor, TensorParts};
@@ -216,12 +216,12 @@ unsafe fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor>
     let byte_stride = strides.map(|s| {
         move |k: usize| {
             s[k].checked_mul(item)
-                .ok_or_else(|| CoreError::buffer("DLPack strides overflow"))
+                .ok_or_else(|| dlpack_core::error::Error::buffer("DLPack strides overflow"))
         }
     });
     let layout =
         Layout::build(ndim, dtype.itemsize(), |k| shape[k], byte_stride).map_err(|e| match e {
-            CoreError::Value(msg) => CoreError::Buffer(msg),
+            dlpack_core::error::Error::Value(msg) => dlpack_core::error::Error::Buffer(msg),
             other => other,
         })?;
     debug_assert!(

@@ -14,7 +14,7 @@ use pyo3::types::{PyString, PyTuple};
 use super::instance::{new_object, state, state_unchecked};
 use super::state::DLPackObject;
 use crate::copy;
-use crate::error::{CoreError, Error, Result};
+use crate::error::{Error, Result};
 use crate::export::capsule::{self, Kind, Source};
 use crate::export::interface::{self, Data};
 use crate::export::policy::{self, MANAGED_REQUEST, Request};
@@ -220,7 +220,7 @@ impl DLPackObject {
         // tensor, immutable, as long as it lives.
         let capsule = unsafe { interface::array_struct(slf, &self.tensor) };
         capsule.map_err(|err| match err {
-            Error::Core(CoreError::Buffer(msg)) => PyAttributeError::new_err(msg),
+            Error::Core(dlpack_core::error::Error::Buffer(msg)) => PyAttributeError::new_err(msg),
             other => other.into(),
         })
     }

@@ -8,8 +8,9 @@
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use dlpack_core::error::{Error, Result};
 use dlpack_core::share::memfd::open_peer;
-use dlpack_core::share::{Error, Mapping, Result, SealedFile, Writes};
+use dlpack_core::share::{Mapping, SealedFile, Writes};
 
 /// Words on a board: tokens pinned beyond these are released by message.
 pub const SLOTS: u32 = 4096;

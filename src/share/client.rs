@@ -14,8 +14,9 @@ use super::lender::{
     ANSWER_TIMEOUT, Address, CLAIM, GRANTED, REFUSED, RELEASE, TOKEN_BYTES, slot_of,
 };
 use super::per_process::PerProcess;
-use dlpack_core::share::error::describe;
-use dlpack_core::share::{Error, Result, Stream, system};
+use dlpack_core::error::describe;
+use dlpack_core::error::{Error, Result};
+use dlpack_core::share::{Stream, system};
 
 /// Receivers keep connections to (and boards of) at most this many producers.
 const MAX_PRODUCERS: usize = 32;

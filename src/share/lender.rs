@@ -28,7 +28,8 @@ use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use super::board::{Board, SLOTS};
 use super::per_process::PerProcess;
 use super::segment::Segment;
-use dlpack_core::share::{Error, Listener, Result, Stream, system};
+use dlpack_core::error::{Error, Result};
+use dlpack_core::share::{Listener, Stream, system};
 
 // A token (`TOKEN_BYTES`): its word on the board (`u32`, little-endian; `NO_SLOT` for none), the
 // nonce written there (`u64`, not 0), and four random bytes.

@@ -16,7 +16,8 @@ use super::pool::{self, Files};
 use super::registry::{Entry, Registry};
 use super::segment::{Segment, TRAILER, file_size, new_generation};
 use dlpack_core::available;
-use dlpack_core::share::{Error, FileId, Mapping, Result, SealedFile, Writes, lock};
+use dlpack_core::error::{Error, Result};
+use dlpack_core::share::{FileId, Mapping, SealedFile, Writes, lock};
 
 #[derive(Debug)]
 pub struct Mapped {

@@ -11,9 +11,10 @@ use super::client;
 use super::lender::{self, Address};
 use super::mapped::{Mapped, Refused, stale};
 use super::segment::Segment;
-use dlpack_core::share::error::describe;
+use dlpack_core::error::describe;
+use dlpack_core::error::{Error, Result};
 use dlpack_core::share::memfd::{open_peer, size_mismatch};
-use dlpack_core::share::{Error, FileId, Result, system};
+use dlpack_core::share::{FileId, system};
 
 /// What a handle names: its producer's lender and token, and the segment.
 pub struct Named<'a> {

@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::per_process::PerProcess;
-use dlpack_core::share::{Mapping, Result, SealedFile, lock, system};
+use dlpack_core::error::Result;
+use dlpack_core::share::{Mapping, SealedFile, lock, system};
 
 /// At most this many segments are kept.
 pub const POOL_SEGMENTS: usize = 4;

@@ -2,7 +2,6 @@
 //! handles of host memory (`_share`) and shared arrays (`_share_empty`), the per-process
 //! state's upkeep after a fork, and what it holds (`counts`, for tests).
 
-use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
 
@@ -10,28 +9,9 @@ use super::handle::{self, SharedHandle};
 use super::mapped::{self, Mapped};
 use super::views;
 use super::{client, lender, pool};
-use crate::error::{CoreError, Error, Result};
+use crate::error::{Error, Result};
 use crate::object;
 use dlpack_core::abi::device_type;
-use dlpack_core::share::{self as os, error::describe};
-
-impl From<os::Error> for Error {
-    #[cold]
-    fn from(err: os::Error) -> Self {
-        match err {
-            os::Error::Os { call, errno } => {
-                let text = format!("{call}: {}", describe(errno));
-                Error::Python(PyOSError::new_err((errno.raw_os_error(), text)))
-            }
-            os::Error::Limit { errno, msg } => {
-                Error::Python(PyOSError::new_err((errno.raw_os_error(), msg)))
-            }
-            os::Error::Buffer(msg) => Error::buffer(msg),
-            os::Error::Value(msg) => Error::value(msg),
-            os::Error::Memory(msg) => Error::Core(CoreError::Memory(msg)),
-        }
-    }
-}
 
 /// Adds sharing's functions to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

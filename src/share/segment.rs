@@ -8,7 +8,8 @@ use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
 use super::pool::Files;
-use dlpack_core::share::{FileId, Mapping, Result, Writes, system};
+use dlpack_core::error::Result;
+use dlpack_core::share::{FileId, Mapping, Writes, system};
 
 /// Bytes of the generation at the end of every segment.
 pub const TRAILER: u64 = 8;

@@ -19,10 +19,10 @@
 
 use std::sync::OnceLock;
 
-use super::error::{Error, Result};
 use super::memfd::FileId;
 use super::system;
 use crate::abi::DLDataType;
+use crate::error::{Error, Result};
 use crate::layout::MAX_NDIM;
 
 /// The layout of the state (and the protocol its segment's locks follow); a state of another

@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 use rustix::fs::{FlockOperation, flock};
 use rustix::io::Errno;
 
-use super::error::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Take a shared lock without waiting: false when an exclusive one is in the way.
 pub fn try_shared(fd: impl AsFd) -> Result<bool> {

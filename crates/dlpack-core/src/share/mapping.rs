@@ -7,8 +7,8 @@ use std::sync::atomic::AtomicU64;
 use rustix::io::Errno;
 use rustix::mm::{self, Advice, MapFlags, ProtFlags};
 
-use super::error::{Error, Result};
 use super::memfd::SealedFile;
+use crate::error::{Error, Result};
 
 /// How writes through a mapping land.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{self, CWD, FileType, MemfdFlags, Mode, OFlags, SealFlags};
 
-use super::error::{Error, Result};
+use crate::error::{Error, Result};
 
 /// A file's identity, the same in every process: its device and inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,5 +1,6 @@
 //! What sharing memory between processes asks of the operating system (Linux), through
-//! `rustix`'s bindings: no Python here, and nothing beyond std, rustix and `error`.
+//! `rustix`'s bindings: no Python here, and nothing beyond std, rustix and the core's `error`
+//! (whose `Os` and `Limit` are a failed system call).
 //!
 //! ```text
 //! memfd    sealed memory files (SealedFile, FileId): create, check, reopen; a peer's
@@ -10,10 +11,8 @@
 //! socket   Unix packet sockets at abstract addresses passing descriptors (Listener, Stream)
 //! system   boot id, process and user ids, random bytes, memory and page sizes
 //! handle_state  a handle's pickled state as bytes (HandleState), written and read
-//! error    Error: a failed system call, or a refusal (buffer, value, memory)
 //! ```
 
-pub mod error;
 pub mod handle_state;
 pub mod lock;
 pub mod mapping;
@@ -21,7 +20,6 @@ pub mod memfd;
 pub mod socket;
 pub mod system;
 
-pub use error::{Error, Result};
 pub use mapping::{Mapping, Writes, private_pages_written};
 pub use memfd::{FileId, SealedFile};
 pub use socket::{Listener, Stream};

@@ -14,7 +14,7 @@ use rustix::net::{
     SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
 };
 
-use super::error::{Error, Result};
+use crate::error::{Error, Result};
 
 /// A listening socket at an abstract address.
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use rustix::io::Errno;
 use rustix::rand::{GetRandomFlags, getrandom};
 
-use super::error::{Error, Result};
+use crate::error::{Error, Result};
 
 /// This machine's identity in handles: the kernel's boot id, new at every boot and different on
 /// every machine, so that a handle opened elsewhere is recognised as foreign (read once).
