@@ -55,7 +55,7 @@ impl<T> GilCell<T> {
 /// `object` is a live object; the calling thread holds the GIL.
 #[inline(always)]
 pub unsafe fn incref(object: *mut PyObject) {
-    // SAFETY: per the contract.
+    // SAFETY: `object` is a live object and the GIL is held (this function's contract).
     unsafe { ffi::Py_IncRef(object) }
 }
 
@@ -65,7 +65,8 @@ pub unsafe fn incref(object: *mut PyObject) {
 /// The caller owns a reference to `object` and gives it up; the calling thread holds the GIL.
 #[inline(always)]
 pub unsafe fn decref(object: *mut PyObject) {
-    // SAFETY: per the contract.
+    // SAFETY: the caller owns a reference to `object`, which it gives up here, and holds the
+    // GIL (this function's contract).
     unsafe { ffi::Py_DecRef(object) }
 }
 
@@ -84,7 +85,7 @@ pub unsafe fn type_of(object: *mut PyObject) -> *mut PyTypeObject {
 /// # Safety
 /// `object` is a live object.
 pub unsafe fn is_collected(object: *mut PyObject) -> bool {
-    // SAFETY: per the contract.
+    // SAFETY: `object` is a live object (this function's contract), as `type_of` needs.
     let ty = unsafe { type_of(object) };
     // SAFETY: the type of a live object is a live type.
     unsafe { ffi::PyType_IS_GC(ty) != 0 }
@@ -95,7 +96,7 @@ pub unsafe fn is_collected(object: *mut PyObject) -> bool {
 /// # Safety
 /// `object` is a live object.
 pub unsafe fn is_memoryview(object: *mut PyObject) -> bool {
-    // SAFETY: per the contract.
+    // SAFETY: `object` is a live object (this function's contract); only its type is read.
     unsafe { ffi::PyMemoryView_Check(object) != 0 }
 }
 
@@ -109,7 +110,8 @@ pub fn is_heap_type(ty: &Bound<'_, PyType>) -> bool {
 pub fn none_and_false() -> (*mut PyObject, *mut PyObject) {
     // SAFETY: reading the address of a singleton, which lives as long as the interpreter.
     let none = unsafe { ffi::Py_None() };
-    // SAFETY: as above.
+    // SAFETY: reading the address of the `False` singleton, which lives as long as the
+    // interpreter.
     let false_ = unsafe { ffi::Py_False() };
     (none, false_)
 }
@@ -125,7 +127,8 @@ impl GilState {
     /// The interpreter is initialised and not finalizing past the point where threads may take
     /// the GIL (see `interpreter_alive`).
     pub unsafe fn ensure() -> GilState {
-        // SAFETY: per the contract.
+        // SAFETY: the interpreter is initialised and not finalizing past the point where threads
+        // may take the GIL (this function's contract), as `PyGILState_Ensure` needs.
         GilState(unsafe { ffi::PyGILState_Ensure() })
     }
 }
@@ -151,7 +154,7 @@ pub fn interpreter_alive() -> bool {
 /// # Safety
 /// The calling thread holds the GIL.
 pub unsafe fn clear_error() {
-    // SAFETY: per the contract.
+    // SAFETY: the calling thread holds the GIL (this function's contract).
     unsafe { ffi::PyErr_Clear() }
 }
 
@@ -160,7 +163,7 @@ pub unsafe fn clear_error() {
 /// # Safety
 /// The calling thread holds the GIL.
 pub unsafe fn error_occurred() -> bool {
-    // SAFETY: per the contract.
+    // SAFETY: the calling thread holds the GIL (this function's contract).
     unsafe { !ffi::PyErr_Occurred().is_null() }
 }
 
@@ -173,7 +176,7 @@ pub unsafe fn error_occurred() -> bool {
 /// The calling thread holds the GIL (this allocator is only safe under it), as it must when
 /// the memory is freed with `mem_free`.
 pub unsafe fn mem_alloc(size: usize) -> *mut u8 {
-    // SAFETY: per the contract.
+    // SAFETY: the calling thread holds the GIL (this function's contract).
     unsafe { ffi::PyMem_Malloc(size).cast() }
 }
 
@@ -182,7 +185,8 @@ pub unsafe fn mem_alloc(size: usize) -> *mut u8 {
 /// # Safety
 /// `memory` came from `mem_alloc` and is freed once; the calling thread holds the GIL.
 pub unsafe fn mem_free(memory: *mut u8) {
-    // SAFETY: per the contract.
+    // SAFETY: `memory` came from `mem_alloc` (so `PyMem_Malloc`) and is freed once, by a thread
+    // holding the GIL (this function's contract).
     unsafe { ffi::PyMem_Free(memory.cast()) }
 }
 
@@ -210,7 +214,8 @@ pub unsafe fn capsule_new(
 /// # Safety
 /// The calling thread holds the GIL; `pointer` is not null and outlives the capsule.
 pub unsafe fn capsule_new_static(pointer: *mut c_void, name: &'static CStr) -> *mut PyObject {
-    // SAFETY: per the contract.
+    // SAFETY: the GIL is held, and `pointer` is not null and outlives the capsule (this
+    // function's contract); the name is static, as the capsule needs.
     unsafe { ffi::PyCapsule_New(pointer, name.as_ptr(), None) }
 }
 
@@ -224,7 +229,8 @@ pub unsafe fn capsule_new_unnamed(
     pointer: *mut c_void,
     destructor: CapsuleDestructor,
 ) -> *mut PyObject {
-    // SAFETY: per the contract.
+    // SAFETY: the GIL is held, `pointer` is not null and `destructor` may run when the capsule
+    // dies (this function's contract); a capsule may be nameless.
     unsafe { ffi::PyCapsule_New(pointer, ptr::null(), Some(destructor)) }
 }
 
@@ -233,7 +239,7 @@ pub unsafe fn capsule_new_unnamed(
 /// # Safety
 /// `capsule` is a live object; the calling thread holds the GIL.
 pub unsafe fn capsule_name(capsule: *mut PyObject) -> *const c_char {
-    // SAFETY: per the contract.
+    // SAFETY: `capsule` is a live object and the GIL is held (this function's contract).
     unsafe { ffi::PyCapsule_GetName(capsule) }
 }
 
@@ -243,7 +249,8 @@ pub unsafe fn capsule_name(capsule: *mut PyObject) -> *const c_char {
 /// `capsule` is a live object; `name` is a NUL-terminated string (or null); the calling thread
 /// holds the GIL.
 pub unsafe fn capsule_is_valid(capsule: *mut PyObject, name: *const c_char) -> bool {
-    // SAFETY: per the contract.
+    // SAFETY: `capsule` is a live object, `name` a NUL-terminated string or null, and the GIL
+    // is held (this function's contract).
     unsafe { ffi::PyCapsule_IsValid(capsule, name) == 1 }
 }
 
@@ -254,7 +261,8 @@ pub unsafe fn capsule_is_valid(capsule: *mut PyObject, name: *const c_char) -> b
 /// `capsule` is a live object; `name` is a NUL-terminated string (or null); the calling thread
 /// holds the GIL.
 pub unsafe fn capsule_pointer(capsule: *mut PyObject, name: *const c_char) -> *mut c_void {
-    // SAFETY: per the contract.
+    // SAFETY: `capsule` is a live object, `name` a NUL-terminated string or null, and the GIL
+    // is held (this function's contract).
     unsafe { ffi::PyCapsule_GetPointer(capsule, name) }
 }
 
@@ -297,7 +305,8 @@ pub unsafe fn get_buffer(object: &Bound<'_, PyAny>, view: *mut Py_buffer, flags:
 /// # Safety
 /// `view` was filled by `get_buffer` and is released once; the calling thread holds the GIL.
 pub unsafe fn release_buffer(view: *mut Py_buffer) {
-    // SAFETY: per the contract.
+    // SAFETY: `view` was filled by `get_buffer` and is released once, by a thread holding the
+    // GIL (this function's contract).
     unsafe { ffi::PyBuffer_Release(view) }
 }
 
@@ -322,7 +331,7 @@ pub unsafe fn buffer_to_c_order(dst: *mut u8, view: *const Py_buffer, len: isize
 pub unsafe fn exact_tuple_items<const N: usize>(
     tuple: *mut PyObject,
 ) -> Option<[*mut PyObject; N]> {
-    // SAFETY: per the contract.
+    // SAFETY: `tuple` is a live object (this function's contract); only its type is read.
     if unsafe { ffi::PyTuple_CheckExact(tuple) } == 0 {
         return None;
     }
@@ -344,7 +353,7 @@ pub unsafe fn exact_tuple_items<const N: usize>(
 /// `tuple` is a live tuple; the calling thread holds the GIL.
 #[inline(always)]
 pub unsafe fn tuple_size(tuple: *mut PyObject) -> isize {
-    // SAFETY: per the contract.
+    // SAFETY: `tuple` is a live tuple and the GIL is held (this function's contract).
     unsafe { ffi::PyTuple_Size(tuple) }
 }
 
@@ -354,7 +363,8 @@ pub unsafe fn tuple_size(tuple: *mut PyObject) -> isize {
 /// `tuple` is a live tuple with more than `k` items; the calling thread holds the GIL.
 #[inline(always)]
 pub unsafe fn tuple_item(tuple: *mut PyObject, k: isize) -> *mut PyObject {
-    // SAFETY: per the contract.
+    // SAFETY: `tuple` is a live tuple with more than `k` items, and the GIL is held (this
+    // function's contract).
     unsafe { ffi::PyTuple_GetItem(tuple, k) }
 }
 
@@ -382,7 +392,7 @@ pub unsafe fn exact_int(value: *mut PyObject) -> Option<i64> {
 /// # Safety
 /// `text` is a live str; the calling thread holds the GIL.
 pub unsafe fn str_length(text: *mut PyObject) -> isize {
-    // SAFETY: per the contract.
+    // SAFETY: `text` is a live str and the GIL is held (this function's contract).
     unsafe { ffi::PyUnicode_GetLength(text) }
 }
 
@@ -401,7 +411,8 @@ pub use ffi::{
 /// `spec` and what it points to are valid for the call, except the method and getset tables,
 /// which must live as long as the type; the calling thread holds the GIL.
 pub unsafe fn type_from_spec(spec: *mut PyType_Spec) -> *mut PyObject {
-    // SAFETY: per the contract.
+    // SAFETY: `spec` and what it points to are valid for the call, its method and getset tables
+    // outlive the type, and the GIL is held (this function's contract).
     unsafe { ffi::PyType_FromSpec(spec) }
 }
 
@@ -430,7 +441,8 @@ pub unsafe fn new_instance(ty: *mut PyTypeObject) -> *mut PyObject {
 /// `object` is the memory of a dead, untracked instance of `ty` whose type reference was
 /// released; the calling thread holds the GIL.
 pub unsafe fn revive_instance(object: *mut PyObject, ty: *mut PyTypeObject) {
-    // SAFETY: per the contract.
+    // SAFETY: `object` is the memory of a dead, untracked instance of `ty` whose type reference
+    // was released, and the GIL is held (this function's contract).
     unsafe { ffi::PyObject_Init(object, ty) };
 }
 
@@ -440,7 +452,8 @@ pub unsafe fn revive_instance(object: *mut PyObject, ty: *mut PyTypeObject) {
 /// `object` is a live, untracked instance of a garbage-collected type whose traversal is valid
 /// now; the calling thread holds the GIL.
 pub unsafe fn track(object: *mut PyObject) {
-    // SAFETY: per the contract.
+    // SAFETY: `object` is a live, untracked instance of a collected type whose traversal is
+    // valid now, and the GIL is held (this function's contract).
     unsafe { ffi::PyObject_GC_Track(object.cast()) }
 }
 
@@ -449,7 +462,8 @@ pub unsafe fn track(object: *mut PyObject) {
 /// # Safety
 /// `object` is an instance of a garbage-collected type; the calling thread holds the GIL.
 pub unsafe fn untrack(object: *mut PyObject) {
-    // SAFETY: per the contract.
+    // SAFETY: `object` is an instance of a garbage-collected type (untracking an untracked
+    // one does nothing), and the GIL is held (this function's contract).
     unsafe { ffi::PyObject_GC_UnTrack(object.cast()) }
 }
 
@@ -459,7 +473,8 @@ pub unsafe fn untrack(object: *mut PyObject) {
 /// `object` came from `new_instance`, is dead and untracked, and is not used again; the calling
 /// thread holds the GIL.
 pub unsafe fn free_instance(object: *mut PyObject) {
-    // SAFETY: per the contract.
+    // SAFETY: `object` came from `new_instance` (the collector's allocator), is dead, untracked
+    // and not used again, and the GIL is held (this function's contract).
     unsafe { ffi::PyObject_GC_Del(object.cast()) }
 }
 
@@ -476,6 +491,7 @@ pub unsafe fn new_function(
     module: *mut PyObject,
     module_name: *mut PyObject,
 ) -> *mut PyObject {
-    // SAFETY: per the contract.
+    // SAFETY: `def` outlives the function, `module` and `module_name` are live objects, and
+    // the GIL is held (this function's contract).
     unsafe { ffi::PyCFunction_NewEx(def, module, module_name) }
 }

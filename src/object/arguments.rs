@@ -72,16 +72,17 @@ pub unsafe fn common_arguments(
         return Some(values);
     }
     let (none, _) = python::none_and_false();
-    // Per the contract, `kwnames` is a tuple of names, one value each after the (zero)
-    // positional arguments, and we hold the GIL ("as said" below).
-    // SAFETY: as said.
+    // SAFETY: `kwnames`, not null, is the live tuple of keyword names CPython passes, and we hold
+    // the GIL (this function's contract).
     let keywords = unsafe { python::tuple_size(kwnames) };
-    // SAFETY: as said: `keywords` values at `args`.
+    // SAFETY: CPython passes one live value per keyword name at `args`, after the zero positional
+    // ones, unchanged for the call (this function's contract).
     let given = unsafe { c_array(args, keywords as usize) };
     for (k, &value) in given.iter().enumerate() {
-        // SAFETY: as said: name `k` of the tuple.
+        // SAFETY: `k` is below the size of `kwnames`, a live tuple, and we hold the GIL (this
+        // function's contract).
         let name = unsafe { python::tuple_item(kwnames, k as isize) };
-        // SAFETY: as said.
+        // SAFETY: we hold the GIL (this function's contract).
         let slot = unsafe { interned_keyword_slot(name) }?;
         if !values[slot].is_null() {
             return None;
@@ -195,13 +196,13 @@ pub unsafe fn asdlpack_argument<'a, 'py>(
 /// A pair of ints, as consumers pass `max_version` and `dl_device`: an exact tuple of two exact
 /// ints read in place, without the checks and conversions `int_pair` needs for anything else.
 fn exact_int_pair(value: &Bound<'_, PyAny>) -> Option<(i64, i64)> {
-    // `value` is a live object, and we hold the GIL (`value` proves it); the items are borrowed
-    // from the tuple, which keeps them alive: "as said" below.
-    // SAFETY: as said.
+    // SAFETY: `value` is a live object, and we hold the GIL (`value` proves it).
     let [first, second] = unsafe { python::exact_tuple_items::<2>(value.as_ptr()) }?;
-    // SAFETY: as said.
+    // SAFETY: `first` is borrowed from the tuple, which `value` keeps alive; we hold the GIL
+    // (`value` proves it).
     let first = unsafe { python::exact_int(first) }?;
-    // SAFETY: as said.
+    // SAFETY: `second` is borrowed from the tuple, which `value` keeps alive; we hold the GIL
+    // (`value` proves it).
     let second = unsafe { python::exact_int(second) }?;
     Some((first, second))
 }
@@ -281,17 +282,19 @@ pub unsafe fn versioned_minor(py: Python<'_>, max_version: *mut PyObject) -> Opt
     if last.0 == max_version as usize {
         return Some(last.1);
     }
-    // SAFETY: per the contract.
+    // SAFETY: `max_version` is a live object and we hold the GIL (this function's contract).
     let version = unsafe { Borrowed::from_ptr(py, max_version) };
     let (major, minor) = exact_int_pair(&version)?;
     let minor = reported_minor(major, minor)?;
-    // The cache holds a strong reference to its tuple (an exact tuple of ints, whose release
-    // runs no Python code), taken here and released when replaced ("as said" below).
-    // SAFETY: as said; a live object, and we hold the GIL.
+    // The cache holds a strong reference to its tuple (an exact tuple of ints, whose release runs
+    // no Python code), taken here and released when replaced.
+    // SAFETY: `max_version` is a live object and we hold the GIL (this function's contract); the
+    // cache keeps this reference.
     unsafe { python::incref(max_version) };
     let old = std::mem::replace(last, (max_version as usize, minor)).0;
     if old != 0 {
-        // SAFETY: as said.
+        // SAFETY: `old` is the tuple the cache took a reference to, given up now it is replaced; we
+        // hold the GIL (this function's contract).
         unsafe { python::decref(old as *mut PyObject) };
     }
     Some(minor)
@@ -326,12 +329,12 @@ pub unsafe fn optional_argument<'a, 'py>(
             nargs + keywords
         )));
     }
-    // The fast-call arguments: `nargs` positional values, then one per keyword name, live
-    // objects the caller holds for the call ("as said" below).
     let value_at = |k: Py_ssize_t| {
-        // SAFETY: as said, `k` is below their count.
+        // SAFETY: CPython passes `nargs` values, then one per keyword name, at `args` (this
+        // function's contract), and `k` is below their count.
         let value = unsafe { *args.wrapping_offset(k) };
-        // SAFETY: as said.
+        // SAFETY: each value is a live object the caller holds for the call (this function's
+        // contract), and we hold the GIL (`py`).
         unsafe { Borrowed::from_ptr(py, value) }
     };
     let mut value = (nargs == 1).then(|| value_at(0));

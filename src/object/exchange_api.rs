@@ -108,8 +108,6 @@ unsafe extern "C" fn managed_tensor_from_py_object(
     // a tvm-ffi exchange: it runs no Python code, so it only needs the GIL, taken (or found
     // held) by PyGILState_Ensure as numpy's deleters do. (`PyGILState_Check` can't tell: it
     // says yes on any thread once a subinterpreter has existed.)
-    // The consumer passes a live object (or null) and a writable slot; with the GIL held,
-    // Python objects may be read and referenced ("as said" below).
     let fast = catch_unwind(AssertUnwindSafe(|| {
         if py_object.is_null() {
             return false;
@@ -118,11 +116,12 @@ unsafe extern "C" fn managed_tensor_from_py_object(
         let _gil = unsafe { python::GilState::ensure() };
         // SAFETY: the GIL is held, just above.
         let py = unsafe { Python::assume_attached() };
-        // SAFETY: as said.
+        // SAFETY: the consumer passes a live object (not null: checked above), and the GIL is held
+        // (`_gil`).
         let any = unsafe { pyo3::Borrowed::from_ptr(py, py_object.cast()) };
         match instance::state(&any).and_then(|state| state.export_managed_in_place(&any)) {
             Some(managed) => {
-                // SAFETY: as said.
+                // SAFETY: the consumer passes a writable slot for the result.
                 unsafe { *out = managed.as_ptr() };
                 true
             }

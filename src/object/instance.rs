@@ -112,20 +112,21 @@ pub unsafe fn new_object_with(
             "dlpack._dlpack is not initialised",
         )));
     }
-    // We hold the GIL (`py`): "attached" below. A recycled instance is dead memory of our type,
-    // which `revive_instance` makes a live object again (with a reference to the type); a fresh
-    // one comes live and untracked from `new_instance`. The state is written before the object
-    // is tracked or shared; a declined instance is dead again (its type reference released) and
-    // goes back to the free list or the allocator.
-    // SAFETY: attached.
+    // A recycled instance is dead memory of our type, which `revive_instance` makes a live object
+    // again (with a reference to the type); a fresh one comes live and untracked from
+    // `new_instance`. The state is written before the object is tracked or shared; a declined
+    // instance is dead again (its type reference released) and goes back to the free list or the
+    // allocator.
+    // SAFETY: we hold the GIL (`py`).
     let object = match unsafe { FREE.pop() } {
         Some(object) => {
-            // SAFETY: attached; a dead, untracked instance of `ty` from the free list.
+            // SAFETY: we hold the GIL (`py`); the free list keeps dead, untracked instances of `ty`
+            // whose type reference was released.
             unsafe { python::revive_instance(object, ty) };
             object
         }
         None => {
-            // SAFETY: attached; our type is collected and has no items.
+            // SAFETY: we hold the GIL (`py`); our type is collected and has no items.
             let object = unsafe { python::new_instance(ty) };
             if object.is_null() {
                 return Some(Err(PyErr::fetch(py)));
@@ -137,18 +138,18 @@ pub unsafe fn new_object_with(
     let state = unsafe { (*object.cast::<Instance>()).state.as_mut_ptr() };
     if !init(state) {
         // The instance is dead again: nothing was written that needs dropping (the contract).
-        // SAFETY: attached.
+        // SAFETY: we hold the GIL (`py`).
         if !unsafe { FREE.push(object) } {
-            // SAFETY: attached; untracked, dead, and not used again.
+            // SAFETY: we hold the GIL (`py`); untracked, dead, and not used again.
             unsafe { python::free_instance(object) };
         }
-        // SAFETY: attached; the reference the instance held on its type.
+        // SAFETY: we hold the GIL (`py`); the reference the instance held on its type.
         unsafe { python::decref(ty.cast()) };
         return None;
     }
     // SAFETY: `init` wrote the whole state.
     if unsafe { (*state).references_collectable() } {
-        // SAFETY: attached; the state is complete, so traversal is valid.
+        // SAFETY: we hold the GIL (`py`); the state is complete, so traversal is valid.
         unsafe { python::track(object) };
     }
     // SAFETY: a new reference to a live object.
@@ -183,27 +184,31 @@ pub fn is_instance(object: &Bound<'_, PyAny>) -> bool {
 /// `tp_dealloc`: untrack, release what the state holds (in place: the instance is unreachable,
 /// so the Python code this may run can't see it), then recycle or free the memory.
 pub(super) unsafe extern "C" fn dealloc(object: *mut PyObject) {
-    // CPython calls this once, holding the GIL, on a dead instance of our type whose state is
-    // initialised ("as said" below). The state is released exactly once; the memory then either
-    // joins the free list or goes back to the collector's allocator; instances of a heap type
-    // own a reference to it, released last.
-    // SAFETY: as said.
+    // The state is released exactly once; the memory then either joins the free list or goes back
+    // to the collector's allocator; instances of a heap type own a reference to it, released last.
+    // SAFETY: the dying instance's memory is intact until freed below, so its header still holds
+    // its type.
     let ty = unsafe { python::type_of(object) };
-    // SAFETY: as said.
+    // SAFETY: CPython calls `tp_dealloc` holding the GIL, on an instance of our garbage-collected
+    // type.
     unsafe { python::untrack(object) };
-    // SAFETY: as said: its memory is an `Instance`.
+    // SAFETY: `object` is an instance of our type, whose memory is an `Instance`.
     let state = unsafe { (*object.cast::<Instance>()).state.as_mut_ptr() };
     // A panic must not unwind into CPython; none is expected (leaking beats aborting).
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: as said; not used again.
+        // SAFETY: a dying instance's state is initialised (written before the instance was shared)
+        // and is not used again; CPython calls `tp_dealloc` holding the GIL.
         unsafe { DLPackObject::release_attached_in_place(state) };
     }));
-    // SAFETY: as said: dead and untracked.
+    // SAFETY: CPython calls `tp_dealloc` holding the GIL; the instance is dead and untracked, as
+    // the free list keeps them.
     if !unsafe { FREE.push(object) } {
-        // SAFETY: as said; not used again.
+        // SAFETY: the GIL is held; the instance came from `new_instance`, is dead and untracked,
+        // and is not used again (the free list is full).
         unsafe { python::free_instance(object) };
     }
-    // SAFETY: as said.
+    // SAFETY: the GIL is held; an instance of a heap type owns a reference to it, given up here,
+    // once the instance is done with.
     unsafe { python::decref(ty.cast()) };
 }
 
@@ -214,17 +219,19 @@ pub(super) unsafe extern "C" fn traverse(
     visit: python::visitproc,
     arg: *mut c_void,
 ) -> c_int {
-    // The collector only traverses live, tracked instances (tracked after their state was
-    // written); `visit` is its callback, called with live objects ("as said" below).
-    // SAFETY: as said.
+    // SAFETY: traversal is of live instances only (the collector's tracked ones, or any that
+    // `gc.get_referents` is given).
     let ty = unsafe { python::type_of(object) };
-    // SAFETY: as said.
+    // SAFETY: `visit` is the traversal's callback, called with its `arg` and with `ty`, a live type
+    // (the instance holds a reference to it).
     let code = unsafe { visit(ty.cast(), arg) };
     if code != 0 {
         return code;
     }
-    // SAFETY: as said.
+    // SAFETY: a live instance of our type, whose state was written before it was tracked or shared,
+    // so before any traversal.
     let state = unsafe { state_unchecked(object) };
-    // SAFETY: as said (each referenced object is live: the state holds it).
+    // SAFETY: `visit` is the traversal's callback, called with its `arg` and with objects the state
+    // holds references to, so live ones.
     state.for_each_reference(|referenced| unsafe { visit(referenced, arg) })
 }

@@ -31,7 +31,8 @@ pub fn type_object(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         ty = create_type(py)?;
         // SAFETY: the type just made, whose reference is never released.
         unsafe { instance::set_type(ty) };
-        // SAFETY: as below.
+        // SAFETY: `ty` is the live type just made (its one reference is never released), and we
+        // hold the GIL (`py`).
         let made = unsafe { Bound::from_borrowed_ptr(py, ty.cast()) };
         // For C consumers (tvm-ffi, torch) that skip the Python `__dlpack__` call.
         made.setattr("__dlpack_c_exchange_api__", exchange_api::capsule(py)?)?;
@@ -62,7 +63,7 @@ fn entry<T>(failed: T, body: impl FnOnce(Python<'_>) -> PyResult<T>) -> T {
 unsafe fn fast_path(
     body: impl FnOnce(Python<'_>) -> Option<Result<*mut PyObject>>,
 ) -> Option<*mut PyObject> {
-    // SAFETY: per the contract.
+    // SAFETY: the caller holds the GIL (this function's contract), as `assume_attached` requires.
     let py = unsafe { Python::assume_attached() };
     match catch_unwind(AssertUnwindSafe(|| body(py))) {
         Ok(Some(Ok(object))) => Some(object),
@@ -83,17 +84,16 @@ unsafe extern "C" fn asdlpack_entry(
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
     if nargs == 1 && kwnames.is_null() {
-        // CPython calls us holding the GIL, with one positional argument it holds ("as said"
-        // below).
         let body = |py: Python<'_>| {
-            // SAFETY: as said.
+            // SAFETY: `nargs` is 1, so CPython's fast-call `args` points at one argument.
             let obj = unsafe { *args };
-            // SAFETY: as said.
+            // SAFETY: `obj` is a live argument CPython holds for the call, and we hold the GIL
+            // (`py`).
             let obj = unsafe { Borrowed::from_ptr(py, obj) };
             let made = asdlpack::asdlpack_known(&obj)?;
             Some(made.map(Bound::into_ptr).map_err(Into::into))
         };
-        // SAFETY: as said.
+        // SAFETY: CPython calls this entry point holding the GIL, as `fast_path` requires.
         let fast = unsafe { fast_path(body) };
         if let Some(result) = fast {
             return result;
@@ -114,16 +114,16 @@ unsafe extern "C" fn dlpack_entry(
     nargs: Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    // CPython calls us holding the GIL, on an instance of our type (the method descriptor
-    // checks), with fast-call arguments: "as said" below.
-    // SAFETY: as said.
+    // SAFETY: CPython calls this method holding the GIL, on `object`, a live instance of our type
+    // (the method descriptor checks), with fast-call arguments, as `dlpack_common` requires.
     let common = |py: Python<'_>| unsafe { dlpack_common(py, object, args, nargs, kwnames) };
-    // SAFETY: as said.
+    // SAFETY: CPython calls this method holding the GIL, as `fast_path` requires.
     let fast = unsafe { fast_path(common) };
     if let Some(result) = fast {
         return result;
     }
-    // SAFETY: as said.
+    // SAFETY: CPython calls this method holding the GIL, on `object`, a live instance of our type
+    // (the method descriptor checks), with fast-call arguments, as `dlpack_general` requires.
     entry(ptr::null_mut(), |py| unsafe {
         dlpack_general(py, object, args, nargs, kwnames)
     })
@@ -144,9 +144,11 @@ unsafe fn dlpack_common(
     nargs: Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> Option<Result<*mut PyObject>> {
-    // SAFETY: per the contract.
+    // SAFETY: `slf` is a live instance of our type (this function's contract), which its caller
+    // holds for the call.
     let object = unsafe { state_unchecked(slf) };
-    // SAFETY: per the contract.
+    // SAFETY: `args`, `nargs` and `kwnames` are fast-call arguments as CPython passes them, and we
+    // hold the GIL (this function's contract).
     let [stream, max_version, dl_device, copy] =
         unsafe { arguments::common_arguments(args, nargs, kwnames)? };
     if !stream.is_null() || !dl_device.is_null() {
@@ -166,7 +168,8 @@ unsafe fn dlpack_common(
     };
     let request = Request::new(None, versioned_minor, None, copy);
     let (device, kind) = policy::in_place(object.tensor(), &request)?;
-    // SAFETY: as above; the capsule takes a reference of its own.
+    // SAFETY: `slf` is a live object its caller holds for the call (this function's contract), and
+    // we hold the GIL (`py`); the capsule takes a reference of its own.
     let slf = unsafe { Borrowed::from_ptr(py, slf) };
     let source = object.held(&slf);
     Some(capsule::to_capsule(py, source, device, kind).map(Bound::into_ptr))
@@ -184,11 +187,13 @@ unsafe fn dlpack_general(
     nargs: Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> PyResult<*mut PyObject> {
-    // SAFETY: per the contract.
+    // SAFETY: `slf` is a live instance of our type (this function's contract, as
+    // `dlpack_common`'s), which its caller holds for the call.
     let object = unsafe { state_unchecked(slf) };
-    // SAFETY: per the contract.
+    // SAFETY: `args`, `nargs` and `kwnames` are fast-call arguments as CPython passes them, and we
+    // hold the GIL (this function's contract); the values are used within the call.
     let values = unsafe { arguments::dlpack_arguments(py, args, nargs, kwnames)? };
-    // SAFETY: as above.
+    // SAFETY: `slf` is a live object (this function's contract), and we hold the GIL (`py`).
     let slf = unsafe { Bound::from_borrowed_ptr(py, slf) };
     let [stream, max_version, dl_device, copy] = &values;
     let request = arguments::parse_request(
@@ -208,7 +213,7 @@ unsafe extern "C" fn dlpack_device_entry(
 ) -> *mut PyObject {
     // SAFETY: CPython calls us holding the GIL, on a live instance of our type.
     let state = unsafe { state_unchecked(object) };
-    // SAFETY: as above.
+    // SAFETY: CPython calls us holding the GIL, as `cached_dlpack_device` requires.
     if let Some(tuple) = unsafe { state.cached_dlpack_device() } {
         return tuple;
     }
@@ -226,7 +231,8 @@ unsafe extern "C" fn reduce_ex_entry(
     entry(ptr::null_mut(), |py| {
         // SAFETY: CPython calls methods holding the GIL, with live arguments it holds for the call.
         let slf = unsafe { Borrowed::from_ptr(py, object) };
-        // SAFETY: as above.
+        // SAFETY: `protocol` is a live argument CPython holds for the call, and we hold the GIL
+        // (`py`).
         let protocol = unsafe { Borrowed::from_ptr(py, protocol) };
         let protocol = to_i64(&protocol, "protocol")?;
         // SAFETY: CPython calls methods on live instances of their type.
@@ -251,7 +257,8 @@ unsafe extern "C" fn arrow_entry<const METHOD: u8>(
 ) -> *mut PyObject {
     let method = Method::from_u8(METHOD);
     entry(ptr::null_mut(), |py| {
-        // SAFETY: per the contract.
+        // SAFETY: CPython calls this holding the GIL, with fast-call arguments it holds for the
+        // call (this function's contract), as `optional_argument` requires.
         let requested = unsafe {
             arguments::optional_argument(
                 py,
@@ -263,7 +270,8 @@ unsafe extern "C" fn arrow_entry<const METHOD: u8>(
                 method.is_device(),
             )?
         };
-        // SAFETY: as above.
+        // SAFETY: `object` is a live instance CPython holds for the call (this function's
+        // contract), and we hold the GIL (`py`).
         let slf = unsafe { Borrowed::from_ptr(py, object) };
         // SAFETY: CPython calls methods on live instances of their type.
         let state = unsafe { state_unchecked(object) };
@@ -291,7 +299,8 @@ unsafe extern "C" fn get_property(object: *mut PyObject, getter: *mut c_void) ->
     // SAFETY: the closure is one of our `Getter`s, which live forever (see `create_type`).
     let getter = unsafe { &*getter.cast::<Getter>() };
     entry(ptr::null_mut(), |py| {
-        // SAFETY: as above; CPython holds the object for the call.
+        // SAFETY: CPython calls getters holding the GIL (`py`), on a live object it holds for the
+        // call.
         let slf = unsafe { Borrowed::from_ptr(py, object) };
         Ok(getter(state, &slf)?.into_ptr())
     })
@@ -304,20 +313,23 @@ unsafe extern "C" fn get_buffer_entry(
     view: *mut python::Py_buffer,
     flags: c_int,
 ) -> c_int {
-    // CPython calls us holding the GIL, on a live instance of our type, with a writable view
-    // ("as said" below); the view holds a reference to the object that owns the memory lent.
-    // SAFETY: as said; what a failed request leaves, as PEP 3118 says.
+    // The view holds a reference to the object that owns the memory lent.
+    // SAFETY: CPython passes a writable `view`; a null `obj` is what a failed request leaves, as
+    // PEP 3118 says.
     unsafe { (*view).obj = ptr::null_mut() };
-    // SAFETY: as said.
+    // SAFETY: CPython calls `bf_getbuffer` holding the GIL, on a live instance of our (final) type
+    // that it holds for the call.
     let state = unsafe { state_unchecked(object) };
     if let Ok(buffer::Lend::InPlace) = buffer::lend(state.tensor(), flags) {
-        // SAFETY: as said; `object` keeps its own tensor alive and unchanged.
+        // SAFETY: CPython passes a writable `view` and holds the GIL; `object` keeps its own tensor
+        // alive and unchanged (the state is immutable).
         unsafe { buffer::fill(view, object, state.tensor(), flags) };
         return 0;
     }
     entry(-1, |py| {
         let (owner, lent) = match buffer::lend(state.tensor(), flags)? {
-            // SAFETY: as said; CPython holds the object for the call.
+            // SAFETY: `object` is a live object CPython holds for the call, and we hold the GIL
+            // (`py`).
             buffer::Lend::InPlace => (unsafe { Borrowed::from_ptr(py, object) }.to_owned(), state),
             buffer::Lend::Copy(_) => {
                 let copy = state.read_only_copy(py)?;
@@ -329,7 +341,8 @@ unsafe extern "C" fn get_buffer_entry(
                 (copy, lent)
             }
         };
-        // SAFETY: as said; `owner` keeps the tensor it lends alive and unchanged.
+        // SAFETY: CPython passes a writable `view`; `owner` keeps the tensor it lends alive and
+        // unchanged; we hold the GIL (`py`).
         unsafe { buffer::fill(view, owner.as_ptr(), lent.tensor(), flags) };
         Ok(0)
     })

@@ -67,14 +67,17 @@ impl DLPackObject {
     pub(super) unsafe fn release_attached_in_place(state: *mut DLPackObject) {
         // SAFETY: per the contract, live and ours alone from here on.
         let DLPackObject { tensor, producer } = unsafe { &mut *state };
-        // Both fields are released exactly once ("as said" below), the producer as a plain
-        // reference (a `Py` dropped here, outside PyO3's attach, would be queued).
-        // SAFETY: as said: moved out once, never read again.
+        // Both fields are released exactly once, the producer as a plain reference (a `Py` dropped
+        // here, outside PyO3's attach, would be queued).
+        // SAFETY: `state` is not used again (this function's contract), so `producer` is moved out
+        // once and never read again.
         if let Some(producer) = unsafe { std::ptr::read(producer) } {
-            // SAFETY: as said; the GIL is held (the contract).
+            // SAFETY: `producer` is the state's own reference, given up once, here; the GIL is held
+            // (this function's contract).
             unsafe { python::decref(producer.into_ptr()) };
         }
-        // SAFETY: as said; the GIL is held (the contract).
+        // SAFETY: `tensor` belongs to a live state that is not used again, and the GIL is held
+        // (this function's contract).
         unsafe { Tensor::release_attached_in_place(tensor) };
     }
 }

@@ -145,40 +145,47 @@ impl Owner {
     /// Called once, by a thread holding the GIL; the owner is not used afterwards except to
     /// drop its non-Python fields (`Allocation`, `Copied`, `DeviceAllocation`), which this leaves alone.
     unsafe fn release_python(&mut self) {
-        // Per the contract, this runs once, holding the GIL, so the decrefs and releases happen
-        // now and only once: "as said" below.
         match self {
             Owner::Buffer { view, exporter } => {
-                // SAFETY: as said; a `FilledView` was filled by a successful `get_buffer`.
+                // SAFETY: a `FilledView` was filled by `get_buffer` and is released only here,
+                // once: this runs once, holding the GIL (this function's contract).
                 unsafe { python::release_buffer(&raw mut *view.0) };
-                // SAFETY: as said.
+                // SAFETY: the owner's own reference to `exporter` (`ManuallyDrop`: never dropped),
+                // given up once, as this runs once, holding the GIL (this function's contract).
                 unsafe { python::decref(exporter.as_ptr()) };
             }
-            // SAFETY: as said.
+            // SAFETY: the owner's own reference to `obj` (`ManuallyDrop`: never dropped), given up
+            // once, as this runs once, holding the GIL (this function's contract).
             Owner::Object(obj) => unsafe { python::decref(obj.as_ptr()) },
             Owner::ArrayStruct { capsule, source } => {
-                // SAFETY: as said.
+                // SAFETY: the owner's own reference to `capsule` (`ManuallyDrop`: never dropped),
+                // given up once, as this runs once, holding the GIL (this function's contract).
                 unsafe { python::decref(capsule.as_ptr()) };
-                // SAFETY: as said.
+                // SAFETY: the owner's own reference to `source` (`ManuallyDrop`: never dropped),
+                // given up once, as this runs once, holding the GIL (this function's contract).
                 unsafe { python::decref(source.as_ptr()) };
             }
             Owner::Legacy(managed) => {
                 // SAFETY: a `Managed` is valid until its deleter runs, which happens only here.
                 if let Some(deleter) = unsafe { (*managed.as_ptr()).deleter } {
-                    // SAFETY: as said; nobody else calls the deleter (`Managed::take`).
+                    // SAFETY: nobody else calls the deleter (`Managed::take`) and this runs once
+                    // (this function's contract), so it runs once, on a managed tensor still valid.
                     unsafe { deleter(managed.as_ptr()) };
                 }
             }
             Owner::Versioned(managed) => {
-                // SAFETY: as for `Legacy`.
+                // SAFETY: a `Managed` is valid until its deleter runs, which happens only here.
                 if let Some(deleter) = unsafe { (*managed.as_ptr()).deleter } {
-                    // SAFETY: as for `Legacy`.
+                    // SAFETY: nobody else calls the deleter (`Managed::take`) and this runs once
+                    // (this function's contract), so it runs once, on a managed tensor still valid.
                     unsafe { deleter(managed.as_ptr()) };
                 }
             }
-            // SAFETY: as said; dropped here only (`ManuallyDrop`).
+            // SAFETY: dropped only here (`ManuallyDrop`), once, as this runs once and the field is
+            // not used afterwards (this function's contract); the producer's release gets the GIL.
             Owner::Arrow(data) => unsafe { ManuallyDrop::drop(data) },
-            // SAFETY: as said; dropped here only (`ManuallyDrop`).
+            // SAFETY: dropped only here (`ManuallyDrop`), once, as this runs once and the field is
+            // not used afterwards (this function's contract); the producer's release gets the GIL.
             Owner::ArrowC(array) => unsafe { ManuallyDrop::drop(array) },
             Owner::Allocation(_) | Owner::Copied { .. } | Owner::DeviceAllocation(_) => {}
             Owner::Held(_) => {}
@@ -196,21 +203,27 @@ impl Owner {
         let owner = unsafe { &mut *owner };
         // SAFETY: per the contract, this is the only release of the owner's Python side.
         unsafe { owner.release_python() };
-        // Each remaining field is dropped once, here ("as said" below), and never used again.
+        // Each remaining field is dropped once, here, and never used again.
         match owner {
-            // SAFETY: as said.
+            // SAFETY: `owner` is not used nor dropped again (this function's contract), so this is
+            // `view`'s only drop.
             Owner::Buffer { view, .. } => unsafe { std::ptr::drop_in_place(view) },
-            // SAFETY: as said.
+            // SAFETY: `owner` is not used nor dropped again (this function's contract), so this is
+            // `buffer`'s only drop.
             Owner::Allocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
             Owner::Copied { buffer, why } => {
-                // SAFETY: as said.
+                // SAFETY: `owner` is not used nor dropped again (this function's contract), so this
+                // is `buffer`'s only drop.
                 unsafe { std::ptr::drop_in_place(buffer) };
-                // SAFETY: as said.
+                // SAFETY: `owner` is not used nor dropped again (this function's contract), so this
+                // is `why`'s only drop.
                 unsafe { std::ptr::drop_in_place(why) };
             }
-            // SAFETY: as said.
+            // SAFETY: `owner` is not used nor dropped again (this function's contract), so this is
+            // `buffer`'s only drop.
             Owner::DeviceAllocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
-            // SAFETY: as said.
+            // SAFETY: `owner` is not used nor dropped again (this function's contract), so this is
+            // `value`'s only drop.
             Owner::Held(value) => unsafe { std::ptr::drop_in_place(value) },
             Owner::Object(_)
             | Owner::ArrayStruct { .. }
