@@ -179,11 +179,13 @@ impl Elem for Dyn {
                 let (lo, hi) = (k + b, k + unit - 1 - b);
                 // SAFETY: bytes lo and hi lie inside the source element, readable.
                 let x = unsafe { src.wrapping_add(lo).read() };
-                // SAFETY: as above.
+                // SAFETY: byte hi < k + unit <= size lies inside the source element, readable
+                // (the trait contract).
                 let y = unsafe { src.wrapping_add(hi).read() };
                 // SAFETY: and inside the destination element, writable.
                 unsafe { dst.wrapping_add(lo).write(y) };
-                // SAFETY: as above.
+                // SAFETY: byte hi < k + unit <= size lies inside the destination element,
+                // writable (the trait contract).
                 unsafe { dst.wrapping_add(hi).write(x) };
             }
             k += unit;

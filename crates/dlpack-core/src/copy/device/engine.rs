@@ -34,7 +34,8 @@ pub unsafe fn copy_views<M: Mover>(
             unsafe { cpu(dst, src, itemsize) }
         }
         (Place::Device(a), Place::Device(b)) if a != b => {
-            // SAFETY: per the contract.
+            // SAFETY: this function's contract is `between_devices`'s: `dst` writable, `src`
+            // readable, untouched until the next sync, sharing no bytes.
             unsafe { between_devices(m, dst, src, itemsize, &rows) }
         }
         _ if rows.count() <= m.tuning().few_rows
@@ -44,7 +45,8 @@ pub unsafe fn copy_views<M: Mover>(
             // SAFETY: the rows address exactly the views' elements, as the contract needs.
             unsafe { transfer(m, dst.base, src.base, &rows) }
         }
-        // SAFETY: per the contract.
+        // SAFETY: this function's contract gives what `staged` asks: `dst`'s elements writable,
+        // every byte `src` spans readable, until the next sync; no shared bytes.
         _ => unsafe { staged(m, dst, src, itemsize, &rows) },
     }
 }
