@@ -185,7 +185,8 @@ impl FFI_ArrowDeviceArrayStream {
         // SAFETY: a valid stream, per the contract: read, then marked released (its `release`
         // NULL, below), so that only the copy releases it.
         let stream = unsafe { ptr::read(raw) };
-        // SAFETY: writable, per the contract.
+        // SAFETY: `raw` points to a valid stream, writable (this function's contract): its
+        // `release` field may be set.
         unsafe { (*raw).release = None };
         stream
     }
