@@ -249,7 +249,7 @@ unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
 }
 
 pub unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
-    // SAFETY: as in `delete_legacy`.
+    // SAFETY: DLPack calls the deleter once, on the managed tensor we made; not attached.
     unsafe { delete(managed, false) }
 }
 
@@ -284,9 +284,9 @@ unsafe extern "C" fn destroy_legacy_capsule(capsule: *mut PyObject) {
 }
 
 unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut PyObject) {
-    // SAFETY: as in `destroy_legacy_capsule`.
+    // SAFETY: Python calls this with the GIL held on a live capsule.
     let managed = unsafe { unused_pointer(capsule, CAPSULE_VERSIONED) };
-    // SAFETY: as in `destroy_legacy_capsule`.
+    // SAFETY: an unused capsule still owns its export; the GIL is held.
     unsafe { delete::<DLManagedTensorVersioned>(managed.cast(), true) }
 }
 
@@ -343,7 +343,8 @@ pub fn to_capsule<'py>(
             new_legacy(source, device)?.as_ptr().cast(),
             CAPSULE_LEGACY,
             destroy_legacy_capsule,
-            // SAFETY: called only on this export, once, holding the GIL (see below).
+            // SAFETY: called only where `capsule_new` fails, on this export, once, holding the
+            // GIL (`py`).
             |p| unsafe { delete::<DLManagedTensor>(p.cast(), true) },
         ),
         Kind::Versioned { minor, flags } => (

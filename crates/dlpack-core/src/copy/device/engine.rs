@@ -403,7 +403,7 @@ mod tests {
         let mut dst = side(&[n, n], &[n as isize, 1], 4, Place::Device(0), 0);
         let mut src = side(&[n, n], &[1, n as isize], 4, Place::Host, 9);
         let mut m = emulator(false, TUNING, [&dst, &src]);
-        // SAFETY: as in `copy_case`.
+        // SAFETY: both views lie in their sides' buffers, separate, which outlive the sync.
         unsafe { copy_views(&mut m, &dst.view(), &src.view(), 4).unwrap() };
         m.sync().unwrap();
         assert_eq!((m.linear_calls, m.pitched_calls), (1, 0));
@@ -415,7 +415,7 @@ mod tests {
         let mut dst = side(&[64, 32], &[32, 1], 4, Place::Host, 0);
         let mut src = side(&[64, 32], &[100, 1], 4, Place::Device(0), 9);
         let mut m = emulator(false, TUNING, [&dst, &src]);
-        // SAFETY: as in `copy_case`.
+        // SAFETY: both views lie in their sides' buffers, separate, which outlive the sync.
         unsafe { copy_views(&mut m, &dst.view(), &src.view(), 4).unwrap() };
         m.sync().unwrap();
         assert_eq!((m.linear_calls, m.pitched_calls), (0, 1));
