@@ -179,7 +179,7 @@ impl Layout {
         unsafe { whole_elements.write(true) };
         // SAFETY: a field of `*dst`, which is valid for writes (this function's contract).
         unsafe { c_contiguous.write(true) };
-        // SAFETY: both fields were written just above; nothing else refers to `dst`.
+        // SAFETY: all three fields were written just above; nothing else refers to `dst`.
         let layout = unsafe { &mut *dst };
         let filled = layout.fill(ndim, item, itemsize, byte_stride);
         if filled.is_err() {
