@@ -160,8 +160,8 @@ pub struct FFI_ArrowDeviceArrayStream {
     pub private_data: *mut c_void,
 }
 
-// SAFETY: as for arrays: the interface lets whichever thread holds a stream use and release it
-// (one call at a time).
+// SAFETY: the interface lets whichever thread holds a stream use and release it (one call at
+// a time).
 unsafe impl Send for FFI_ArrowDeviceArrayStream {}
 
 impl FFI_ArrowDeviceArrayStream {
@@ -185,7 +185,8 @@ impl FFI_ArrowDeviceArrayStream {
         // SAFETY: a valid stream, per the contract: read, then marked released (its `release`
         // NULL, below), so that only the copy releases it.
         let stream = unsafe { ptr::read(raw) };
-        // SAFETY: writable, per the contract.
+        // SAFETY: `raw` points to a valid stream, writable (this function's contract): its
+        // `release` field may be set.
         unsafe { (*raw).release = None };
         stream
     }
@@ -339,7 +340,8 @@ pub struct ArrayFields {
 
 impl ArrayFields {
     pub fn of(array: &FFI_ArrowArray) -> &ArrayFields {
-        // SAFETY: as in `SchemaFields::of`: the same `#[repr(C)]` struct of plain data.
+        // SAFETY: both are the header's `ArrowArray`, `#[repr(C)]` with the same fields (sizes
+        // and offsets asserted below), plain data any bits make valid; read only, for the borrow.
         unsafe { &*std::ptr::from_ref(array).cast::<ArrayFields>() }
     }
 }

@@ -258,21 +258,23 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
     let overlap = to.base.place == from.base.place
         && may_overlap(&to.as_strided(), &from.as_strided(), itemsize);
     let wait = stream.is_none() || to.base.place == Place::Host || from.base.place == Place::Host;
-    // In the body: `to` is the destination's memory, writable (`super::copyto` checked) and
-    // `from` the source's (or our copy of it), each live while its owner is, past the transfers
-    // (`drive` syncs unless the consumer's stream orders them, as it asked).
+    // `to` is the destination's memory and `from` the source's (or our copy of it), each live
+    // while its owner is.
     drive(py, Some(home), stream, wait, |driver| {
         if !overlap {
-            // SAFETY: as said; the two share no bytes.
+            // SAFETY: `to` is writable (`super::copyto` checked), `to` and `from` live past the
+            // transfers (`drive` syncs or the consumer's stream orders them); no shared bytes.
             return unsafe { device::copy_views(driver, &to, &from, itemsize) };
         }
         // Shared bytes: the source goes whole into a buffer of its own first.
         let bytes = to.shape.iter().product::<usize>() * itemsize;
         let (at, _scratch) = driver.scratch(from.base.place, bytes)?;
         let dense = View::c_order(at, &to.shape, itemsize);
-        // SAFETY: as said; `dense` is our scratch, kept past the sync below.
+        // SAFETY: `dense` is our fresh scratch, kept past the sync below; `from` lives past the
+        // transfers (`drive` syncs or the consumer's stream orders them); no shared bytes.
         unsafe { device::copy_views(driver, &dense, &from, itemsize)? };
-        // SAFETY: as above.
+        // SAFETY: `to` is writable (`super::copyto` checked) and live past the transfers;
+        // `dense` is our fresh scratch, kept past the sync below; no shared bytes.
         unsafe { device::copy_views(driver, &to, &dense, itemsize)? };
         driver.sync()
     })

@@ -45,7 +45,8 @@ fn strided(ptr: *mut c_void, shape: &[i64], byte_strides: &[i64]) -> Strided {
 unsafe fn run(py: Python<'_>, dst: &Strided, src: &Strided, itemsize: usize, swap: Option<usize>) {
     let bytes = dst.shape.iter().product::<usize>() * itemsize;
     if bytes < DETACH_THRESHOLD {
-        // SAFETY: per the contract.
+        // SAFETY: what the views address is readable (`src`) or writable (`dst`) host memory
+        // for the call (this function's contract), all `copy_strided` asks.
         unsafe { copy_strided(dst, src, itemsize, swap) }
     } else {
         let job = SendJob { dst, src };
@@ -194,7 +195,8 @@ pub unsafe fn swap_in_place(py: Python<'_>, tensor: &Tensor) {
         tensor.layout().byte_strides(),
     );
     // The engine reads each element before writing it back.
-    // SAFETY: per the contract.
+    // SAFETY: `view` addresses the tensor's memory, writable host memory nobody else reads or
+    // writes meanwhile (this function's contract); source and destination are the same view.
     unsafe {
         run(
             py,

@@ -99,7 +99,8 @@ unsafe fn run<K: StreamKind>(
     stream: *mut K,
     body: impl FnOnce(&mut State<K>) -> std::result::Result<(), String>,
 ) -> c_int {
-    // SAFETY: per the contract.
+    // SAFETY: `stream` is NULL or a stream of ours that no other call uses meanwhile (this
+    // function's contract, which is `state`'s).
     let Some(state) = (unsafe { state(stream) }) else {
         return EINVAL;
     };
@@ -253,12 +254,12 @@ mod tests {
         assert_eq!(unsafe { get_next(raw, &mut first) }, 0);
         assert_eq!(first.len(), 1);
         let mut end = FFI_ArrowArray::empty();
-        // SAFETY: as above.
+        // SAFETY: `raw` is our live stream, one call at a time, and `end` an array to write.
         assert_eq!(unsafe { get_next(raw, &mut end) }, 0);
         assert!(end.is_released());
-        // SAFETY: as above; a NULL output is refused, with a message.
+        // SAFETY: `raw` is our live stream, one call at a time; a NULL output is refused.
         assert_eq!(unsafe { get_next(raw, ptr::null_mut()) }, EINVAL);
-        // SAFETY: our stream.
+        // SAFETY: `raw` is our live stream, one call at a time.
         let message = unsafe { get_last_error(raw) };
         assert!(!message.is_null());
         // SAFETY: a message of ours, valid until the next call.
@@ -267,7 +268,7 @@ mod tests {
         // SAFETY: our stream, released here and again: the second is nothing.
         unsafe { release_stream(raw) };
         assert!(stream.release().is_none() && stream.private_data().is_null());
-        // SAFETY: as above.
+        // SAFETY: `raw` still points at `stream`, ours, now released: release returns at once.
         unsafe { release_stream(raw) };
         // The array handed out outlives the stream.
         drop(stream);

@@ -135,12 +135,14 @@ fn new_export<M>(
         alloc::handle_alloc_error(layout)
     };
     // `base` is a fresh allocation of `layout`: the head fits at offset 0, the 2 * ndim i64s
-    // at `dims_offset` ("inside" below); each is written once before anyone reads it.
+    // at `dims_offset`; each is written once before anyone reads it.
     let shape = base.as_ptr().wrapping_add(dims_offset).cast::<i64>();
     let strides = shape.wrapping_add(ndim);
-    // SAFETY: `ndim` i64s, inside; the tensor's shape has `ndim` entries.
+    // SAFETY: the first `ndim` of the 2 * ndim i64s `layout` holds at `dims_offset`, in our
+    // fresh allocation; the tensor's shape has `ndim` entries.
     unsafe { ptr::copy_nonoverlapping(tensor.shape.as_ptr(), shape, ndim) };
-    // SAFETY: as above, for the strides.
+    // SAFETY: the last `ndim` of the 2 * ndim i64s `layout` holds at `dims_offset`, in our
+    // fresh allocation; the tensor's strides have one per dimension, `ndim`.
     unsafe { ptr::copy_nonoverlapping(tensor.strides.as_ptr(), strides, ndim) };
     let dl_tensor = dl_tensor(tensor, device, shape, strides);
     let (holder, holder_is_object) = source.into_raw();
@@ -151,7 +153,8 @@ fn new_export<M>(
         ndim: ndim as u32, // at most MAX_NDIM
         holder_is_object,
     };
-    // SAFETY: the head, inside, aligned (the allocation is aligned for `Export<M>`).
+    // SAFETY: the head at offset 0 of our fresh allocation of `layout`, which starts with an
+    // `Export<M>` and is aligned for it.
     unsafe { head.as_ptr().write(export) };
     Ok(head)
 }
@@ -203,12 +206,14 @@ unsafe fn free_export<M>(head: *mut Export<M>, attached: bool) {
         return;
     }
     // An object's export came from Python's allocator; its holder is our strong reference to a
-    // live object. Both go while this thread holds the GIL ("as said" below); the decref may run
-    // the object's deallocator, which releases the source.
+    // live object. Both go while this thread holds the GIL (`attached`, or the `GilState`
+    // below); the decref may run the object's deallocator, which releases the source.
     let release = || {
-        // SAFETY: as said; freed once.
+        // SAFETY: an object's export came from `python::mem_alloc` (`new_export`), freed once
+        // (this function's contract); `release` runs only while this thread holds the GIL.
         unsafe { python::mem_free(head.cast()) };
-        // SAFETY: as said; the reference is given up once.
+        // SAFETY: `holder` is our strong reference to a live object, given up once (the export
+        // is freed once); `release` runs only while this thread holds the GIL.
         unsafe { python::decref(holder.cast_mut().cast()) };
     };
     if attached {
@@ -230,7 +235,8 @@ unsafe fn delete<M>(managed: *mut M, attached: bool) {
         return;
     }
     // A panic must not unwind into C; there is none expected here, and leaking beats aborting.
-    // SAFETY: per the contract.
+    // SAFETY: a non-null `managed` heads (is the first field of) an `Export<M>` from
+    // `new_export`, freed once, `attached` only under the GIL (this function's contract).
     let _ = catch_unwind(AssertUnwindSafe(|| unsafe {
         free_export(managed.cast::<Export<M>>(), attached)
     }));
@@ -243,7 +249,7 @@ unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
 }
 
 pub unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
-    // SAFETY: as in `delete_legacy`.
+    // SAFETY: DLPack calls the deleter once, on the managed tensor we made; not attached.
     unsafe { delete(managed, false) }
 }
 
@@ -254,13 +260,15 @@ pub unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned
 /// # Safety
 /// Called with the GIL held on a live capsule.
 unsafe fn unused_pointer(capsule: *mut PyObject, name: &CStr) -> *mut c_void {
-    // Per the contract ("as said" below); IsValid/GetName/GetPointer with the capsule's own
-    // name touch no error state.
-    // SAFETY: as said.
+    // IsValid/GetName/GetPointer with the capsule's own name touch no error state.
+    // SAFETY: `capsule` is a live capsule and this thread holds the GIL (this function's
+    // contract).
     let same_name = unsafe { python::capsule_name(capsule) } == name.as_ptr();
-    // SAFETY: as said.
+    // SAFETY: `capsule` is live and the GIL held (this function's contract); `name` is a C
+    // string.
     if same_name || unsafe { python::capsule_is_valid(capsule, name.as_ptr()) } {
-        // SAFETY: as said.
+        // SAFETY: `capsule` is live and the GIL held (this function's contract); `name` is a C
+        // string, the capsule's own name here.
         unsafe { python::capsule_pointer(capsule, name.as_ptr()) }
     } else {
         ptr::null_mut()
@@ -276,9 +284,9 @@ unsafe extern "C" fn destroy_legacy_capsule(capsule: *mut PyObject) {
 }
 
 unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut PyObject) {
-    // SAFETY: as in `destroy_legacy_capsule`.
+    // SAFETY: Python calls this with the GIL held on a live capsule.
     let managed = unsafe { unused_pointer(capsule, CAPSULE_VERSIONED) };
-    // SAFETY: as in `destroy_legacy_capsule`.
+    // SAFETY: an unused capsule still owns its export; the GIL is held.
     unsafe { delete::<DLManagedTensorVersioned>(managed.cast(), true) }
 }
 
@@ -311,7 +319,8 @@ fn new_legacy(source: Source<'_>, device: DLDevice) -> Result<NonNull<DLManagedT
         manager_ctx: ptr::null_mut(),
         deleter: Some(delete_legacy),
     })?;
-    // SAFETY: as above.
+    // SAFETY: `head` is the export `new_export` just wrote whole, ours alone; manager_ctx points
+    // at it for consumers.
     unsafe { (*head.as_ptr()).managed.manager_ctx = head.as_ptr().cast() };
     Ok(head.cast())
 }
@@ -334,14 +343,16 @@ pub fn to_capsule<'py>(
             new_legacy(source, device)?.as_ptr().cast(),
             CAPSULE_LEGACY,
             destroy_legacy_capsule,
-            // SAFETY: called only on this export, once, holding the GIL (see below).
+            // SAFETY: called only where `capsule_new` fails, on this export, once, holding the
+            // GIL (`py`).
             |p| unsafe { delete::<DLManagedTensor>(p.cast(), true) },
         ),
         Kind::Versioned { minor, flags } => (
             new_versioned(source, device, minor, flags)?.as_ptr().cast(),
             CAPSULE_VERSIONED,
             destroy_versioned_capsule,
-            // SAFETY: as above.
+            // SAFETY: called only where `capsule_new` fails, on this export, once, holding the
+            // GIL (`py`).
             |p| unsafe { delete::<DLManagedTensorVersioned>(p.cast(), true) },
         ),
     };

@@ -167,7 +167,8 @@ pub unsafe fn array_struct<'py>(
 /// `pointer` came from `array_struct`'s `Box::into_raw` and is freed once; the calling thread
 /// holds the GIL.
 unsafe fn drop_array_struct(pointer: *mut ArrayStruct) {
-    // SAFETY: per the contract.
+    // SAFETY: `pointer` came from `Box::into_raw` in `array_struct` and is freed once (this
+    // function's contract).
     let allocation = unsafe { Box::from_raw(pointer) };
     // SAFETY: per the contract: the reference the allocation held, given up once.
     unsafe { python::decref(allocation.holder) };
@@ -175,17 +176,18 @@ unsafe fn drop_array_struct(pointer: *mut ArrayStruct) {
 
 /// The `__array_struct__` capsule's destructor.
 unsafe extern "C" fn free_array_struct(capsule: *mut PyObject) {
-    // CPython calls this once, holding the GIL, on our live, unnamed capsule, whose pointer is
-    // its `ArrayStruct` ("as said" below). A panic must not unwind into C; none is expected.
+    // A panic must not unwind into C; none is expected.
     let _ = std::panic::catch_unwind(|| {
-        // SAFETY: as said.
+        // SAFETY: CPython calls a capsule's destructor holding the GIL, with the live capsule:
+        // ours, unnamed, so a null name is its own.
         let pointer = unsafe { python::capsule_pointer(capsule, std::ptr::null()) };
         if pointer.is_null() {
-            // SAFETY: as said.
+            // SAFETY: CPython calls a capsule's destructor holding the GIL.
             unsafe { python::clear_error() };
             return;
         }
-        // SAFETY: as said; the capsule is dying, so the allocation is freed once.
+        // SAFETY: our capsule's pointer is the `ArrayStruct` `array_struct` boxed; the capsule
+        // is dying, so it is freed once, and CPython holds the GIL here.
         unsafe { drop_array_struct(pointer.cast::<ArrayStruct>()) };
     });
 }

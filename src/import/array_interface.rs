@@ -287,17 +287,17 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
             type_name(e.into_inner().as_any())
         ))
     })?;
-    // `capsule` is a live capsule, and we hold the GIL (`capsule` proves it): "as said" below.
-    // SAFETY: as said.
+    // SAFETY: `capsule` is a live capsule, and we hold the GIL (`capsule` proves it).
     let name = unsafe { python::capsule_name(capsule.as_ptr()) };
-    // SAFETY: as said.
+    // SAFETY: we hold the GIL (`capsule` proves it).
     if name.is_null() && unsafe { python::error_occurred() } {
         return Err(PyErr::fetch(source.py()).into());
     }
-    // SAFETY: as said; we ask for the pointer under the capsule's own name.
+    // SAFETY: `capsule` is live and we hold the GIL (`capsule` proves both); `name` is the
+    // capsule's own, a C string or null.
     let info = unsafe { python::capsule_pointer(capsule.as_ptr(), name) };
     if info.is_null() {
-        // SAFETY: as said.
+        // SAFETY: we hold the GIL (`capsule` proves it).
         unsafe { python::clear_error() }; // ours says more
     }
     let info = info as *const PyArrayInterface;
@@ -331,13 +331,13 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
     };
     let typestr = format!("{order}{}{itemsize}", info.typekind as char);
     let Element { dtype, swapped } = resolve_dtype(source, &typestr)?;
-    // Shape and (when non-null) strides have `nd` entries while the capsule lives: numpy's
-    // protocol ("as said" below).
-    // SAFETY: as said; not null when `ndim > 0` (checked above), not read when 0.
+    // SAFETY: numpy's protocol: the shape has `nd` entries while the capsule (ours here) lives;
+    // not null when `ndim > 0` (checked above), not read when 0.
     let shape = unsafe { dlpack_core::abi::c_array(info.shape, ndim) };
     let shape: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
     let strides = (ndim > 0 && !info.strides.is_null()).then(|| {
-        // SAFETY: as said.
+        // SAFETY: numpy's protocol: non-null strides (checked) have `nd` entries while the
+        // capsule (ours here) lives.
         let strides = unsafe { dlpack_core::abi::c_array(info.strides, ndim) };
         strides.iter().map(|&n| n as i64).collect::<Vec<_>>()
     });

@@ -108,7 +108,8 @@ fn schema_node(schema: &FFI_ArrowSchema, depth: usize) -> Result<()> {
         .to_str()
         .map_err(|_| malformed("schema", "its format is not UTF-8"))?;
     if !fields.name.is_null() {
-        // SAFETY: as for the format: a NUL-terminated string when not NULL.
+        // SAFETY: a live schema's non-NULL name is a NUL-terminated string the schema owns (the
+        // interface's rule; the producer's word).
         let name = unsafe { CStr::from_ptr(fields.name) };
         name.to_str()
             .map_err(|_| malformed("schema", "its name is not UTF-8"))?;
@@ -261,7 +262,8 @@ fn array_node(array: &FFI_ArrowArray, data_type: &DataType) -> Result<u64> {
                     .ok_or_else(|| too_large(fields))?,
                 None => return Err(unsupported(other, "this Arrow array ")),
             };
-            // SAFETY: as for the validity bitmap: the array has two buffers (checked above).
+            // SAFETY: a live array's non-NULL buffers pointer points to `n_buffers` pointers
+            // (the producer's word), here two (checked above).
             let values = unsafe { *fields.buffers.wrapping_add(1) };
             if values.is_null() && bytes > 0 {
                 return Err(malformed("array", "its values buffer is NULL"));

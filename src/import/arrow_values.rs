@@ -261,8 +261,8 @@ fn gather<'a>(
             }
         } else {
             let src = &leaf.buffers()[0].as_slice()[first * itemsize..(first + count) * itemsize];
-            // SAFETY: `dst` has room for `count` elements of `itemsize` bytes (as above), and
-            // `src` is another allocation's bytes.
+            // SAFETY: `dst` has room for `count` elements of `itemsize` bytes (the buffer holds
+            // every part's elements), the length of `src`, another allocation's bytes.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
         }
         at += count;
@@ -329,7 +329,8 @@ fn table(columns: &arrow_schema::Fields, chunks: &[ArrayData]) -> Result<Tensor>
                     unsafe { dst.write(u8::from(bit)) };
                 } else {
                     let src = &leaf.buffers()[0].as_slice()[(first + i) * itemsize..][..itemsize];
-                    // SAFETY: as above; `src` is another allocation's bytes.
+                    // SAFETY: `itemsize` bytes inside the buffer (row < rows, column < ncols),
+                    // the length of `src`, another allocation's bytes.
                     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, itemsize) };
                 }
             }

@@ -79,7 +79,8 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
     } else {
         // SAFETY: shape (and strides, when present) have `ndim` entries while the view lives.
         let shape = unsafe { dlpack_core::abi::c_array(raw.shape, ndim) };
-        // SAFETY: as above.
+        // SAFETY: non-null strides (checked) have `ndim` entries while the view lives, which
+        // it does here.
         let strides = (!raw.strides.is_null())
             .then(|| unsafe { dlpack_core::abi::c_array(raw.strides, ndim) });
         Layout::build(

@@ -152,7 +152,7 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
         return Err(PyErr::fetch(capsule.py()).into());
     };
     // Renaming marks it consumed, as the protocol asks.
-    // SAFETY: as above.
+    // SAFETY: `ptr` is a live capsule, and we hold the GIL (`capsule` proves it).
     if !unsafe { python::capsule_rename(ptr, used) } {
         return Err(PyErr::fetch(capsule.py()).into());
     }
@@ -163,7 +163,8 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
         let managed = managed.cast::<DLManagedTensor>();
         // SAFETY: the capsule held a legacy managed tensor, now ours alone (renamed "used_").
         let owner = Owner::Legacy(unsafe { Managed::take(managed) });
-        // SAFETY: as above: readable until its deleter runs.
+        // SAFETY: the capsule's legacy managed tensor stays readable until its deleter runs,
+        // which only `owner`, alive here, calls.
         let tensor = unsafe { (*managed.as_ptr()).dl_tensor };
         // SAFETY: the producer's tensor, valid while the owner keeps the managed tensor.
         unsafe { describe(&tensor, false, owner) }
@@ -177,7 +178,8 @@ pub fn import_capsule(capsule: &Bound<'_, PyAny>) -> Result<Tensor> {
 /// `managed` is a valid `DLManagedTensorVersioned` whose deleter nobody else will call.
 pub unsafe fn import_versioned(managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
     // From here on the owner calls the deleter, on success or on any error below.
-    // SAFETY: per the contract.
+    // SAFETY: `managed` is a valid managed tensor whose deleter nobody else will call (this
+    // function's contract), as `take` asks.
     let owner = Owner::Versioned(unsafe { Managed::take(managed) });
     // SAFETY: per the contract, the managed tensor is readable until the deleter runs.
     let m = unsafe { &*managed.as_ptr() };
@@ -209,7 +211,8 @@ unsafe fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor>
     let dtype = DType::from_dlpack(t.dtype)?;
     // SAFETY: per the contract; not null when `ndim > 0` (checked above), not read when 0.
     let shape = unsafe { dlpack_core::abi::c_array(t.shape, ndim) };
-    // SAFETY: per the contract.
+    // SAFETY: non-null strides (checked) have `ndim` entries while `owner` lives (this
+    // function's contract), as it does through this call.
     let strides = (ndim > 0 && !t.strides.is_null())
         .then(|| unsafe { dlpack_core::abi::c_array(t.strides, ndim) });
     let item = dtype.itemsize() as i64;

@@ -134,11 +134,12 @@ fn self_check(array: ExactNdarray<'_, '_>) -> Option<FieldsOffset> {
         && f.data as usize == address
         && (f.flags & NPY_ARRAY_WRITEABLE == 0) == readonly
         && f.descr == descr.as_ptr();
-    // When the header matches, dimensions and strides have `nd` entries ("as said" below).
-    // SAFETY: as said.
+    // SAFETY: the header matches, so these are numpy's fields: its dimensions have `nd`
+    // entries while the array lives.
     let agrees = header_agrees
         && unsafe { dlpack_core::abi::c_array(f.dimensions, nd) } == shape.as_slice()
-        // SAFETY: as said.
+        // SAFETY: the header matches, so these are numpy's fields: its strides have `nd`
+        // entries while the array lives.
         && unsafe { dlpack_core::abi::c_array(f.strides, nd) } == strides.as_slice();
     agrees.then_some(FieldsOffset(offset))
 }
@@ -255,7 +256,8 @@ pub unsafe fn import_known_into(array: ExactNdarray<'_, '_>, dst: *mut Tensor) -
     let Some(Some(element)) = last(fields.fields.descr as usize) else {
         return false;
     };
-    // SAFETY: per the contract.
+    // SAFETY: `dst` is valid for writes of a `Tensor` (this function's contract), as
+    // `describe_into` asks.
     matches!(unsafe { describe_into(fields, element, dst) }, Ok(true))
 }
 
@@ -281,10 +283,11 @@ unsafe fn describe_into(
     let Ok(ndim) = usize::try_from(f.nd) else {
         return Ok(false);
     };
-    // An ndarray's dimensions and strides have `nd` entries while it lives ("as said" below).
-    // SAFETY: as said.
+    // SAFETY: `f` is a live ndarray's fields (`Fields` holds the array): its dimensions have
+    // `nd` entries while it lives.
     let shape = unsafe { dlpack_core::abi::c_array(f.dimensions, ndim) };
-    // SAFETY: as said.
+    // SAFETY: `f` is a live ndarray's fields (`Fields` holds the array): its strides have `nd`
+    // entries while it lives.
     let strides = unsafe { dlpack_core::abi::c_array(f.strides, ndim) };
     let strides = Some(|k: usize| Ok(strides[k] as i64));
     // The layout is built in place too (see `Layout::build_into`); every other field is written

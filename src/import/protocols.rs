@@ -60,7 +60,8 @@ impl std::fmt::Debug for ExchangeApi {
 // SAFETY: the table is immutable, and its functions may be called from any thread (holding the
 // GIL, as the protocol asks).
 unsafe impl Send for ExchangeApi {}
-// SAFETY: as above.
+// SAFETY: a shared `ExchangeApi` only gives out the `'static` table, which is immutable and
+// whose functions may be called from any thread (holding the GIL, as the protocol asks).
 unsafe impl Sync for ExchangeApi {}
 
 impl ExchangeApi {
@@ -149,11 +150,11 @@ fn exchange_api(ty: &Bound<'_, PyType>) -> Option<ExchangeApi> {
         .getattr_opt(intern!(py, "__dlpack_c_exchange_api__"))
         .ok()??;
     let capsule = capsule.cast::<PyCapsule>().ok()?;
-    // `capsule` is a live capsule, and we hold the GIL (`capsule` proves it): "as said" below.
-    // SAFETY: as said; a wrong name gives NULL (and an error we clear).
+    // SAFETY: `capsule` is live and we hold the GIL (`capsule` proves both); a wrong name gives
+    // NULL (and an error we clear).
     let table = unsafe { python::capsule_pointer(capsule.as_ptr(), CAPSULE_EXCHANGE_API.as_ptr()) };
     if table.is_null() {
-        // SAFETY: as said.
+        // SAFETY: we hold the GIL (`capsule` proves it).
         unsafe { python::clear_error() };
         return None;
     }

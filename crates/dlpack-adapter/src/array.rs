@@ -166,7 +166,7 @@ impl<'py> ArrayView<'py> {
         // SAFETY: `len` aligned elements of `T`'s type, contiguous, in host memory this view
         // keeps alive and holds borrowed (no mutable view aliases it) for `&self`'s life.
         let slice = unsafe { std::slice::from_raw_parts(data, self.len()) };
-        // SAFETY: the same memory, as bytes.
+        // SAFETY: the memory `slice` covers, read as bytes, borrowed for as long as it is.
         let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size_of_val(slice)) };
         check_valid::<T>(bytes)?;
         Ok(slice)

@@ -30,7 +30,8 @@ impl<T> Drop for VecMemory<T> {
 /// `context` is a `Box<VecMemory<T>>` made by `from_vec`, released once (the runtime's word);
 /// `T: Send` lets that happen on any thread.
 unsafe extern "C" fn release<T: Element>(context: *mut c_void) {
-    // SAFETY: per the contract.
+    // SAFETY: `context` is a `Box<VecMemory<T>>` from `from_vec`, released once (this
+    // function's contract), so it is ours to rebuild and drop.
     drop(unsafe { Box::from_raw(context.cast::<VecMemory<T>>()) });
 }
 

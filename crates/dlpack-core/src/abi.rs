@@ -19,7 +19,8 @@ pub unsafe fn c_array<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
     if len == 0 {
         return &[];
     }
-    // SAFETY: per the contract.
+    // SAFETY: `len > 0` here, so `ptr` points at `len` initialised, aligned items that live for
+    // `'a` unwritten (this function's contract).
     unsafe { std::slice::from_raw_parts(ptr, len) }
 }
 

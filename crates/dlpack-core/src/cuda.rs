@@ -118,7 +118,8 @@ pub fn check(status: sys::CUresult, what: &str) -> Result<(), String> {
 pub struct Context(sys::CUcontext);
 // SAFETY: a CUDA context handle may be used from any thread.
 unsafe impl Send for Context {}
-// SAFETY: as above.
+// SAFETY: a shared `Context` only gives out copies of its handle, and a CUDA context handle
+// may be used from any thread.
 unsafe impl Sync for Context {}
 
 impl Context {

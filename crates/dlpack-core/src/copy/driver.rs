@@ -158,12 +158,13 @@ impl Mover for Driver {
             }
             _ => None,
         };
-        // In every arm: per the contract, `bytes` bytes at each side are live memory of its
-        // place until the stream is synchronised; the call matches the two places; `handle` is
-        // a stream of the current context (`Driver::new`'s contract, or a default stream).
+        // `handle` is a stream of `ctx`, current in every arm: the consumer's (live per
+        // `Driver::new`'s contract) or a default stream.
         with_context(ctx, || match (dst.place, src.place, peer) {
             (_, _, Some((dst_ctx, src_ctx))) => check(
-                // SAFETY: as said; both contexts are retained primary contexts.
+                // SAFETY: `bytes` device bytes at `d` and `s`, live until the next sync (the
+                // `linear` contract); both contexts are retained primary contexts, `handle` a
+                // stream of `ctx`.
                 unsafe {
                     sys::cuMemcpyPeerAsync(
                         d as u64,
@@ -177,17 +178,21 @@ impl Mover for Driver {
                 "cuMemcpyPeerAsync",
             ),
             (Place::Device(_), Place::Device(_), None) => check(
-                // SAFETY: as said.
+                // SAFETY: `bytes` bytes of this device's memory at `d` and at `s`, live until
+                // the next sync (the `linear` contract); `handle` is a stream of `ctx`.
                 unsafe { sys::cuMemcpyDtoDAsync_v2(d as u64, s as u64, bytes, handle) },
                 "cuMemcpyDtoDAsync",
             ),
             (Place::Device(_), Place::Host, _) => check(
-                // SAFETY: as said.
+                // SAFETY: `bytes` bytes of device memory at `d`, of host memory at `s`, live
+                // until the next sync (the `linear` contract); `handle` is a stream of `ctx`.
                 unsafe { sys::cuMemcpyHtoDAsync_v2(d as u64, s as *const c_void, bytes, handle) },
                 "cuMemcpyHtoDAsync",
             ),
             (Place::Host, _, _) => check(
-                // SAFETY: as said.
+                // SAFETY: `bytes` bytes of host memory at `d`, of device memory at `s` (`runs_on`
+                // refused host to host), live until the next sync (the `linear` contract);
+                // `handle` is a stream of `ctx`.
                 unsafe { sys::cuMemcpyDtoHAsync_v2(d as *mut c_void, s as u64, bytes, handle) },
                 "cuMemcpyDtoHAsync",
             ),
@@ -198,15 +203,14 @@ impl Mover for Driver {
     unsafe fn pitched(&mut self, b: &Pitched) -> Result<bool> {
         let device = runs_on(b.dst, b.src)?;
         let (ctx, handle) = self.queue(device)?;
-        // Per the contract, the descriptors name `depth` slices of `height` rows of `width`
-        // bytes inside memory live until the stream is synchronised; `handle` is a stream of the
-        // current context.
         let status = with_context(ctx, || {
             Ok(if b.depth == 1 {
-                // SAFETY: as said.
+                // SAFETY: the block's `height` rows of `width` bytes on each side are live until
+                // the next sync (the `pitched` contract); `handle` is a stream of `ctx`, current.
                 unsafe { sys::cuMemcpy2DAsync_v2(&memcpy_2d(b), handle) }
             } else {
-                // SAFETY: as said.
+                // SAFETY: the block's `depth` slices of `height` rows of `width` bytes on each
+                // side are live until the next sync (the `pitched` contract); `handle` is `ctx`'s.
                 unsafe { sys::cuMemcpy3DAsync_v2(&memcpy_3d(b), handle) }
             })
         })

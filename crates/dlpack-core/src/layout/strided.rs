@@ -69,7 +69,7 @@ impl Dims {
         let mut dims = Vec::with_capacity(3 * ndim);
         dims.extend((0..ndim).map(extent));
         dims.resize(3 * ndim, 0);
-        // SAFETY: per the contract.
+        // SAFETY: `dst` is valid for writes of a `Dims` (this function's contract).
         unsafe { dst.write(Dims::Heap(dims.into_boxed_slice())) };
     }
 
@@ -167,17 +167,19 @@ impl Layout {
         let item = i64::try_from(itemsize).map_err(|_| Error::value("item size too large"))?;
         // SAFETY: per the contract, `dst` points at a `Layout`'s memory: its fields lie inside.
         let dims = unsafe { &raw mut (*dst).dims };
-        // SAFETY: as above.
+        // SAFETY: `dst` points at a `Layout`'s memory (this function's contract), which this
+        // field lies in.
         let whole_elements = unsafe { &raw mut (*dst).whole_elements };
         // SAFETY: per the contract, the field may be written.
         unsafe { Dims::write_into(dims, ndim, extent) };
-        // SAFETY: as above.
+        // SAFETY: `dst` points at a `Layout`'s memory (this function's contract), which this
+        // field lies in.
         let c_contiguous = unsafe { &raw mut (*dst).c_contiguous };
-        // SAFETY: as above.
+        // SAFETY: a field of `*dst`, which is valid for writes (this function's contract).
         unsafe { whole_elements.write(true) };
-        // SAFETY: as above.
+        // SAFETY: a field of `*dst`, which is valid for writes (this function's contract).
         unsafe { c_contiguous.write(true) };
-        // SAFETY: both fields were written just above; nothing else refers to `dst`.
+        // SAFETY: all three fields were written just above; nothing else refers to `dst`.
         let layout = unsafe { &mut *dst };
         let filled = layout.fill(ndim, item, itemsize, byte_stride);
         if filled.is_err() {

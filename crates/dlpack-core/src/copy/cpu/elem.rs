@@ -63,7 +63,7 @@ impl<T: Copy> Elem for Plain<T> {
     unsafe fn copy(self, src: *const u8, dst: *mut u8) {
         // SAFETY: `size_of::<T>()` bytes at `src` are readable (the trait contract); unaligned.
         let v = unsafe { read_unaligned(src.cast::<T>()) };
-        // SAFETY: and at `dst` writable.
+        // SAFETY: `size_of::<T>()` bytes at `dst` are writable (the trait contract); unaligned.
         unsafe { write_unaligned(dst.cast::<T>(), v) }
     }
 
@@ -141,7 +141,8 @@ impl<T: Copy, U: Unit> Elem for Swapped<T, U> {
             let (s, d) = (src.wrapping_add(k * unit), dst.wrapping_add(k * unit));
             // SAFETY: unit k lies inside the source element, readable per the trait contract.
             let v = unsafe { read_unaligned(s.cast::<U>()) };
-            // SAFETY: and inside the destination element, writable.
+            // SAFETY: unit k lies inside the destination element, writable per the trait
+            // contract; unaligned.
             unsafe { write_unaligned(d.cast::<U>(), v.swapped()) };
         }
     }
@@ -179,11 +180,14 @@ impl Elem for Dyn {
                 let (lo, hi) = (k + b, k + unit - 1 - b);
                 // SAFETY: bytes lo and hi lie inside the source element, readable.
                 let x = unsafe { src.wrapping_add(lo).read() };
-                // SAFETY: as above.
+                // SAFETY: byte hi < k + unit <= size lies inside the source element, readable
+                // (the trait contract).
                 let y = unsafe { src.wrapping_add(hi).read() };
-                // SAFETY: and inside the destination element, writable.
+                // SAFETY: byte lo < hi lies inside the destination element, writable (the
+                // trait contract).
                 unsafe { dst.wrapping_add(lo).write(y) };
-                // SAFETY: as above.
+                // SAFETY: byte hi < k + unit <= size lies inside the destination element,
+                // writable (the trait contract).
                 unsafe { dst.wrapping_add(hi).write(x) };
             }
             k += unit;

@@ -95,7 +95,8 @@ pub unsafe fn copy_strided(
     itemsize: usize,
     swap_unit: Option<usize>,
 ) {
-    // SAFETY: forwarded contract.
+    // SAFETY: every byte the layouts address is readable (`src`) or writable (`dst`) for the
+    // call (this function's contract), all that `copy_strided_with` needs.
     unsafe { copy_strided_with(dst, src, itemsize, swap_unit, Config::new()) }
 }
 
@@ -189,7 +190,8 @@ pub(super) unsafe fn copy_strided_with(
             }
         }
         for piece in std::iter::once(first).chain(inline) {
-            // SAFETY: as above.
+            // SAFETY: each piece addresses a disjoint part of the caller's elements, valid for
+            // the whole call (this function's contract); the other pieces are other threads'.
             unsafe {
                 run_piece(
                     dst_ptr.get(),

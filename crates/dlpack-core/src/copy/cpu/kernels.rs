@@ -101,7 +101,8 @@ pub unsafe fn run<E: Elem>(
 ) {
     let dims = &plan.dims;
     let Some(&last) = dims.last() else {
-        // SAFETY: one element.
+        // SAFETY: a plan without loops is the one element at `src` / `dst`, readable / writable
+        // (this function's contract).
         return unsafe { e.copy(src, dst) };
     };
     let one = Dim {
@@ -135,7 +136,8 @@ pub unsafe fn run<E: Elem>(
                 1 => (&[][..], one),
                 k => (&dims[..k - 2], dims[k - 2]),
             };
-            // SAFETY: as above.
+            // SAFETY: each call is one position of the outer loops, from which the `mid` x
+            // `last` rows are element addresses of the plan, valid per this function's contract.
             (
                 outer.to_vec(),
                 Box::new(move |d, s| unsafe { rows(e, d, s, mid, last) }),

@@ -249,7 +249,8 @@ unsafe fn store_line<const NT: bool>(p: *mut u8, line: [__m128i; 4]) {
             // SAFETY: bytes 16 k.. 16 k + 16 of the line, writable and 16-byte aligned.
             unsafe { _mm_stream_si128(q, v) };
         } else {
-            // SAFETY: as above; unaligned.
+            // SAFETY: bytes 16 k.. 16 k + 16 of the line, writable (this function's contract);
+            // an unaligned store.
             unsafe { _mm_storeu_si128(q, v) };
         }
     }

@@ -469,14 +469,14 @@ fn threaded_copies() {
         shape: vec![n / 2],
         strides: vec![8],
     };
-    // SAFETY: as above.
+    // SAFETY: `d2` addresses `dst2` exactly; `s2` items 0, 2, .., n - 2 of `src`.
     unsafe { copy_strided_with(&d2, &s2, 4, None, force_threads()) };
     assert!(dst2.iter().enumerate().all(|(k, &v)| v as usize == 2 * k));
     let s3 = Strided {
         strides: vec![4],
         ..s2
     };
-    // SAFETY: as above.
+    // SAFETY: `d2` addresses `dst2` exactly; `s3` the first n / 2 items of `src`.
     unsafe { copy_strided_with(&d2, &s3, 4, None, force_threads()) };
     assert!(dst2.iter().enumerate().all(|(k, &v)| v as usize == k));
 }
@@ -507,7 +507,7 @@ fn in_place_swap() {
             unsafe { copy_strided_with(&view, &view, item, Some(unit), config) };
             assert!(a.bytes == expected.bytes, "item {item} unit {unit}");
             // Without a swap, copying onto itself changes nothing.
-            // SAFETY: as above.
+            // SAFETY: the layout lies inside `a`'s buffer, readable and writable; the same view.
             unsafe { copy_strided_with(&view, &view, item, None, config) };
             assert!(a.bytes == expected.bytes);
         }
@@ -536,7 +536,8 @@ fn mismatched_shapes_copy_nothing() {
         strides: vec![],
         ..s
     };
-    // SAFETY: as above.
+    // SAFETY: `d` addresses `a` exactly; `s` (no strides for its one dimension) addresses
+    // nothing, and the mismatch copies nothing.
     unsafe { copy_strided(&d, &s, 1, None) };
     assert_eq!(a, [1; 4]);
 }

@@ -76,7 +76,8 @@ fn throughput() {
     };
     // Every layout below addresses inside `src` (2n items) and `dst` (n items + 4 KiB).
     let memcpy = || {
-        // SAFETY: as just said.
+        // SAFETY: `n * 4` bytes lie inside `src` (8n bytes) and `dst` (4n + 4096), two
+        // buffers that live through the benchmark.
         unsafe { std::ptr::copy_nonoverlapping(sp, dp, n * 4) }
     };
     report("memcpy 64 MiB (1 thread)", best(15, memcpy));
@@ -157,7 +158,8 @@ fn throughput() {
         let mut times = [f64::INFINITY; 4];
         for _ in 0..15 {
             for (k, (_, config)) in configs.iter().enumerate() {
-                // SAFETY: see above.
+                // SAFETY: every case's layouts lie inside `src` (2n items) and `dst` (n items +
+                // 4 KiB), two buffers that live through the loop.
                 let t = best(1, || unsafe {
                     copy_strided_with(d, s, *item, *swap, *config)
                 });

@@ -34,7 +34,8 @@ pub unsafe fn copy_views<M: Mover>(
             unsafe { cpu(dst, src, itemsize) }
         }
         (Place::Device(a), Place::Device(b)) if a != b => {
-            // SAFETY: per the contract.
+            // SAFETY: this function's contract is `between_devices`'s: `dst` writable, `src`
+            // readable, untouched until the next sync, sharing no bytes.
             unsafe { between_devices(m, dst, src, itemsize, &rows) }
         }
         _ if rows.count() <= m.tuning().few_rows
@@ -44,7 +45,8 @@ pub unsafe fn copy_views<M: Mover>(
             // SAFETY: the rows address exactly the views' elements, as the contract needs.
             unsafe { transfer(m, dst.base, src.base, &rows) }
         }
-        // SAFETY: per the contract.
+        // SAFETY: this function's contract gives what `staged` asks: `dst`'s elements writable,
+        // every byte `src` spans readable, until the next sync; no shared bytes.
         _ => unsafe { staged(m, dst, src, itemsize, &rows) },
     }
 }
@@ -401,7 +403,7 @@ mod tests {
         let mut dst = side(&[n, n], &[n as isize, 1], 4, Place::Device(0), 0);
         let mut src = side(&[n, n], &[1, n as isize], 4, Place::Host, 9);
         let mut m = emulator(false, TUNING, [&dst, &src]);
-        // SAFETY: as in `copy_case`.
+        // SAFETY: both views lie in their sides' buffers, separate, which outlive the sync.
         unsafe { copy_views(&mut m, &dst.view(), &src.view(), 4).unwrap() };
         m.sync().unwrap();
         assert_eq!((m.linear_calls, m.pitched_calls), (1, 0));
@@ -413,7 +415,7 @@ mod tests {
         let mut dst = side(&[64, 32], &[32, 1], 4, Place::Host, 0);
         let mut src = side(&[64, 32], &[100, 1], 4, Place::Device(0), 9);
         let mut m = emulator(false, TUNING, [&dst, &src]);
-        // SAFETY: as in `copy_case`.
+        // SAFETY: both views lie in their sides' buffers, separate, which outlive the sync.
         unsafe { copy_views(&mut m, &dst.view(), &src.view(), 4).unwrap() };
         m.sync().unwrap();
         assert_eq!((m.linear_calls, m.pitched_calls), (0, 1));
