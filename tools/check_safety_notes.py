@@ -4,9 +4,9 @@ place, so a reader at the block sees why it holds without hunting for the note i
 
     python tools/check_safety_notes.py [paths...]
 
-A note is refused when it points elsewhere ("as said", "as above", "as before", "see above",
-"likewise") or says no more than "per the contract" (the function's ``# Safety`` section is not
-the reason: which of its conditions makes this block sound is).
+A note is refused when it points elsewhere ("as said", "as above", "as before", "as for
+`other`", "see above", "likewise") or says no more than "per the contract" (the function's
+``# Safety`` section is not the reason: which of its conditions makes this block sound is).
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ["src", "crates", "examples", "bench"]
-POINTERS = re.compile(r"\bas (said|above|before)\b|\bsee above\b|\blikewise\b", re.I)
+POINTERS = re.compile(
+    r"\bas (just )?(said|above|before)\b|\bas for `|\bsee (above|below)\b|\blikewise\b", re.I
+)
 CONTRACT = re.compile(
     r"\b(per|by|under) (the|its|this function's|our) contract\b|\(the contract\)", re.I
 )

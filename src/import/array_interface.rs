@@ -12,7 +12,7 @@ use super::buffer::View;
 use crate::error::{Error, Result};
 use crate::ffi::python;
 use crate::ffi::{PyArrayInterface, array_struct_flags};
-use crate::tensor::{Device, Owner, Tensor, TensorParts};
+use crate::tensor::{Device, Owner, Storage, Tensor};
 use dlpack_core::dtype::{self, DType, Element, TypeStr};
 use dlpack_core::layout::Layout;
 
@@ -260,22 +260,20 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
         }
     };
     Tensor::check_data(data, &layout)?;
-    let parts = TensorParts {
+    let storage = Storage {
         data,
         device: Device::CPU,
         dtype,
-        layout,
         readonly,
         swapped,
         indirect: false,
         stream: None,
-        owner,
     };
     // SAFETY: the producer's word, which nothing can check: per the array interface, its data
     // pointer (or the buffer it names, whose bounds the layout was checked against), shape and
     // strides address the elements in host memory while the object (or the buffer view), the
     // owner, lives; writable unless the interface (or the buffer) says read-only.
-    Ok(unsafe { Tensor::new(parts) })
+    Ok(unsafe { Tensor::new(storage, layout, owner) })
 }
 
 /// Import an object through its `__array_struct__` capsule (numpy's C struct: no dict to build
@@ -343,22 +341,21 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
     });
     let layout = Layout::from_byte_strides(&shape, strides.as_deref(), dtype.itemsize())?;
     Tensor::check_data(info.data, &layout)?;
-    let parts = TensorParts {
+    let owner = Owner::ArrayStruct {
+        capsule: ManuallyDrop::new(capsule.into_any().unbind()),
+        source: ManuallyDrop::new(source.clone().unbind()),
+    };
+    let storage = Storage {
         data: info.data,
         device: Device::CPU,
         dtype,
-        layout,
         readonly: info.flags & array_struct_flags::WRITEABLE == 0,
         swapped,
         indirect: false,
         stream: None,
-        owner: Owner::ArrayStruct {
-            capsule: ManuallyDrop::new(capsule.into_any().unbind()),
-            source: ManuallyDrop::new(source.clone().unbind()),
-        },
     };
     // SAFETY: the producer's word, which nothing can check: per numpy's protocol, the
     // PyArrayInterface's data, shape and strides address the elements in host memory while the
     // capsule (held with its source by the owner) lives; writable when its WRITEABLE flag is set.
-    Ok(unsafe { Tensor::new(parts) })
+    Ok(unsafe { Tensor::new(storage, layout, owner) })
 }

@@ -276,12 +276,12 @@ fn plain_in_place(dtype: DType, array: Array) -> Result<Tensor> {
     let first = array.offset() * itemsize;
     let layout = Layout::c_order(&[len], itemsize)?;
     let data = array.buffer(1).wrapping_add(first).cast_mut().cast();
-    let parts = host_values(data, dtype, layout, Owner::arrow_c(array));
+    let storage = host_values(data, dtype);
     // SAFETY: the producer's word, which nothing can check (the C data interface gives no
     // buffer sizes): per the Arrow C data interface, the values buffer holds the array's
     // `offset + length` elements in host memory until the array, held by the owner, is
     // released (a range of addresses that exists: `arrow_check`); read-only here.
-    Ok(unsafe { Tensor::new(parts) })
+    Ok(unsafe { Tensor::new(storage, layout, Owner::arrow_c(array)) })
 }
 
 /// The pointer a capsule of `name` holds; a `TypeError` for anything else.

@@ -12,23 +12,21 @@ use dlpack_core::abi::type_code as tc;
 use dlpack_core::dtype::DType;
 
 use crate::error::{Error, Result};
-use crate::tensor::{Device, Owner, Tensor, TensorParts};
+use crate::tensor::{Device, Owner, Storage, Tensor};
 use dlpack_core::layout::Layout;
 use dlpack_core::memory::AlignedBuffer;
 
-/// The parts of a tensor of an imported Arrow array's values, on the host, in native order.
-pub fn host_values(data: *mut c_void, dtype: DType, layout: Layout, owner: Owner) -> TensorParts {
-    TensorParts {
+/// The storage of an imported Arrow array's values: on the host, in native order.
+pub fn host_values(data: *mut c_void, dtype: DType) -> Storage {
+    Storage {
         data,
         device: Device::CPU,
         dtype,
-        layout,
         // Arrow memory is immutable: consumers may share it, never write it.
         readonly: true,
         swapped: false,
         indirect: false,
         stream: None,
-        owner,
     }
 }
 
@@ -205,12 +203,12 @@ fn in_place(chunk: ArrayData, values: &Values<'_>, tensor: Option<&TensorShape>)
     let data = buffer.as_ptr().wrapping_add(first).cast_mut().cast();
     let extents: Vec<i64> = values.shape.iter().map(|&n| n as i64).collect();
     let layout = Layout::c_order(&extents, itemsize)?;
-    let parts = host_values(data, dtype, layout, Owner::arrow(chunk));
+    let storage = host_values(data, dtype);
     // SAFETY: read-only host memory of the chunk's values buffer, which the owner keeps alive:
     // the C-ordered layout's `numel` elements from `first` lie within the buffer (checked just
     // above), on arrow-rs's import of the producer's array (the producer's word for the buffer
     // itself, which nothing can check).
-    let tensor_of = unsafe { Tensor::new(parts) };
+    let tensor_of = unsafe { Tensor::new(storage, layout, Owner::arrow(chunk)) };
     apply_tensor_shape(tensor_of, tensor)
 }
 

@@ -8,7 +8,7 @@ use crate::ffi::python::{self, Py_buffer};
 use pyo3::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::tensor::{Device, FilledView, Owner, Tensor, TensorParts};
+use crate::tensor::{Device, FilledView, Owner, Storage, Tensor};
 use dlpack_core::dtype;
 use dlpack_core::layout::Layout;
 
@@ -91,22 +91,21 @@ pub fn import(obj: &Bound<'_, PyAny>) -> Result<Tensor> {
         )?
     };
     Tensor::check_data(raw.buf, &layout)?;
-    let parts = TensorParts {
+    let storage = Storage {
         data: raw.buf,
         device: Device::CPU,
         dtype: element.dtype,
-        layout,
         readonly: view.readonly(),
         swapped: element.swapped,
         indirect,
         stream: None,
-        owner: view.into_owner(),
     };
+    let owner = view.into_owner();
     // SAFETY: the exporter's word, which nothing can check: per the buffer protocol, the
     // view's buffer, shape and strides (through its suboffsets when `indirect`) address its
     // elements in host memory while the view, released by the owner, is held; writable unless
     // the view is read-only.
-    Ok(unsafe { Tensor::new(parts) })
+    Ok(unsafe { Tensor::new(storage, layout, owner) })
 }
 
 /// Whether `obj` exports buffers.

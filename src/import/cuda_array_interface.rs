@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 
 use super::array_interface::{InterfaceDict, resolve_dtype};
 use crate::error::{Error, Result};
-use crate::tensor::{Device, Owner, Tensor, TensorParts};
+use crate::tensor::{Device, Owner, Storage, Tensor};
 use dlpack_core::cuda;
 use dlpack_core::layout::Layout;
 
@@ -45,20 +45,19 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
         Ok(device) => Device::Known(device),
         Err(reason) => Device::Unresolved { reason },
     };
-    let parts = TensorParts {
+    let owner = Owner::object(source.clone().unbind());
+    let storage = Storage {
         data,
         device,
         dtype,
-        layout,
         readonly,
         swapped: element.swapped,
         indirect: false,
         stream,
-        owner: Owner::object(source.clone().unbind()),
     };
     // SAFETY: the producer's word, which nothing can check: per the CUDA array interface, the
     // data pointer, shape and strides address the elements in CUDA memory (of the device the
     // driver reports for the pointer, when it can) while the object, the owner, lives, ready on
     // `stream`; writable unless the interface says read-only.
-    Ok(unsafe { Tensor::new(parts) })
+    Ok(unsafe { Tensor::new(storage, layout, owner) })
 }

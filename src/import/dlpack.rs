@@ -16,7 +16,7 @@ use super::protocols::ExchangeApi;
 use crate::error::{Error, Result};
 use crate::ffi::python;
 use crate::ffi::{CAPSULE_LEGACY, CAPSULE_LEGACY_USED, CAPSULE_VERSIONED, CAPSULE_VERSIONED_USED};
-use crate::tensor::{Device, Managed, Owner, Tensor, TensorParts};
+use crate::tensor::{Device, Managed, Owner, Storage, Tensor};
 use dlpack_core::abi::DLManagedTensor;
 use dlpack_core::abi::DLManagedTensorVersioned;
 use dlpack_core::abi::DLPACK_MAJOR_VERSION;
@@ -237,20 +237,18 @@ unsafe fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor>
         as *mut c_void;
     Tensor::check_data(data, &layout)
         .map_err(|_| Error::buffer("DLPack tensor with a null data pointer"))?;
-    let parts = TensorParts {
+    let storage = Storage {
         data,
         device: Device::Known(t.device),
         dtype,
-        layout,
         readonly,
         swapped: false,
         indirect: false,
         stream: None,
-        owner,
     };
     // SAFETY: the producer's word, which nothing can check: per the DLPack contract, `data`
     // (the tensor's data plus its byte offset), shape and strides address its elements in
     // memory of its device while the managed tensor, held by `owner` until its deleter is
     // called, lives; writable unless it is flagged read-only (`readonly`).
-    Ok(unsafe { Tensor::new(parts) })
+    Ok(unsafe { Tensor::new(storage, layout, owner) })
 }

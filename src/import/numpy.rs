@@ -21,7 +21,7 @@ use super::array_interface::resolve_dtype;
 use crate::error::Result;
 use crate::ffi::python;
 use crate::ffi::{NPY_ARRAY_WRITEABLE, NumpyArrayFields};
-use crate::tensor::{Device, Owner, Tensor};
+use crate::tensor::{Device, Owner, Storage, Tensor};
 use dlpack_core::abi::DLDataType;
 use dlpack_core::dtype::DType;
 use dlpack_core::dtype::Element;
@@ -304,23 +304,20 @@ unsafe fn describe_into(
         unsafe { std::ptr::drop_in_place(layout) };
         return Err(err);
     }
+    let storage = Storage {
+        data: f.data,
+        device: Device::CPU,
+        dtype,
+        readonly: f.flags & NPY_ARRAY_WRITEABLE == 0,
+        swapped,
+        indirect: false,
+        stream: None,
+    };
     // SAFETY: `dst` is valid for writes (the contract) and holds the layout just built, no other
-    // field. The memory invariant is numpy's word, which nothing can check: an array's data,
+    // part. The memory invariant is numpy's word, which nothing can check: an array's data,
     // dimensions and strides address its elements (of the dtype `element` was read from, in the
     // byte order it says) in host memory while the array, the owner here, lives; writable when
     // its WRITEABLE flag is set.
-    unsafe {
-        Tensor::complete_in_place(
-            dst,
-            f.data,
-            Device::CPU,
-            dtype,
-            f.flags & NPY_ARRAY_WRITEABLE == 0,
-            swapped,
-            false,
-            None,
-            Owner::object(array.clone().unbind()),
-        )
-    };
+    unsafe { Tensor::complete_in_place(dst, storage, Owner::object(array.clone().unbind())) };
     Ok(true)
 }

@@ -64,15 +64,16 @@ pub(super) fn asdlpack_known<'py>(obj: &Bound<'py, PyAny>) -> Option<PyResult<Bo
         return Some(Ok(obj.clone()));
     }
     let init = |state: *mut DLPackObject| {
-        // `state` is an instance's uninitialised state, whose fields may be written ("as said"
-        // below); a declined one holds only the producer's `None`, which needs no drop.
-        // SAFETY: as said.
+        // A declined state holds only the producer's `None`, which needs no drop.
+        // SAFETY: `state` points at a new instance's uninitialised state (`new_object_with`'s
+        // word), so its fields' addresses lie inside it.
         let producer = unsafe { &raw mut (*state).producer };
-        // SAFETY: as said.
+        // SAFETY: the field is uninitialised memory of the new instance, ours to write once.
         unsafe { producer.write(None) };
-        // SAFETY: as said.
+        // SAFETY: `state` points at the new instance's state, which the field lies inside.
         let tensor = unsafe { &raw mut (*state).tensor };
-        // SAFETY: as said.
+        // SAFETY: the tensor field is uninitialised memory of the new instance, valid for
+        // writes of a `Tensor`, which is what `import_known_into` asks.
         unsafe { import::import_known_into(obj, tensor) }
     };
     // SAFETY: `init` writes the state whole when it says so.

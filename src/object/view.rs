@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use super::instance::{new_object, state};
 use super::state::DLPackObject;
 use crate::error::{Error, Result};
-use crate::tensor::{Device, Owner, Tensor, TensorParts};
+use crate::tensor::{Device, Owner, Storage, Tensor};
 use dlpack_core::abi::DLDevice;
 use dlpack_core::dtype::DType;
 use dlpack_core::layout::Layout;
@@ -47,19 +47,17 @@ pub unsafe fn new_view(
         readonly,
     } = described;
     Tensor::check_data(data, &layout)?;
-    let parts = TensorParts {
+    let storage = Storage {
         data,
         device: Device::Known(device),
         dtype: element.dtype,
-        layout,
         readonly,
         swapped: element.swapped,
         indirect: false,
         stream: None,
-        owner,
     };
     // SAFETY: this function's contract is the memory invariant for these parts.
-    let tensor = unsafe { Tensor::new(parts) };
+    let tensor = unsafe { Tensor::new(storage, layout, owner) };
     Ok(new_object(py, DLPackObject::new(tensor))?)
 }
 

@@ -38,36 +38,30 @@ impl Device {
 /// the last of them goes.
 ///
 /// What copies and exports rely on (the tensor's memory invariant): while `owner` lives, the
-/// bytes `data` and `layout` address (items of `dtype`, reached through the buffer view when
-/// `indirect`) are memory of `device`, readable, and writable unless `readonly`; `stream` is a
-/// stream of that device. The fields are private, so the invariant is a rule of the type: every
-/// constructor given an address is an `unsafe fn` whose caller vouches for it (for an import,
-/// on the producer's word: an address in an array interface, a DLPack tensor, which nothing can
-/// check), the constructors over buffers we allocated check the layout fits, and after
-/// construction only `make_readonly` and `set_swapped` change a tensor safely.
+/// bytes `storage.data` and `layout` address (items of `storage.dtype`, reached through the
+/// buffer view when `storage.indirect`) are memory of `storage.device`, readable, and writable
+/// unless `storage.readonly`; `storage.stream` is a stream of that device. The fields are
+/// private, so the invariant is a rule of the type: every constructor given an address is an
+/// `unsafe fn` whose caller vouches for it (for an import, on the producer's word: an address in
+/// an array interface, a DLPack tensor, which nothing can check), the constructors over buffers
+/// we allocated check the layout fits, and after construction only `make_readonly` and
+/// `set_swapped` change a tensor safely.
+///
+/// Three parts, each named once wherever a tensor is built, written in place or released: what
+/// the memory is (`Storage`), how its elements are laid out, and what keeps it alive.
 pub struct Tensor {
-    /// Address of the first element (any `byte_offset` already applied).
-    data: *mut c_void,
-    device: Device,
-    dtype: DType,
+    storage: Storage,
     layout: Layout,
-    readonly: bool,
-    /// Elements are stored in the other byte order (only a copy can serve them).
-    swapped: bool,
-    /// A buffer with suboffsets: rows are reached through pointers (only a copy can serve it).
-    indirect: bool,
-    /// The CUDA stream a `__cuda_array_interface__` producer said its data is ready on.
-    stream: Option<isize>,
     owner: Owner,
 }
 
-/// The fields of a `Tensor`, given to `Tensor::new` (which is `unsafe`: see there).
-pub struct TensorParts {
+/// What a tensor's memory is, apart from its layout and owner: where it starts and on which
+/// device, what its elements are, and how they may be read or written.
+pub struct Storage {
     /// Address of the first element (any `byte_offset` already applied).
     pub data: *mut c_void,
     pub device: Device,
     pub dtype: DType,
-    pub layout: Layout,
     pub readonly: bool,
     /// Elements are stored in the other byte order (only a copy can serve them).
     pub swapped: bool,
@@ -75,7 +69,22 @@ pub struct TensorParts {
     pub indirect: bool,
     /// The CUDA stream a `__cuda_array_interface__` producer said its data is ready on.
     pub stream: Option<isize>,
-    pub owner: Owner,
+}
+
+impl Storage {
+    /// Writable, native-order memory reached directly, ready on no particular stream: memory we
+    /// own (a copy or an allocation).
+    pub fn owned(data: *mut c_void, device: Device, dtype: DType) -> Storage {
+        Storage {
+            data,
+            device,
+            dtype,
+            readonly: false,
+            swapped: false,
+            indirect: false,
+            stream: None,
+        }
+    }
 }
 
 // SAFETY: `data` is only an address that is never dereferenced without the owner alive; the
@@ -86,139 +95,74 @@ unsafe impl Send for Tensor {}
 unsafe impl Sync for Tensor {}
 
 impl Tensor {
-    /// A tensor of `parts`.
+    /// A tensor of `storage` laid out as `layout`, kept alive by `owner`.
     ///
     /// # Safety
-    /// The memory invariant holds of `parts`: while `parts.owner` lives, the bytes `parts.data`
-    /// and `parts.layout` address (items of `parts.dtype`, reached through the buffer view when
-    /// `parts.indirect`) are memory of `parts.device`, readable, and writable unless
-    /// `parts.readonly`; `parts.stream`, if any, is a stream of that device.
+    /// The memory invariant holds: while `owner` lives, the bytes `storage.data` and `layout`
+    /// address (items of `storage.dtype`, reached through the buffer view when
+    /// `storage.indirect`) are memory of `storage.device`, readable, and writable unless
+    /// `storage.readonly`; `storage.stream`, if any, is a stream of that device.
     #[inline(always)]
-    pub unsafe fn new(parts: TensorParts) -> Tensor {
-        let TensorParts {
-            data,
-            device,
-            dtype,
-            layout,
-            readonly,
-            swapped,
-            indirect,
-            stream,
-            owner,
-        } = parts;
+    pub unsafe fn new(storage: Storage, layout: Layout, owner: Owner) -> Tensor {
         Tensor {
-            data,
-            device,
-            dtype,
+            storage,
             layout,
-            readonly,
-            swapped,
-            indirect,
-            stream,
             owner,
         }
     }
 
     /// Where the layout of the tensor at `dst` goes, for building it in place (see
-    /// `Layout::build_into`) before `complete_in_place` writes the other fields.
+    /// `Layout::build_into`) before `complete_in_place` writes the other parts.
     ///
     /// # Safety
     /// `dst` is valid for writes of a `Tensor`.
     #[inline(always)]
     pub unsafe fn layout_place(dst: *mut Tensor) -> *mut Layout {
-        // SAFETY: per the contract, `dst` addresses a `Tensor`'s worth of memory we may write.
+        // SAFETY: `dst` addresses a `Tensor`'s worth of memory we may write (this function's
+        // contract), so its field's address lies inside it.
         unsafe { &raw mut (*dst).layout }
     }
 
-    /// Complete the tensor at `dst`, whose layout is written (see `layout_place`): each other
-    /// field written once, in place (built on the stack and moved, a tensor cost more in copying
-    /// than in reading). `writes_every_field` below names every field, so a new one fails to
-    /// compile there until it is written here too.
+    /// Complete the tensor at `dst`, whose layout is written (see `layout_place`): its storage
+    /// and owner written in place (built on the stack and moved, a tensor cost more in copying
+    /// than in reading).
     ///
     /// # Safety
-    /// `dst` is valid for writes of a `Tensor`, and holds a layout and no other field; the
-    /// memory invariant (see `Tensor::new`) holds of the arguments with that layout.
+    /// `dst` is valid for writes of a `Tensor`, and holds a layout and no other part; the
+    /// memory invariant (see `Tensor::new`) holds of `storage` and `owner` with that layout.
     #[inline(always)]
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one per field, each written in place"
-    )]
-    pub unsafe fn complete_in_place(
-        dst: *mut Tensor,
-        data: *mut c_void,
-        device: Device,
-        dtype: DType,
-        readonly: bool,
-        swapped: bool,
-        indirect: bool,
-        stream: Option<isize>,
-        owner: Owner,
-    ) {
-        // Each field: its place in `dst`, then its value, written once.
-        macro_rules! write_field {
-            ($field:ident) => {{
-                // SAFETY: per the contract, the fields of `dst` lie in memory we may write.
-                let place = unsafe { &raw mut (*dst).$field };
-                // SAFETY: as above; `write` drops nothing (the field holds nothing yet).
-                unsafe { place.write($field) };
-            }};
-        }
-        write_field!(data);
-        write_field!(device);
-        write_field!(dtype);
-        write_field!(readonly);
-        write_field!(swapped);
-        write_field!(indirect);
-        write_field!(stream);
-        write_field!(owner);
-    }
-
-    /// Every field of `Tensor`, named so that adding one fails to compile here: the in-place
-    /// construction (`layout_place`, `complete_in_place`) writes them one by one and must then
-    /// write the new one too. (This list and those writes must match: keep them together when
-    /// editing either.)
-    #[allow(dead_code, reason = "a compile-time check")]
-    fn writes_every_field(tensor: &Tensor) {
-        let Tensor {
-            data: _,
-            device: _,
-            dtype: _,
-            layout: _,
-            readonly: _,
-            swapped: _,
-            indirect: _,
-            stream: _,
-            owner: _,
-        } = tensor;
+    pub unsafe fn complete_in_place(dst: *mut Tensor, storage: Storage, owner: Owner) {
+        // SAFETY: `dst` addresses a `Tensor`'s worth of memory we may write (the contract), so
+        // its fields' addresses lie inside it.
+        let storage_place = unsafe { &raw mut (*dst).storage };
+        // SAFETY: the field is memory of `dst` we may write, holding nothing yet (the contract:
+        // only the layout is written), so `write` drops nothing.
+        unsafe { storage_place.write(storage) };
+        // SAFETY: `dst` addresses a `Tensor`'s worth of memory we may write (the contract).
+        let owner_place = unsafe { &raw mut (*dst).owner };
+        // SAFETY: the field is memory of `dst` we may write, holding nothing yet (the contract).
+        unsafe { owner_place.write(owner) };
     }
 
     /// Release a tensor in place, on a thread known to hold the GIL (a deallocator CPython
-    /// calls): its owner as `Owner::release_attached_in_place` does, its other fields dropped.
+    /// calls): its owner as `Owner::release_attached_in_place` does, its other parts dropped.
     /// Nothing is moved: copying the owner out cost a store-forwarding stall per object.
     ///
     /// # Safety
     /// `tensor` is a live tensor, not used again; the calling thread holds the GIL.
     pub unsafe fn release_attached_in_place(tensor: *mut Tensor) {
-        // SAFETY: per the contract, live and ours alone from here on.
-        let tensor = unsafe { &mut *tensor };
-        // Every field is dropped or released exactly once, here ("as said" below): the pattern
-        // names them all, so a new field can't be forgotten.
+        // SAFETY: `tensor` is live and ours alone from here on (this function's contract).
         let Tensor {
-            data: _,
-            device,
-            dtype: _,
+            storage,
             layout,
-            readonly: _,
-            swapped: _,
-            indirect: _,
-            stream: _,
             owner,
-        } = tensor;
-        // SAFETY: as said.
-        unsafe { std::ptr::drop_in_place(device) };
-        // SAFETY: as said.
+        } = unsafe { &mut *tensor };
+        // SAFETY: a live part of the tensor, dropped once, here: it is never used again.
+        unsafe { std::ptr::drop_in_place(storage) };
+        // SAFETY: a live part of the tensor, dropped once, here: it is never used again.
         unsafe { std::ptr::drop_in_place(layout) };
-        // SAFETY: as said; the calling thread holds the GIL (the contract).
+        // SAFETY: the owner is live and released once, here; the calling thread holds the GIL
+        // (this function's contract).
         unsafe { Owner::release_attached_in_place(owner) };
     }
 
@@ -270,14 +214,8 @@ impl Tensor {
         owner: Owner,
     ) -> Tensor {
         Tensor {
-            data,
-            device,
-            dtype,
+            storage: Storage::owned(data, device, dtype),
             layout,
-            readonly: false,
-            swapped: false,
-            indirect: false,
-            stream: None,
             owner,
         }
     }
@@ -296,30 +234,30 @@ impl Tensor {
     /// Make the tensor read-only (there is no safe way back: see `Tensor::new`).
     #[inline]
     pub fn make_readonly(&mut self) {
-        self.readonly = true;
+        self.storage.readonly = true;
     }
 
     /// Say whether the elements are stored in the other byte order (which byte order the bytes
     /// are read in; which bytes may be read or written is unchanged).
     #[inline]
     pub fn set_swapped(&mut self, swapped: bool) {
-        self.swapped = swapped;
+        self.storage.swapped = swapped;
     }
 
     /// Address of the first element (any `byte_offset` already applied).
     #[inline]
     pub fn data(&self) -> *mut c_void {
-        self.data
+        self.storage.data
     }
 
     #[inline]
     pub fn device(&self) -> &Device {
-        &self.device
+        &self.storage.device
     }
 
     #[inline]
     pub fn dtype(&self) -> DType {
-        self.dtype
+        self.storage.dtype
     }
 
     #[inline]
@@ -329,25 +267,25 @@ impl Tensor {
 
     #[inline]
     pub fn readonly(&self) -> bool {
-        self.readonly
+        self.storage.readonly
     }
 
     /// Elements are stored in the other byte order (only a copy can serve them).
     #[inline]
     pub fn swapped(&self) -> bool {
-        self.swapped
+        self.storage.swapped
     }
 
     /// A buffer with suboffsets: rows are reached through pointers (only a copy can serve it).
     #[inline]
     pub fn indirect(&self) -> bool {
-        self.indirect
+        self.storage.indirect
     }
 
     /// The CUDA stream a `__cuda_array_interface__` producer said its data is ready on.
     #[inline]
     pub fn stream(&self) -> Option<isize> {
-        self.stream
+        self.storage.stream
     }
 
     /// What keeps the memory alive.
@@ -363,17 +301,18 @@ impl Tensor {
     /// Bytes of the elements if stored densely (saturating: a broadcast view may describe more
     /// than memory holds).
     pub fn nbytes(&self) -> i64 {
-        self.numel().saturating_mul(self.dtype.itemsize() as i64)
+        self.numel()
+            .saturating_mul(self.storage.dtype.itemsize() as i64)
     }
 
     /// The tensor as DLPack can describe it, or why it can't as it is (then only a copy can
     /// serve it).
     #[inline(always)]
     pub fn exportable(&self) -> std::result::Result<Exportable<'_>, &'static str> {
-        if self.indirect {
+        if self.storage.indirect {
             return Err("buffers with suboffsets (indirect, PIL-style memory) can't be DLPack");
         }
-        if self.swapped {
+        if self.storage.swapped {
             return Err(
                 "non-native byte order can't be DLPack (DLPack data is in native byte order)",
             );
@@ -382,8 +321,8 @@ impl Tensor {
             return Err("byte strides that are not a multiple of the item size can't be DLPack");
         };
         Ok(Exportable {
-            data: self.data,
-            dtype: self.dtype,
+            data: self.storage.data,
+            dtype: self.storage.dtype,
             shape: self.layout.shape(),
             strides,
         })

@@ -7,5 +7,5 @@
 mod description;
 mod owner;
 
-pub use description::{Device, Exportable, Tensor, TensorParts};
+pub use description::{Device, Exportable, Storage, Tensor};
 pub use owner::{FilledView, Managed, Owner};
