@@ -191,3 +191,4 @@ clean:
 docs:
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	$(PY) tools/check_doc_examples.py
+	$(PY) -P tools/check_import_order.py

@@ -14,6 +14,7 @@ __all__ = [
     "DLPackObject",
     "ELEMENT_TYPES",
     "HOST_DEVICE_TYPES",
+    "IMPORT_ORDER",
     "SharedHandle",
     "__version__",
     "_C_API",
@@ -57,6 +58,8 @@ class DLDeviceType(IntEnum):
     kDLTrn = 18
 
 HOST_DEVICE_TYPES: frozenset[int]
+# The protocols ``asdlpack`` tries, first to last.
+IMPORT_ORDER: tuple[str, ...]
 """Host memory: the CPU addresses it directly, with no stream to order with."""
 CPU_READABLE_DEVICE_TYPES: frozenset[int]
 """Memory the CPU can read in place: host memory and CUDA managed memory."""

@@ -1,8 +1,9 @@
-//! What the package knows, for Python: device codes, element types and the layout math the
-//! Python modules need, read from the same tables the Rust code uses, so Python restates none.
+//! What the package knows, for Python: device codes, element types, the layout math the
+//! Python modules need and the order `asdlpack` tries protocols in, read from the same tables
+//! the Rust code uses, so Python restates none.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFrozenSet, PyMappingProxy};
+use pyo3::types::{PyDict, PyFrozenSet, PyMappingProxy, PyTuple};
 
 use dlpack_core::device::{CPU_READABLE_DEVICE_TYPES, DEVICE_TYPES, HOST_DEVICE_TYPES};
 use dlpack_core::dtype::DType;
@@ -27,6 +28,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DLPack device type codes, as in ``dlpack.h``; ``__dlpack_device__()`` returns these ints.",
     )?;
     m.add("DLDeviceType", enum_type)?;
+    // The protocols `asdlpack` tries, in its order (the guide states it; a test compares).
+    let order: Vec<&str> = crate::import::ORDER
+        .iter()
+        .filter_map(|step| step.protocol())
+        .collect();
+    m.add("IMPORT_ORDER", PyTuple::new(py, order)?)?;
     m.add(
         "HOST_DEVICE_TYPES",
         PyFrozenSet::new(py, HOST_DEVICE_TYPES)?,

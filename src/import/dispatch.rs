@@ -28,7 +28,8 @@ pub unsafe fn import_known_into(obj: &Bound<'_, PyAny>, dst: *mut Tensor) -> boo
     let Some(array) = numpy::ExactNdarray::new(obj) else {
         return false;
     };
-    // SAFETY: per the contract.
+    // SAFETY: `dst` is valid for writes of a `Tensor` (this function's contract), which is all
+    // `numpy::import_known_into` asks.
     unsafe { numpy::import_known_into(array, dst) }
 }
 
@@ -49,163 +50,293 @@ pub fn import_in_place(obj: &Bound<'_, PyAny>) -> Result<Imported> {
     import_with(obj, false)
 }
 
-fn import_with<'py>(obj: &Bound<'py, PyAny>, any_exchange_api: bool) -> Result<Imported> {
-    let py = obj.py();
-    // The common case first, without the per-type lookup: an exact numpy array.
-    let exact_ndarray = numpy::ExactNdarray::new(obj);
-    if let Some(array) = exact_ndarray
-        && let Some(tensor) = numpy::import(array)?
-    {
-        return Ok(Imported {
+/// The ways `asdlpack` reads an object's memory, and the checks made on the way, in the order
+/// they are tried (`ORDER`): each entry is tried by one function (`Step::run`), and the first
+/// protocol the object speaks decides, except that a `BufferError` from the object's own
+/// `__dlpack__` lets the protocols after it have their turn (and explains best if none serves).
+/// `docs/guide/any-array.md` states this order; a test holds the two together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// An exact numpy array, read from its C struct (numpy's array interface, without Python).
+    NumpyStruct,
+    /// A raw Arrow stream capsule (`"arrow_array_stream"`, or the device variant).
+    ArrowStreamCapsule,
+    /// A raw DLPack capsule (`"dltensor"`, `"dltensor_versioned"`).
+    DlpackCapsule,
+    /// Quirk: a numpy masked array with masked elements is refused (its exports drop the mask).
+    RefuseMaskedElements,
+    /// The DLPack C exchange API of the object's type (`__dlpack_c_exchange_api__`): any type's
+    /// for `asdlpack`, only torch's where the memory itself is needed (see `import_in_place`);
+    /// quirk: torch's only for tensors it exports faithfully (no conjugate or negative bit, not
+    /// requiring grad).
+    ExchangeApi,
+    /// `__dlpack__`; quirks: a torch nested tensor's refusal is named, and an Arrow object's
+    /// refusal (of whatever type) hands it to the Arrow interface.
+    Dlpack,
+    CudaArrayInterface,
+    ArrayStruct,
+    ArrayInterface,
+    /// The Arrow PyCapsule interface (`__arrow_c_device_array__`, `__arrow_c_device_stream__`,
+    /// `__arrow_c_array__`, `__arrow_c_stream__`): after the array interface, since an object
+    /// with both (a Pillow image) describes its shape there, its Arrow export being a flat
+    /// column of pixels.
+    Arrow,
+    Buffer,
+    /// numpy's `__array__(copy=False)`, the last resort.
+    NumpyArray,
+}
+
+/// The order, first to last.
+pub const ORDER: [Step; 12] = [
+    Step::NumpyStruct,
+    Step::ArrowStreamCapsule,
+    Step::DlpackCapsule,
+    Step::RefuseMaskedElements,
+    Step::ExchangeApi,
+    Step::Dlpack,
+    Step::CudaArrayInterface,
+    Step::ArrayStruct,
+    Step::ArrayInterface,
+    Step::Arrow,
+    Step::Buffer,
+    Step::NumpyArray,
+];
+
+impl Step {
+    /// The protocol's name as the guide spells it; `None` for a check that reads nothing.
+    pub fn protocol(self) -> Option<&'static str> {
+        Some(match self {
+            Step::NumpyStruct => "numpy's array struct",
+            Step::ArrowStreamCapsule => "Arrow stream capsule",
+            Step::DlpackCapsule => "DLPack capsule",
+            Step::RefuseMaskedElements => return None,
+            Step::ExchangeApi => "DLPack C exchange API",
+            Step::Dlpack => "__dlpack__",
+            Step::CudaArrayInterface => "__cuda_array_interface__",
+            Step::ArrayStruct => "__array_struct__",
+            Step::ArrayInterface => "__array_interface__",
+            Step::Arrow => "Arrow PyCapsule interface",
+            Step::Buffer => "buffer protocol",
+            Step::NumpyArray => "__array__",
+        })
+    }
+
+    /// Try this step on the object: `Some` when it read the memory, `None` when the object
+    /// doesn't speak it (or, for a check, passed it); an error ends the search, but for
+    /// `Refused`.
+    fn run(self, cx: &Probe<'_, '_>) -> std::result::Result<Option<Imported>, Stop> {
+        let (obj, py) = (cx.obj, cx.obj.py());
+        let found = |tensor: Tensor| Some(Imported::of(tensor));
+        Ok(match self {
+            Step::NumpyStruct => {
+                // Without the per-type lookup when numpy's type is known; else the first array
+                // of the process, whose type the lookup just found to be numpy's.
+                let array = numpy::ExactNdarray::new(obj).or_else(|| {
+                    cx.protocols()
+                        .ndarray
+                        .then(|| numpy::ExactNdarray::new(obj))
+                        .flatten()
+                });
+                match array {
+                    Some(array) => numpy::import(array)?.and_then(found),
+                    None => None,
+                }
+            }
+            Step::ArrowStreamCapsule => match arrow::stream_capsule_kind(obj) {
+                Some(kind) => found(arrow::import_stream(obj, kind)?),
+                None => None,
+            },
+            Step::DlpackCapsule => match dlpack::is_capsule(obj) {
+                true => found(dlpack::import_capsule(obj)?),
+                false => None,
+            },
+            Step::RefuseMaskedElements => {
+                if cx.protocols().numpy_masked {
+                    refuse_masked_elements(obj)?;
+                }
+                None
+            }
+            Step::ExchangeApi => {
+                let protocols = cx.protocols();
+                match protocols.exchange_api {
+                    Some(table)
+                        if (cx.any_exchange_api || protocols.torch)
+                            && (!protocols.torch || torch_exports_faithfully(obj)?) =>
+                    {
+                        // SAFETY: `protocols` are those of `obj`'s type, so `table` is its
+                        // exchange API.
+                        unsafe { dlpack::import_exchange_api(obj, table) }.and_then(found)
+                    }
+                    _ => None,
+                }
+            }
+            Step::Dlpack => {
+                let Some(method) = cx.attr(intern!(py, "__dlpack__"), cx.protocols().dlpack)?
+                else {
+                    return Ok(None);
+                };
+                match dlpack::import_producer(&method, None) {
+                    Ok(tensor) => {
+                        let on_device = !matches!(tensor.device().get(), Ok(d) if d.is_host());
+                        let producer = on_device.then(|| obj.clone().unbind());
+                        Some(Imported { tensor, producer })
+                    }
+                    Err(_) if cx.protocols().torch && is_nested(obj) => {
+                        return Err(nested_tensor().into());
+                    }
+                    Err(_) if cx.protocols().arrow => {
+                        let arrow = Step::Arrow.run(cx)?;
+                        Some(arrow.ok_or_else(|| Error::type_("the Arrow interface went away"))?)
+                    }
+                    Err(err) if err.is_buffer_error(py) => return Err(Stop::Refused(err)),
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            Step::CudaArrayInterface => {
+                let declared = cx.protocols().cuda_array_interface;
+                match cx.attr(intern!(py, "__cuda_array_interface__"), declared)? {
+                    Some(cai) => found(cuda_array_interface::import(obj, cai)?),
+                    None => None,
+                }
+            }
+            Step::ArrayStruct => {
+                let declared = cx.protocols().array_struct;
+                match cx.attr(intern!(py, "__array_struct__"), declared)? {
+                    Some(capsule) => found(array_interface::import_struct(obj, capsule)?),
+                    None => None,
+                }
+            }
+            Step::ArrayInterface => {
+                let declared = cx.protocols().array_interface;
+                match cx.attr(intern!(py, "__array_interface__"), declared)? {
+                    Some(interface) => found(array_interface::import(obj, interface)?),
+                    None => None,
+                }
+            }
+            Step::Arrow => {
+                for method in Method::ALL {
+                    let declared = cx.protocols().arrow_methods[method as usize];
+                    if let Some(bound) = cx.attr(protocols::arrow_name(py, method), declared)? {
+                        return Ok(found(arrow::import_method(&bound, method)?));
+                    }
+                }
+                None
+            }
+            Step::Buffer => match buffer::supports(obj) {
+                true => found(buffer::import(obj)?),
+                false => None,
+            },
+            Step::NumpyArray => {
+                match cx.attr(intern!(py, "__array__"), cx.protocols().numpy_array)? {
+                    Some(method) => found(numpy_array(obj, &method)?),
+                    None => None,
+                }
+            }
+        })
+    }
+}
+
+/// Why a step stopped short of reading the memory.
+enum Stop {
+    /// `__dlpack__` refused it with a `BufferError`: the protocols after it get their turn, and
+    /// this explains best if none serves.
+    Refused(Error),
+    /// Anything else: the search ends here.
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    #[cold]
+    fn from(err: Error) -> Stop {
+        Stop::Failed(err)
+    }
+}
+
+impl From<PyErr> for Stop {
+    #[cold]
+    fn from(err: PyErr) -> Stop {
+        Stop::Failed(err.into())
+    }
+}
+
+impl Imported {
+    fn of(tensor: Tensor) -> Imported {
+        Imported {
             tensor,
             producer: None,
-        });
+        }
     }
-    if let Some(kind) = arrow::stream_capsule_kind(obj) {
-        return Ok(Imported {
-            tensor: arrow::import_stream(obj, kind)?,
-            producer: None,
-        });
+}
+
+/// What the steps ask of the object, found once: its type's protocols (looked up on first
+/// need, since the first steps need none).
+struct Probe<'a, 'py> {
+    obj: &'a Bound<'py, PyAny>,
+    any_exchange_api: bool,
+    protocols: std::cell::OnceCell<protocols::Protocols>,
+}
+
+impl<'py> Probe<'_, 'py> {
+    fn protocols(&self) -> &protocols::Protocols {
+        self.protocols
+            .get_or_init(|| protocols::of_type(&self.obj.get_type()))
     }
-    if dlpack::is_capsule(obj) {
-        return Ok(Imported {
-            tensor: dlpack::import_capsule(obj)?,
-            producer: None,
-        });
-    }
-    let protocols = protocols::of_type(&obj.get_type());
-    if protocols.numpy_masked {
-        refuse_masked_elements(obj)?;
-    }
-    // The first array of the process: the probe just found numpy's type.
-    if protocols.ndarray
-        && exact_ndarray.is_none()
-        && let Some(array) = numpy::ExactNdarray::new(obj)
-        && let Some(tensor) = numpy::import(array)?
-    {
-        return Ok(Imported {
-            tensor,
-            producer: None,
-        });
-    }
-    let attr = |name: &Bound<'py, PyString>, on_type: bool| -> Result<Option<Bound<'py, PyAny>>> {
-        // A type that declares the Arrow interface is served through what it declares: its
-        // instances are not asked for protocols it lacks (a failed lookup on a polars Series
-        // runs its `__getattr__`, several microseconds each).
+
+    /// The attribute `name`, where it may exist: on the type when it declares it, or on the
+    /// instance when the type's attributes or the instance's may change. Quirk: a type that
+    /// declares the Arrow interface is served through what it declares, and its instances are
+    /// not asked for protocols it lacks (a failed lookup on a polars Series runs its
+    /// `__getattr__`, several microseconds each).
+    fn attr(
+        &self,
+        name: &Bound<'py, PyString>,
+        on_type: bool,
+    ) -> Result<Option<Bound<'py, PyAny>>> {
+        let protocols = self.protocols();
         let instance_lookups = protocols.dynamic && !protocols.arrow;
         if on_type || instance_lookups {
-            Ok(obj.getattr_opt(name)?)
+            Ok(self.obj.getattr_opt(name)?)
         } else {
             Ok(None) // neither the type nor (lacking a __dict__ or __getattr__) the instance has it
         }
-    };
-    // The Arrow PyCapsule interface, its methods in `Method::ALL`'s order: `None` for an object
-    // without it.
-    let arrow_import = || -> Result<Option<Tensor>> {
-        for method in Method::ALL {
-            let declared = protocols.arrow_methods[method as usize];
-            if let Some(bound) = attr(protocols::arrow_name(py, method), declared)? {
-                return arrow::import_method(&bound, method).map(Some);
-            }
-        }
-        Ok(None)
-    };
-    if (any_exchange_api || protocols.torch)
-        && let Some(table) = protocols.exchange_api
-        && (!protocols.torch || torch_exports_faithfully(obj)?)
-    {
-        // SAFETY: `protocols` are those of `obj`'s type, so `table` is its exchange API.
-        if let Some(mut tensor) = unsafe { dlpack::import_exchange_api(obj, table) } {
-            if protocols.immutable {
-                tensor.make_readonly(); // as below
-            }
-            return Ok(Imported {
-                tensor,
-                producer: None,
-            });
-        }
     }
-    let mut refused = None;
-    if let Some(method) = attr(intern!(py, "__dlpack__"), protocols.dlpack)? {
-        match dlpack::import_producer(&method, None) {
-            Ok(mut tensor) => {
+}
+
+fn import_with(obj: &Bound<'_, PyAny>, any_exchange_api: bool) -> Result<Imported> {
+    let cx = Probe {
+        obj,
+        any_exchange_api,
+        protocols: std::cell::OnceCell::new(),
+    };
+    // `__dlpack__`'s own BufferError, kept while the protocols after it are tried.
+    let mut refused: Option<Error> = None;
+    for step in ORDER {
+        match step.run(&cx) {
+            Ok(Some(mut imported)) => {
                 // Lent on to consumers that may write (the buffer protocol, the array
-                // interface), an immutable array's memory must say it is read-only.
-                if protocols.immutable {
-                    tensor.make_readonly();
+                // interface), an immutable array's memory must say it is read-only, whatever its
+                // exports say.
+                if step != Step::NumpyStruct && cx.protocols().immutable {
+                    imported.tensor.make_readonly();
                 }
-                let on_device = !matches!(tensor.device().get(), Ok(d) if d.is_host());
-                let producer = on_device.then(|| obj.clone().unbind());
-                return Ok(Imported { tensor, producer });
+                return Ok(imported);
             }
-            // torch refuses nested tensors by their layout, or fails with an "internal error":
-            // say what is wrong instead.
-            Err(_) if protocols.torch && is_nested(obj) => return Err(nested_tensor()),
-            // Arrow arrays' own DLPack export refuses much the Arrow interface serves
-            // (booleans, fixed-size lists, any validity bitmap), with errors of its own types.
-            Err(_) if protocols.arrow => {
-                let tensor =
-                    arrow_import()?.ok_or_else(|| Error::type_("the Arrow interface went away"))?;
-                return Ok(Imported {
-                    tensor,
-                    producer: None,
-                });
-            }
-            Err(err) if err.is_buffer_error(py) => refused = Some(err),
-            Err(err) => return Err(err),
+            Ok(None) => {}
+            Err(Stop::Refused(err)) => refused = Some(err),
+            // The producer's own refusal explains best what is wrong.
+            Err(Stop::Failed(err)) => return Err(refused.unwrap_or(err)),
         }
     }
-    let fallback = || -> Result<Option<Tensor>> {
-        if let Some(cai) = attr(
-            intern!(py, "__cuda_array_interface__"),
-            protocols.cuda_array_interface,
-        )? {
-            return cuda_array_interface::import(obj, cai).map(Some);
-        }
-        if let Some(capsule) = attr(intern!(py, "__array_struct__"), protocols.array_struct)? {
-            return array_interface::import_struct(obj, capsule).map(Some);
-        }
-        if let Some(interface) = attr(
-            intern!(py, "__array_interface__"),
-            protocols.array_interface,
-        )? {
-            return array_interface::import(obj, interface).map(Some);
-        }
-        // After the array interface: an object with both (a Pillow image) describes its shape
-        // there, while its Arrow export is a flat column of pixels.
-        if let Some(tensor) = arrow_import()? {
-            return Ok(Some(tensor));
-        }
-        if buffer::supports(obj) {
-            return buffer::import(obj).map(Some);
-        }
-        if let Some(method) = attr(intern!(py, "__array__"), protocols.numpy_array)? {
-            return numpy_array(obj, &method).map(Some);
-        }
-        Ok(None)
-    };
-    match (fallback(), refused) {
-        (Ok(Some(mut tensor)), _) => {
-            if protocols.immutable {
-                tensor.make_readonly(); // immutable, whatever its exports say
-            }
-            Ok(Imported {
-                tensor,
-                producer: None,
-            })
-        }
-        // The producer's own refusal explains best what is wrong.
-        (Ok(None), Some(refusal)) | (Err(_), Some(refusal)) => Err(refusal),
-        (Err(err), None) => Err(err),
-        (Ok(None), None) => Err(Error::type_(format!(
+    Err(refused.unwrap_or_else(|| {
+        Error::type_(format!(
             "asdlpack() needs an object that supports DLPack (__dlpack__ or a DLPack capsule), \
              the CUDA array interface (__cuda_array_interface__), the Arrow PyCapsule interface \
              (__arrow_c_array__ / __arrow_c_stream__ and their device variants), the array \
              interface (__array_interface__ / __array_struct__), the buffer protocol or numpy's \
              __array__; {} supports none",
             array_interface::type_name(obj)
-        ))),
-    }
+        ))
+    }))
 }
 
 /// numpy's `__array__(copy=False)`, the last resort: the object's own memory as a numpy array,

@@ -21,4 +21,4 @@ pub mod dlpack;
 mod numpy;
 mod protocols;
 
-pub use dispatch::{Imported, import, import_in_place, import_known_into, is_immutable};
+pub use dispatch::{Imported, ORDER, import, import_in_place, import_known_into, is_immutable};
