@@ -2,7 +2,7 @@
 #   make demo  - install, build, and show exchanges with the libraries installed here
 #   make test  - install test dependencies, build the wheel, run every Rust and Python test
 # and for maintainers:
-#   make lint  - formatting, clippy, module cycles, message holes, ruff, mypy --strict
+#   make lint  - formatting, clippy, module cycles, message holes, SAFETY notes, ruff, mypy
 #   make wheel - the sdist, and the manylinux abi3 release wheel built from it, in dist/
 #   make mixed - the suite (the report included), from the wheel, among many more array libraries
 #   make lock  - recompile requirements/lock*.txt from pyproject.toml's extras (newest versions)
@@ -172,6 +172,8 @@ lint: deps
 	# messages without holes (a line break left in a literal, words run together)
 	$(PY) tools/check_messages.py --self-test
 	$(PY) tools/check_messages.py
+	# SAFETY notes that say why where they stand
+	$(PY) tools/check_safety_notes.py
 	$(PY) -m ruff check dlpack bench tools examples
 	$(PY) -m ruff format --check dlpack bench tools examples
 	$(MAKE) mypy
