@@ -100,33 +100,50 @@ fn drive(
 pub fn to_host(py: Python<'_>, tensor: &Tensor, stream: Option<i64>) -> Result<Tensor> {
     let device_id = cuda_id(tensor)?;
     after_producer(tensor, device_id, stream)?;
-    let itemsize = tensor.dtype().itemsize();
-    let bytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
+    let (bytes, layout) = tensor.dense_c_order()?;
     let buffer = AlignedBuffer::new(bytes)?;
-    let layout = Layout::c_order(tensor.layout().shape(), itemsize)?;
-    let dst = view_at(
-        Addr {
-            at: buffer.as_ptr() as usize,
-            place: Place::Host,
-        },
-        &layout,
-    );
-    let src = view(
-        tensor,
-        tensor.layout().shape(),
-        tensor.layout().byte_strides(),
-    )?;
-    drive(py, Some(device_id), stream, true, |driver| {
-        // SAFETY: `dst` is the buffer we just allocated, kept past the sync; `src` is the
-        // tensor's device memory, live while its owner is.
-        unsafe { device::copy_views(driver, &dst, &src, itemsize) }
-    })?;
+    let at = Addr {
+        at: buffer.as_ptr() as usize,
+        place: Place::Host,
+    };
+    // SAFETY: `at` is the buffer we just allocated, `bytes` long (the layout's), and kept past
+    // the copy, which is complete on return.
+    unsafe { copy_dense(py, tensor, at, &layout, device_id, stream)? };
     let copy = Tensor::host_allocation(buffer, tensor.dtype(), layout)?;
     if tensor.swapped() {
         // SAFETY: `copy` is ours alone, in host memory we allocated.
         unsafe { host::swap_in_place(py, &copy) };
     }
     Ok(copy)
+}
+
+/// Copy `source`'s elements into the memory at `at`, laid out as `layout` (C order), on
+/// `device_id` and `stream`; complete on return.
+///
+/// # Safety
+/// `at` is memory we allocated for `layout`'s dense elements, writable, that nothing else uses
+/// and that outlives the call.
+unsafe fn copy_dense(
+    py: Python<'_>,
+    source: &Tensor,
+    at: Addr,
+    layout: &Layout,
+    device_id: i32,
+    stream: Option<i64>,
+) -> Result<()> {
+    let itemsize = source.dtype().itemsize();
+    let dst = view_at(at, layout);
+    let src = view(
+        source,
+        source.layout().shape(),
+        source.layout().byte_strides(),
+    )?;
+    drive(py, Some(device_id), stream, true, |driver| {
+        // SAFETY: `dst` is memory allocated for the elements, ours and live past the sync
+        // (this function's contract); `src` is the source's memory, live while its owner is.
+        unsafe { device::copy_views(driver, &dst, &src, itemsize) }
+    })?;
+    Ok(())
 }
 
 /// A view of memory at `base` laid out as `layout`.
@@ -146,8 +163,7 @@ pub fn to_device(
     device_id: i32,
     stream: Option<i64>,
 ) -> Result<Tensor> {
-    let itemsize = tensor.dtype().itemsize();
-    let bytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
+    let (bytes, layout) = tensor.dense_c_order()?;
     // The consumer's stream is on `device_id`; a source on another device is read on that
     // device's legacy default stream (see `Driver`), which is what must wait for its producer.
     let source_stream = match place(tensor)? {
@@ -170,28 +186,17 @@ pub fn to_device(
         tensor
     };
     let buffer = DeviceBuffer::new(device_id, bytes)?;
-    let layout = Layout::c_order(tensor.layout().shape(), itemsize)?;
-    let place = Place::Device(device_id);
-    let dst = view_at(
-        Addr {
-            at: buffer.as_ptr() as usize,
-            place,
-        },
-        &layout,
-    );
-    let src = view(
-        source,
-        source.layout().shape(),
-        source.layout().byte_strides(),
-    )?;
+    let at = Addr {
+        at: buffer.as_ptr() as usize,
+        place: Place::Device(device_id),
+    };
     // The source must have been read before we return: the caller may free it then, and a
     // device source's memory may be reused at once on a stream ours is not ordered with (torch's
-    // caching allocator reuses blocks on the stream that allocated them).
-    drive(py, Some(device_id), stream, true, |driver| {
-        // SAFETY: `dst` is the device buffer we just allocated, kept past the sync; `src` is
-        // the source's memory (or our host copy of it), live while its owner is.
-        unsafe { device::copy_views(driver, &dst, &src, itemsize) }
-    })?;
+    // caching allocator reuses blocks on the stream that allocated them); `copy_dense` is
+    // complete on return.
+    // SAFETY: `at` is the device buffer we just allocated, `bytes` long (the layout's), kept
+    // past the copy.
+    unsafe { copy_dense(py, source, at, &layout, device_id, stream)? };
     let device = Device::Known(DLDevice {
         device_type: device_type::CUDA,
         device_id,

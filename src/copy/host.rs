@@ -70,9 +70,8 @@ unsafe impl Send for SendJob<'_> {}
 /// A fresh, writable, C-ordered, native-byte-order copy of a host tensor in memory we own.
 pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
     check_host(tensor)?;
-    let nbytes = usize::try_from(tensor.nbytes()).map_err(|_| Error::value("tensor too large"))?;
+    let (nbytes, layout) = tensor.dense_c_order()?;
     let buffer = AlignedBuffer::new(nbytes)?;
-    let layout = Layout::c_order(tensor.layout().shape(), tensor.dtype().itemsize())?;
     // SAFETY: the buffer we just allocated holds `nbytes` bytes, and nothing else uses it.
     unsafe { write_c_order(py, tensor, buffer.as_ptr().cast(), nbytes)? };
     Tensor::host_allocation(buffer, tensor.dtype(), layout)
@@ -92,12 +91,7 @@ pub unsafe fn write_c_order(
 ) -> Result<()> {
     check_host(tensor)?;
     let itemsize = tensor.dtype().itemsize();
-    if usize::try_from(tensor.nbytes()).ok() != Some(nbytes) {
-        return Err(Error::runtime(
-            "internal error: a copy's destination has the wrong size",
-        ));
-    }
-    let layout = Layout::c_order(tensor.layout().shape(), itemsize)?;
+    let layout = c_order_in(tensor, nbytes, "destination")?;
     let to = strided(dst.cast(), layout.shape(), layout.byte_strides());
     if tensor.indirect() {
         // SAFETY: per the contract, `dst` holds `nbytes` writable bytes.
@@ -108,12 +102,7 @@ pub unsafe fn write_c_order(
             unsafe { run(py, &to, &to, itemsize, Some(tensor.dtype().swap_unit())) };
         }
     } else {
-        let src = strided(
-            tensor.data(),
-            tensor.layout().shape(),
-            tensor.layout().byte_strides(),
-        );
-        let swap = tensor.swapped().then(|| tensor.dtype().swap_unit());
+        let (src, swap) = own_memory(tensor);
         // SAFETY: `dst` is as large as `src`'s elements and ours for the call (the contract);
         // `src` is the tensor's host memory (checked above), live while its owner is.
         unsafe { run(py, &to, &src, itemsize, swap) };
@@ -141,23 +130,35 @@ pub unsafe fn read_c_order(
         ));
     }
     let itemsize = tensor.dtype().itemsize();
-    if usize::try_from(tensor.nbytes()).ok() != Some(nbytes) {
-        return Err(Error::runtime(
-            "internal error: a copy's source has the wrong size",
-        ));
-    }
-    let layout = Layout::c_order(tensor.layout().shape(), itemsize)?;
+    let layout = c_order_in(tensor, nbytes, "source")?;
     let from = strided(src.cast_mut().cast(), layout.shape(), layout.byte_strides());
-    let to = strided(
-        tensor.data(),
-        tensor.layout().shape(),
-        tensor.layout().byte_strides(),
-    );
-    let swap = tensor.swapped().then(|| tensor.dtype().swap_unit());
+    let (to, swap) = own_memory(tensor);
     // SAFETY: per the contract: `src` readable and as large as the tensor's elements, the
     // tensor's memory writable host memory (checked above) sharing no bytes with `src`.
     unsafe { run(py, &to, &from, itemsize, swap) };
     Ok(())
+}
+
+/// The C-ordered layout of the tensor's elements in a buffer of `nbytes` bytes (the caller's
+/// `what`, the copy's other side), which must be exactly their size.
+fn c_order_in(tensor: &Tensor, nbytes: usize, what: &str) -> Result<Layout> {
+    let (bytes, layout) = tensor.dense_c_order()?;
+    if bytes != nbytes {
+        return Err(Error::runtime(format!(
+            "internal error: a copy's {what} has the wrong size"
+        )));
+    }
+    Ok(layout)
+}
+
+/// The tensor's own memory as the engine walks it, and the byte swap its elements need.
+fn own_memory(tensor: &Tensor) -> (Strided, Option<usize>) {
+    let view = strided(
+        tensor.data(),
+        tensor.layout().shape(),
+        tensor.layout().byte_strides(),
+    );
+    (view, tensor.swapped().then(|| tensor.dtype().swap_unit()))
 }
 
 /// Follow a buffer's suboffsets with CPython's own gatherer (it knows the PIL-style rules).

@@ -305,6 +305,14 @@ impl Tensor {
             .saturating_mul(self.storage.dtype.itemsize() as i64)
     }
 
+    /// The size in bytes and the C-ordered layout of a dense copy of the elements: what every
+    /// copy into fresh memory allocates and writes.
+    pub fn dense_c_order(&self) -> Result<(usize, Layout)> {
+        let bytes = usize::try_from(self.nbytes()).map_err(|_| Error::value("tensor too large"))?;
+        let layout = Layout::c_order(self.layout.shape(), self.storage.dtype.itemsize())?;
+        Ok((bytes, layout))
+    }
+
     /// The tensor as DLPack can describe it, or why it can't as it is (then only a copy can
     /// serve it).
     #[inline(always)]

@@ -163,24 +163,26 @@ pub(super) unsafe fn copy_strided_with(
     let Some((first, rest)) = pieces.split_first() else {
         return;
     };
+    let run = move |piece| {
+        // SAFETY: each piece addresses a disjoint part of the caller's elements, valid for the
+        // whole call (this function's contract), and the scope below joins every thread running
+        // one before the call returns.
+        unsafe {
+            run_piece(
+                dst_ptr.get(),
+                src_ptr.get(),
+                piece,
+                kernel,
+                itemsize,
+                unit,
+                options,
+            )
+        }
+    };
     std::thread::scope(|scope| {
         let mut inline = Vec::new();
         for piece in rest {
-            let work = move || {
-                // SAFETY: each piece addresses a disjoint part of the caller's elements, valid
-                // until the scope ends.
-                unsafe {
-                    run_piece(
-                        dst_ptr.get(),
-                        src_ptr.get(),
-                        piece,
-                        kernel,
-                        itemsize,
-                        unit,
-                        options,
-                    )
-                }
-            };
+            let work = move || run(piece);
             if std::thread::Builder::new()
                 .name("dlpack-copy".into())
                 .spawn_scoped(scope, work)
@@ -190,19 +192,7 @@ pub(super) unsafe fn copy_strided_with(
             }
         }
         for piece in std::iter::once(first).chain(inline) {
-            // SAFETY: each piece addresses a disjoint part of the caller's elements, valid for
-            // the whole call (this function's contract); the other pieces are other threads'.
-            unsafe {
-                run_piece(
-                    dst_ptr.get(),
-                    src_ptr.get(),
-                    piece,
-                    kernel,
-                    itemsize,
-                    unit,
-                    options,
-                )
-            };
+            run(piece);
         }
     });
 }
