@@ -128,17 +128,11 @@ pub unsafe fn dlpack_arguments<'a, 'py>(
             None => keyword_slot(&name),
         };
         let Some(slot) = slot else {
-            let name = name.str().map(|n| n.to_string()).unwrap_or_default();
-            return Err(PyTypeError::new_err(format!(
-                "DLPackObject.__dlpack__() got an unexpected keyword argument '{name}'"
-            )));
+            return Err(unexpected_keyword("DLPackObject.__dlpack__", &name));
         };
         let value = given[k];
         if values[slot].is_some() {
-            return Err(PyTypeError::new_err(format!(
-                "DLPackObject.__dlpack__() got multiple values for argument '{}'",
-                KEYWORDS[slot]
-            )));
+            return Err(multiple_values("DLPackObject.__dlpack__", KEYWORDS[slot]));
         }
         // None means the argument's default.
         if value != none {
@@ -175,10 +169,7 @@ pub unsafe fn asdlpack_argument<'a, 'py>(
     match (nargs + keywords, &keyword) {
         (0, _) => return type_error("asdlpack() missing required argument 'obj'".into()),
         (1, Some(name)) if !name.cast::<PyString>().is_ok_and(|n| n == "obj") => {
-            return type_error(format!(
-                "asdlpack() got an unexpected keyword argument '{}'",
-                name.str()?
-            ));
+            return Err(unexpected_keyword("asdlpack", name));
         }
         (1, _) => {}
         (given, _) => {
@@ -346,16 +337,11 @@ pub unsafe fn optional_argument<'a, 'py>(
         let given_value = value_at(nargs + k);
         if given.cast::<PyString>().is_ok_and(|n| n == name) {
             if value.is_some() {
-                return Err(PyTypeError::new_err(format!(
-                    "{function}() got multiple values for argument '{name}'"
-                )));
+                return Err(multiple_values(function, name));
             }
             value = Some(given_value);
         } else if !future_keywords {
-            return Err(PyTypeError::new_err(format!(
-                "{function}() got an unexpected keyword argument '{}'",
-                given.str()?
-            )));
+            return Err(unexpected_keyword(function, &given));
         } else if !given_value.is_none() {
             return Err(pyo3::exceptions::PyNotImplementedError::new_err(format!(
                 "{function}() got keyword argument '{}', which it doesn't support yet (only \
@@ -365,4 +351,24 @@ pub unsafe fn optional_argument<'a, 'py>(
         }
     }
     Ok(value.filter(|v| !v.is_none()))
+}
+
+// The TypeErrors CPython gives for calls a function doesn't take, in its words: the functions
+// above parse their own arguments (for speed), so they say what CPython would, from here.
+
+/// "f() got an unexpected keyword argument 'name'".
+#[cold]
+fn unexpected_keyword(function: &str, name: &Bound<'_, PyAny>) -> PyErr {
+    let name = name.str().map(|n| n.to_string()).unwrap_or_default();
+    PyTypeError::new_err(format!(
+        "{function}() got an unexpected keyword argument '{name}'"
+    ))
+}
+
+/// "f() got multiple values for argument 'name'".
+#[cold]
+fn multiple_values(function: &str, name: &str) -> PyErr {
+    PyTypeError::new_err(format!(
+        "{function}() got multiple values for argument '{name}'"
+    ))
 }
