@@ -8,17 +8,17 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._calls import _Arguments, _Call, _calling, _check_function, _Direction, _flatten_arguments
 from ._jax import (
     _X32_NARROWING,
     DtypeNarrowingWarning,
     _jax_dtype,
     _narrowing_message,
     _warn_from_caller,
-    _x64_enabled,
 )
 from ._leaves import _array_to_torch, _leaf_to_jax, _leaf_to_numpy
 from ._pytree import _JAX, _TORCH, _TRACER, _flatten, _leaf_paths, _unflatten
-from ._request import _AS_IS, _HOST, DeviceLike, _parse_device, _Request, _require
+from ._request import _AS_IS, _HOST, DeviceLike, _parse_device, _Request
 from ._torch import _conj_if_complex, _torch_device, _torch_dtype
 
 if TYPE_CHECKING:
@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 
 _VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
+
+# JAX arrays and tracers among the arguments go to jax.custom_vjp as they are.
+_JAX_CALLS_TORCH = _Direction(caller="jax", callee="torch", kept=(_JAX, _TRACER))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,8 +83,7 @@ def jax_callable(
             vmap_method=vmap_method,
             copy_inputs=copy_inputs,
         )
-    if not callable(fn):
-        raise TypeError(f"jax_callable wraps a function, not {type(fn).__name__}")
+    _check_function("jax_callable", fn)
     options = _torch_call_options(result_shape, device, vmap_method, copy_inputs)
     return _torch_function_for_jax(fn, options)
 
@@ -101,11 +103,7 @@ def _torch_call_options(
 
 
 def _torch_function_for_jax(fn: Callable[..., Any], options: _TorchCallOptions) -> Any:
-    @functools.wraps(fn)
-    def call_from_jax(*args: Any, **kwargs: Any) -> Any:
-        return _call_torch_from_jax(fn, args, kwargs, options)
-
-    return call_from_jax
+    return _calling(_call_torch_from_jax, fn, options)
 
 
 def _call_torch_from_jax(
@@ -114,17 +112,11 @@ def _call_torch_from_jax(
     kwargs: dict[str, Any],
     options: _TorchCallOptions,
 ) -> Any:
-    _require("jax", "jax_callable")
-    _require("torch", "jax_callable")
+    arguments = _flatten_arguments(_JAX_CALLS_TORCH, "jax_callable", args, kwargs)
     import jax
 
-    skeleton, leaves, kinds = _flatten((args, kwargs))
-    x64 = _x64_enabled()
-    arrays = [
-        leaf if kind in (_JAX, _TRACER) else _leaf_to_jax(leaf, kind, _AS_IS, x64)
-        for leaf, kind in zip(leaves, kinds, strict=True)
-    ]
-    run = _TorchRun(fn, skeleton, options, x64, args, kwargs)
+    arrays = arguments.leaves
+    run = _TorchRun(fn, arguments, options, args, kwargs)
     if not arrays:  # nothing to trace or differentiate
         outputs = run.primal([])
         return _unflatten(run.out_skeleton, outputs)
@@ -138,22 +130,19 @@ def _call_torch_from_jax(
     return _unflatten(run.out_skeleton, list(outputs))
 
 
-class _TorchRun:
+class _TorchRun(_Call):
     """One call of a torch function from JAX: the primal, its VJP rules and the host callbacks."""
 
     def __init__(
         self,
         fn: Callable[..., Any],
-        skeleton: Any,
+        arguments: _Arguments,
         options: _TorchCallOptions,
-        x64: bool,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> None:
-        self.fn = fn
-        self.skeleton = skeleton
+        super().__init__(fn, arguments)
         self.options = options
-        self.x64 = x64
         self.args = args
         self.kwargs = kwargs
         self.out_skeleton: Any = None
@@ -331,8 +320,7 @@ class _TorchRun:
     def _call(self, tensors: list[Any]) -> Any:
         if self.options.check is not None:
             self.options.check()
-        args, kwargs = _unflatten(self.skeleton, tensors)
-        return self.fn(*args, **kwargs)
+        return self._call_fn(tensors)
 
     def _torch_inputs(self, arrays: list[Any] | tuple[Any, ...]) -> list[torch.Tensor]:
         return [_array_to_torch(array, self.input_request) for array in arrays]

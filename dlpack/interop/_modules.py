@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._calls import _check_function
 from ._convert import to_jax
 from ._jax_calls_torch import _torch_call_options, _torch_function_for_jax
 from ._leaves import _leaf_to_torch
@@ -140,8 +141,7 @@ def _jax_module_class() -> type:
             share_outputs: bool = False,
         ) -> None:
             super().__init__()
-            if not callable(fn):
-                raise TypeError(f"JaxModule wraps a function, not {type(fn).__name__}")
+            _check_function("JaxModule", fn)
             if type(copy_params) is not bool:
                 raise TypeError("copy_params must be True or False")
             skeleton, leaves, kinds = _flatten(params)

@@ -6,15 +6,19 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._calls import _Arguments, _Call, _calling, _check_function, _Direction, _flatten_arguments
 from ._convert import to_torch
-from ._jax import _x64_enabled
 from ._leaves import _array_to_torch, _leaf_to_jax
 from ._pytree import _TORCH, _flatten, _unflatten
-from ._request import _AS_IS, _Request, _require
+from ._request import _AS_IS, _Request
 from ._torch import _conj_if_complex
 
 if TYPE_CHECKING:
     import torch
+
+# Tensors among the arguments stay tensors until it is known whether torch records gradients:
+# then they become JAX arrays inside the torch.autograd.Function, or at once.
+_TORCH_CALLS_JAX = _Direction(caller="torch", callee="jax", kept=(_TORCH,))
 
 
 def torch_callable(
@@ -47,36 +51,26 @@ def torch_callable(
     """
     if fn is None:
         return functools.partial(torch_callable, has_aux=has_aux, share_outputs=share_outputs)
-    if not callable(fn):
-        raise TypeError(f"torch_callable wraps a function, not {type(fn).__name__}")
-
-    @functools.wraps(fn)
-    def call_from_torch(*args: Any, **kwargs: Any) -> Any:
-        return _call_jax_from_torch(fn, args, kwargs, has_aux, share_outputs, "torch_callable")
-
-    return call_from_torch
+    _check_function("torch_callable", fn)
+    return _calling(_call_jax_from_torch, fn, has_aux, share_outputs, "torch_callable")
 
 
-class _JaxCall:
+class _JaxCall(_Call):
     """One call of a JAX function from torch: what forward learns and backward needs."""
 
     def __init__(
         self,
         fn: Callable[..., Any],
-        skeleton: Any,
-        jax_leaves: list[Any],
+        arguments: _Arguments,
         tensor_positions: list[int],
         has_aux: bool,
         share_outputs: bool,
-        x64: bool,
     ) -> None:
-        self.fn = fn
-        self.skeleton = skeleton
-        self.jax_leaves = jax_leaves
+        super().__init__(fn, arguments)
+        self.jax_leaves = arguments.leaves
         self.tensor_positions = tensor_positions
         self.has_aux = has_aux
         self.output_request = _Request(None, None, share_outputs)
-        self.x64 = x64
         self.out_skeleton: Any = None
         self.out_meta: list[tuple[tuple[int, ...], Any]] = []
         self.aux: Any = None
@@ -86,9 +80,7 @@ class _JaxCall:
 
     def run(self, jax_leaves: list[Any]) -> tuple[list[Any], Any]:
         """Call the function on a full list of leaves: its output leaves (skeleton kept), aux."""
-        args, kwargs = _unflatten(self.skeleton, jax_leaves)
-        result = self.fn(*args, **kwargs)
-        output, aux = _split_aux(result, self.has_aux)
+        output, aux = _split_aux(self._call_fn(jax_leaves), self.has_aux)
         self.out_skeleton, out_leaves, _ = _flatten(output)
         return out_leaves, aux
 
@@ -109,25 +101,19 @@ def _call_jax_from_torch(
     share_outputs: bool,
     caller: str,
 ) -> Any:
-    _require("torch", caller)
-    _require("jax", caller)
+    arguments = _flatten_arguments(_TORCH_CALLS_JAX, caller, args, kwargs)
     import torch
 
-    skeleton, leaves, kinds = _flatten((args, kwargs))
-    x64 = _x64_enabled()
-    tensor_positions = [i for i, kind in enumerate(kinds) if kind == _TORCH]
-    tensors = [leaves[i] for i in tensor_positions]
-    jax_leaves = [
-        leaf if kind == _TORCH else _leaf_to_jax(leaf, kind, _AS_IS, x64)
-        for leaf, kind in zip(leaves, kinds, strict=True)
-    ]
-    call = _JaxCall(fn, skeleton, jax_leaves, tensor_positions, has_aux, share_outputs, x64)
+    jax_leaves = arguments.leaves  # the tensors among them still tensors: see _TORCH_CALLS_JAX
+    tensor_positions = [i for i, kind in enumerate(arguments.kinds) if kind == _TORCH]
+    tensors = [jax_leaves[i] for i in tensor_positions]
+    call = _JaxCall(fn, arguments, tensor_positions, has_aux, share_outputs)
     records_grad = torch.is_grad_enabled() and any(
         t.requires_grad and (t.is_floating_point() or t.is_complex()) for t in tensors
     )
     if not records_grad:
-        for position in tensor_positions:
-            jax_leaves[position] = _leaf_to_jax(leaves[position], _TORCH, _AS_IS, x64)
+        for position, tensor in zip(tensor_positions, tensors, strict=True):
+            jax_leaves[position] = _leaf_to_jax(tensor, _TORCH, _AS_IS, arguments.x64)
         out_leaves, aux = call.run(jax_leaves)
         outputs = [_array_to_torch(leaf, call.output_request) for leaf in out_leaves]
         output = _unflatten(call.out_skeleton, outputs)

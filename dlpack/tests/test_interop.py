@@ -21,15 +21,18 @@ from dlpack.interop import (
     torch_callable,
 )
 
-from ._helpers import need
-from ._interop_helpers import Pair, aligned_numpy, assert_same_values, jax_ptr, needs_cuda
-
-np = need("numpy")
-torch = need("torch")
-jax = need("jax")
-jnp = jax.numpy
-check_grads = importlib.import_module("jax.test_util").check_grads
-
+from ._helpers import NUMPY_NATIVE_DTYPES, need
+from ._interop_helpers import (
+    Pair,
+    aligned_numpy,
+    assert_same_values,
+    jax,
+    jax_ptr,
+    jnp,
+    needs_cuda,
+    np,
+    torch,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Containers keep their types; leaves are classified as documented
@@ -352,22 +355,10 @@ class TestJaxInternals:
 # dtypes
 # ---------------------------------------------------------------------------------------------
 
+# numpy's own types, and those of ml_dtypes that torch has too
 DTYPES = [
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
+    *NUMPY_NATIVE_DTYPES,
     "bfloat16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
     "float8_e4m3fn",
     "float8_e5m2",
     "float8_e4m3fnuz",
