@@ -86,21 +86,47 @@ pub enum Step {
     NumpyArray,
 }
 
-/// The order, first to last.
-pub const ORDER: [Step; 12] = [
-    Step::NumpyStruct,
-    Step::ArrowStreamCapsule,
-    Step::DlpackCapsule,
-    Step::RefuseMaskedElements,
-    Step::ExchangeApi,
-    Step::Dlpack,
-    Step::CudaArrayInterface,
-    Step::ArrayStruct,
-    Step::ArrayInterface,
-    Step::Arrow,
-    Step::Buffer,
-    Step::NumpyArray,
-];
+/// The order, written once: it makes `ORDER`, and `walk`, which takes the steps in that order
+/// written out one after another, so that each step's code is specialised where it stands (a
+/// loop over the table, calling one function for every step, cost a tenth of an import).
+macro_rules! in_order {
+    ($($step:ident),+ $(,)?) => {
+        /// The order, first to last.
+        pub const ORDER: [Step; [$(Step::$step),+].len()] = [$(Step::$step),+];
+
+        /// Take the steps in `ORDER` until one reads the memory or ends the search.
+        #[inline(always)]
+        fn walk(cx: &Probe<'_, '_>) -> Result<Imported> {
+            // `__dlpack__`'s own BufferError, kept while the protocols after it are tried.
+            let mut refused: Option<Error> = None;
+            $(
+                match Step::$step.run(cx) {
+                    Ok(Some(imported)) => return Ok(cx.finish(Step::$step, imported)),
+                    Ok(None) => {}
+                    Err(Stop::Refused(err)) => refused = Some(err),
+                    // The producer's own refusal explains best what is wrong.
+                    Err(Stop::Failed(err)) => return Err(refused.unwrap_or(err)),
+                }
+            )+
+            Err(refused.unwrap_or_else(|| unsupported(cx.obj)))
+        }
+    };
+}
+
+in_order!(
+    NumpyStruct,
+    ArrowStreamCapsule,
+    DlpackCapsule,
+    RefuseMaskedElements,
+    ExchangeApi,
+    Dlpack,
+    CudaArrayInterface,
+    ArrayStruct,
+    ArrayInterface,
+    Arrow,
+    Buffer,
+    NumpyArray,
+);
 
 impl Step {
     /// The protocol's name as the guide spells it; `None` for a check that reads nothing.
@@ -123,117 +149,194 @@ impl Step {
 
     /// Try this step on the object: `Some` when it read the memory, `None` when the object
     /// doesn't speak it (or, for a check, passed it); an error ends the search, but for
-    /// `Refused`.
-    fn run(self, cx: &Probe<'_, '_>) -> std::result::Result<Option<Imported>, Stop> {
-        let (obj, py) = (cx.obj, cx.obj.py());
-        let found = |tensor: Tensor| Some(Imported::of(tensor));
-        Ok(match self {
-            Step::NumpyStruct => {
-                // Without the per-type lookup when numpy's type is known; else the first array
-                // of the process, whose type the lookup just found to be numpy's.
-                let array = numpy::ExactNdarray::new(obj).or_else(|| {
-                    cx.protocols()
-                        .ndarray
-                        .then(|| numpy::ExactNdarray::new(obj))
-                        .flatten()
-                });
-                match array {
-                    Some(array) => numpy::import(array)?.and_then(found),
-                    None => None,
-                }
-            }
-            Step::ArrowStreamCapsule => match arrow::stream_capsule_kind(obj) {
-                Some(kind) => found(arrow::import_stream(obj, kind)?),
-                None => None,
-            },
-            Step::DlpackCapsule => match dlpack::is_capsule(obj) {
-                true => found(dlpack::import_capsule(obj)?),
-                false => None,
-            },
-            Step::RefuseMaskedElements => {
-                if cx.protocols().numpy_masked {
-                    refuse_masked_elements(obj)?;
-                }
-                None
-            }
-            Step::ExchangeApi => {
-                let protocols = cx.protocols();
-                match protocols.exchange_api {
-                    Some(table)
-                        if (cx.any_exchange_api || protocols.torch)
-                            && (!protocols.torch || torch_exports_faithfully(obj)?) =>
-                    {
-                        // SAFETY: `protocols` are those of `obj`'s type, so `table` is its
-                        // exchange API.
-                        unsafe { dlpack::import_exchange_api(obj, table) }.and_then(found)
-                    }
-                    _ => None,
-                }
-            }
-            Step::Dlpack => {
-                let Some(method) = cx.attr(intern!(py, "__dlpack__"), cx.protocols().dlpack)?
-                else {
-                    return Ok(None);
-                };
-                match dlpack::import_producer(&method, None) {
-                    Ok(tensor) => {
-                        let on_device = !matches!(tensor.device().get(), Ok(d) if d.is_host());
-                        let producer = on_device.then(|| obj.clone().unbind());
-                        Some(Imported { tensor, producer })
-                    }
-                    Err(_) if cx.protocols().torch && is_nested(obj) => {
-                        return Err(nested_tensor().into());
-                    }
-                    Err(_) if cx.protocols().arrow => {
-                        let arrow = Step::Arrow.run(cx)?;
-                        Some(arrow.ok_or_else(|| Error::type_("the Arrow interface went away"))?)
-                    }
-                    Err(err) if err.is_buffer_error(py) => return Err(Stop::Refused(err)),
-                    Err(err) => return Err(err.into()),
-                }
-            }
-            Step::CudaArrayInterface => {
-                let declared = cx.protocols().cuda_array_interface;
-                match cx.attr(intern!(py, "__cuda_array_interface__"), declared)? {
-                    Some(cai) => found(cuda_array_interface::import(obj, cai)?),
-                    None => None,
-                }
-            }
-            Step::ArrayStruct => {
-                let declared = cx.protocols().array_struct;
-                match cx.attr(intern!(py, "__array_struct__"), declared)? {
-                    Some(capsule) => found(array_interface::import_struct(obj, capsule)?),
-                    None => None,
-                }
-            }
-            Step::ArrayInterface => {
-                let declared = cx.protocols().array_interface;
-                match cx.attr(intern!(py, "__array_interface__"), declared)? {
-                    Some(interface) => found(array_interface::import(obj, interface)?),
-                    None => None,
-                }
-            }
-            Step::Arrow => {
-                for method in Method::ALL {
-                    let declared = cx.protocols().arrow_methods[method as usize];
-                    if let Some(bound) = cx.attr(protocols::arrow_name(py, method), declared)? {
-                        return Ok(found(arrow::import_method(&bound, method)?));
-                    }
-                }
-                None
-            }
-            Step::Buffer => match buffer::supports(obj) {
-                true => found(buffer::import(obj)?),
-                false => None,
-            },
-            Step::NumpyArray => {
-                match cx.attr(intern!(py, "__array__"), cx.protocols().numpy_array)? {
-                    Some(method) => found(numpy_array(obj, &method)?),
-                    None => None,
-                }
-            }
-        })
+    /// `Refused`. Each step is a function of its own, so that `walk` calls straight into it.
+    #[inline(always)]
+    fn run(self, cx: &Probe<'_, '_>) -> Found {
+        match self {
+            Step::NumpyStruct => try_numpy_struct(cx),
+            Step::ArrowStreamCapsule => try_arrow_stream_capsule(cx),
+            Step::DlpackCapsule => try_dlpack_capsule(cx),
+            Step::RefuseMaskedElements => try_masked_elements(cx),
+            Step::ExchangeApi => try_exchange_api(cx),
+            Step::Dlpack => try_dlpack(cx),
+            Step::CudaArrayInterface => try_cuda_array_interface(cx),
+            Step::ArrayStruct => try_array_struct(cx),
+            Step::ArrayInterface => try_array_interface(cx),
+            Step::Arrow => try_arrow(cx),
+            Step::Buffer => try_buffer(cx),
+            Step::NumpyArray => try_numpy_array(cx),
+        }
     }
+}
+
+/// What a step gives: the memory read, nothing (the object doesn't speak it), or why it stops.
+type Found = std::result::Result<Option<Imported>, Stop>;
+
+fn found(tensor: Tensor) -> Option<Imported> {
+    Some(Imported::of(tensor))
+}
+
+/// `Step::NumpyStruct`.
+fn try_numpy_struct(cx: &Probe<'_, '_>) -> Found {
+    let obj = cx.obj;
+    Ok({
+        // Without the per-type lookup when numpy's type is known; else the first array
+        // of the process, whose type the lookup just found to be numpy's.
+        let array = numpy::ExactNdarray::new(obj).or_else(|| {
+            cx.protocols()
+                .ndarray
+                .then(|| numpy::ExactNdarray::new(obj))
+                .flatten()
+        });
+        match array {
+            Some(array) => numpy::import(array)?.and_then(found),
+            None => None,
+        }
+    })
+}
+
+/// `Step::ArrowStreamCapsule`.
+fn try_arrow_stream_capsule(cx: &Probe<'_, '_>) -> Found {
+    let obj = cx.obj;
+    Ok(match arrow::stream_capsule_kind(obj) {
+        Some(kind) => found(arrow::import_stream(obj, kind)?),
+        None => None,
+    })
+}
+
+/// `Step::DlpackCapsule`.
+fn try_dlpack_capsule(cx: &Probe<'_, '_>) -> Found {
+    let obj = cx.obj;
+    Ok(match dlpack::is_capsule(obj) {
+        true => found(dlpack::import_capsule(obj)?),
+        false => None,
+    })
+}
+
+/// `Step::RefuseMaskedElements`.
+fn try_masked_elements(cx: &Probe<'_, '_>) -> Found {
+    let obj = cx.obj;
+    Ok({
+        if cx.protocols().numpy_masked {
+            refuse_masked_elements(obj)?;
+        }
+        None
+    })
+}
+
+/// `Step::ExchangeApi`.
+fn try_exchange_api(cx: &Probe<'_, '_>) -> Found {
+    let obj = cx.obj;
+    Ok({
+        let protocols = cx.protocols();
+        match protocols.exchange_api {
+            Some(table)
+                if (cx.any_exchange_api || protocols.torch)
+                    && (!protocols.torch || torch_exports_faithfully(obj)?) =>
+            {
+                // SAFETY: `protocols` are those of `obj`'s type, so `table` is its
+                // exchange API.
+                unsafe { dlpack::import_exchange_api(obj, table) }.and_then(found)
+            }
+            _ => None,
+        }
+    })
+}
+
+/// `Step::Dlpack`.
+fn try_dlpack(cx: &Probe<'_, '_>) -> Found {
+    let (obj, py) = (cx.obj, cx.obj.py());
+    Ok({
+        let Some(method) = cx.attr(intern!(py, "__dlpack__"), cx.protocols().dlpack)? else {
+            return Ok(None);
+        };
+        match dlpack::import_producer(&method, None) {
+            Ok(tensor) => {
+                let on_device = !matches!(tensor.device().get(), Ok(d) if d.is_host());
+                let producer = on_device.then(|| obj.clone().unbind());
+                Some(Imported { tensor, producer })
+            }
+            Err(_) if cx.protocols().torch && is_nested(obj) => {
+                return Err(nested_tensor().into());
+            }
+            Err(_) if cx.protocols().arrow => {
+                let arrow = try_arrow(cx)?;
+                Some(arrow.ok_or_else(|| Error::type_("the Arrow interface went away"))?)
+            }
+            Err(err) if err.is_buffer_error(py) => return Err(Stop::Refused(err)),
+            Err(err) => return Err(err.into()),
+        }
+    })
+}
+
+/// `Step::CudaArrayInterface`.
+fn try_cuda_array_interface(cx: &Probe<'_, '_>) -> Found {
+    let (obj, py) = (cx.obj, cx.obj.py());
+    Ok({
+        let declared = cx.protocols().cuda_array_interface;
+        match cx.attr(intern!(py, "__cuda_array_interface__"), declared)? {
+            Some(cai) => found(cuda_array_interface::import(obj, cai)?),
+            None => None,
+        }
+    })
+}
+
+/// `Step::ArrayStruct`.
+fn try_array_struct(cx: &Probe<'_, '_>) -> Found {
+    let (obj, py) = (cx.obj, cx.obj.py());
+    Ok({
+        let declared = cx.protocols().array_struct;
+        match cx.attr(intern!(py, "__array_struct__"), declared)? {
+            Some(capsule) => found(array_interface::import_struct(obj, capsule)?),
+            None => None,
+        }
+    })
+}
+
+/// `Step::ArrayInterface`.
+fn try_array_interface(cx: &Probe<'_, '_>) -> Found {
+    let (obj, py) = (cx.obj, cx.obj.py());
+    Ok({
+        let declared = cx.protocols().array_interface;
+        match cx.attr(intern!(py, "__array_interface__"), declared)? {
+            Some(interface) => found(array_interface::import(obj, interface)?),
+            None => None,
+        }
+    })
+}
+
+/// `Step::Arrow`.
+fn try_arrow(cx: &Probe<'_, '_>) -> Found {
+    let py = cx.obj.py();
+    Ok({
+        for method in Method::ALL {
+            let declared = cx.protocols().arrow_methods[method as usize];
+            if let Some(bound) = cx.attr(protocols::arrow_name(py, method), declared)? {
+                return Ok(found(arrow::import_method(&bound, method)?));
+            }
+        }
+        None
+    })
+}
+
+/// `Step::Buffer`.
+fn try_buffer(cx: &Probe<'_, '_>) -> Found {
+    let obj = cx.obj;
+    Ok(match buffer::supports(obj) {
+        true => found(buffer::import(obj)?),
+        false => None,
+    })
+}
+
+/// `Step::NumpyArray`.
+fn try_numpy_array(cx: &Probe<'_, '_>) -> Found {
+    let (obj, py) = (cx.obj, cx.obj.py());
+    Ok({
+        match cx.attr(intern!(py, "__array__"), cx.protocols().numpy_array)? {
+            Some(method) => found(numpy_array_of(obj, &method)?),
+            None => None,
+        }
+    })
 }
 
 /// Why a step stopped short of reading the memory.
@@ -277,6 +380,18 @@ struct Probe<'a, 'py> {
 }
 
 impl<'py> Probe<'_, 'py> {
+    /// What a step read, as `asdlpack` hands it on: lent on to consumers that may write (the
+    /// buffer protocol, the array interface), an immutable array's memory must say it is
+    /// read-only, whatever its exports say.
+    #[inline(always)]
+    fn finish(&self, step: Step, mut imported: Imported) -> Imported {
+        if step != Step::NumpyStruct && self.protocols().immutable {
+            imported.tensor.make_readonly();
+        }
+        imported
+    }
+
+    #[inline(always)]
     fn protocols(&self) -> &protocols::Protocols {
         self.protocols
             .get_or_init(|| protocols::of_type(&self.obj.get_type()))
@@ -303,45 +418,28 @@ impl<'py> Probe<'_, 'py> {
 }
 
 fn import_with(obj: &Bound<'_, PyAny>, any_exchange_api: bool) -> Result<Imported> {
-    let cx = Probe {
+    walk(&Probe {
         obj,
         any_exchange_api,
         protocols: std::cell::OnceCell::new(),
-    };
-    // `__dlpack__`'s own BufferError, kept while the protocols after it are tried.
-    let mut refused: Option<Error> = None;
-    for step in ORDER {
-        match step.run(&cx) {
-            Ok(Some(mut imported)) => {
-                // Lent on to consumers that may write (the buffer protocol, the array
-                // interface), an immutable array's memory must say it is read-only, whatever its
-                // exports say.
-                if step != Step::NumpyStruct && cx.protocols().immutable {
-                    imported.tensor.make_readonly();
-                }
-                return Ok(imported);
-            }
-            Ok(None) => {}
-            Err(Stop::Refused(err)) => refused = Some(err),
-            // The producer's own refusal explains best what is wrong.
-            Err(Stop::Failed(err)) => return Err(refused.unwrap_or(err)),
-        }
-    }
-    Err(refused.unwrap_or_else(|| {
-        Error::type_(format!(
-            "asdlpack() needs an object that supports DLPack (__dlpack__ or a DLPack capsule), \
-             the CUDA array interface (__cuda_array_interface__), the Arrow PyCapsule interface \
-             (__arrow_c_array__ / __arrow_c_stream__ and their device variants), the array \
-             interface (__array_interface__ / __array_struct__), the buffer protocol or numpy's \
-             __array__; {} supports none",
-            array_interface::type_name(obj)
-        ))
-    }))
+    })
+}
+
+#[cold]
+fn unsupported(obj: &Bound<'_, PyAny>) -> Error {
+    Error::type_(format!(
+        "asdlpack() needs an object that supports DLPack (__dlpack__ or a DLPack capsule), the \
+         CUDA array interface (__cuda_array_interface__), the Arrow PyCapsule interface \
+         (__arrow_c_array__ / __arrow_c_stream__ and their device variants), the array interface \
+         (__array_interface__ / __array_struct__), the buffer protocol or numpy's __array__; {} \
+         supports none",
+        array_interface::type_name(obj)
+    ))
 }
 
 /// numpy's `__array__(copy=False)`, the last resort: the object's own memory as a numpy array,
 /// or its own error (never a silent copy).
-fn numpy_array(obj: &Bound<'_, PyAny>, method: &Bound<'_, PyAny>) -> Result<Tensor> {
+fn numpy_array_of(obj: &Bound<'_, PyAny>, method: &Bound<'_, PyAny>) -> Result<Tensor> {
     let py = obj.py();
     let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item(intern!(py, "copy"), false)?;
