@@ -100,8 +100,9 @@ fn drive(
 pub fn to_host(py: Python<'_>, tensor: &Tensor, stream: Option<i64>) -> Result<Tensor> {
     let device_id = cuda_id(tensor)?;
     after_producer(tensor, device_id, stream)?;
-    let (bytes, layout) = tensor.dense_c_order()?;
+    let bytes = tensor.dense_bytes()?;
     let buffer = AlignedBuffer::new(bytes)?;
+    let layout = tensor.c_order_layout()?;
     let at = Addr {
         at: buffer.as_ptr() as usize,
         place: Place::Host,
@@ -163,7 +164,7 @@ pub fn to_device(
     device_id: i32,
     stream: Option<i64>,
 ) -> Result<Tensor> {
-    let (bytes, layout) = tensor.dense_c_order()?;
+    let bytes = tensor.dense_bytes()?;
     // The consumer's stream is on `device_id`; a source on another device is read on that
     // device's legacy default stream (see `Driver`), which is what must wait for its producer.
     let source_stream = match place(tensor)? {
@@ -186,6 +187,7 @@ pub fn to_device(
         tensor
     };
     let buffer = DeviceBuffer::new(device_id, bytes)?;
+    let layout = tensor.c_order_layout()?;
     let at = Addr {
         at: buffer.as_ptr() as usize,
         place: Place::Device(device_id),

@@ -70,8 +70,9 @@ unsafe impl Send for SendJob<'_> {}
 /// A fresh, writable, C-ordered, native-byte-order copy of a host tensor in memory we own.
 pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
     check_host(tensor)?;
-    let (nbytes, layout) = tensor.dense_c_order()?;
+    let nbytes = tensor.dense_bytes()?;
     let buffer = AlignedBuffer::new(nbytes)?;
+    let layout = tensor.c_order_layout()?;
     // SAFETY: the buffer we just allocated holds `nbytes` bytes, and nothing else uses it.
     unsafe { write_c_order(py, tensor, buffer.as_ptr().cast(), nbytes)? };
     Tensor::host_allocation(buffer, tensor.dtype(), layout)
@@ -142,13 +143,12 @@ pub unsafe fn read_c_order(
 /// The C-ordered layout of the tensor's elements in a buffer of `nbytes` bytes (the caller's
 /// `what`, the copy's other side), which must be exactly their size.
 fn c_order_in(tensor: &Tensor, nbytes: usize, what: &str) -> Result<Layout> {
-    let (bytes, layout) = tensor.dense_c_order()?;
-    if bytes != nbytes {
+    if usize::try_from(tensor.nbytes()).ok() != Some(nbytes) {
         return Err(Error::runtime(format!(
             "internal error: a copy's {what} has the wrong size"
         )));
     }
-    Ok(layout)
+    tensor.c_order_layout()
 }
 
 /// The tensor's own memory as the engine walks it, and the byte swap its elements need.

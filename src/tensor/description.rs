@@ -305,12 +305,19 @@ impl Tensor {
             .saturating_mul(self.storage.dtype.itemsize() as i64)
     }
 
-    /// The size in bytes and the C-ordered layout of a dense copy of the elements: what every
-    /// copy into fresh memory allocates and writes.
-    pub fn dense_c_order(&self) -> Result<(usize, Layout)> {
-        let bytes = usize::try_from(self.nbytes()).map_err(|_| Error::value("tensor too large"))?;
-        let layout = Layout::c_order(self.layout.shape(), self.storage.dtype.itemsize())?;
-        Ok((bytes, layout))
+    /// The size in bytes of a dense copy of the elements: what every copy into fresh memory
+    /// allocates (before asking for `c_order_layout`, so that a copy larger than memory is a
+    /// `MemoryError`, whatever its layout would say).
+    pub fn dense_bytes(&self) -> Result<usize> {
+        usize::try_from(self.nbytes()).map_err(|_| Error::value("tensor too large"))
+    }
+
+    /// The C-ordered layout of a dense copy of the elements.
+    pub fn c_order_layout(&self) -> Result<Layout> {
+        Ok(Layout::c_order(
+            self.layout.shape(),
+            self.storage.dtype.itemsize(),
+        )?)
     }
 
     /// The tensor as DLPack can describe it, or why it can't as it is (then only a copy can
