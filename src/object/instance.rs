@@ -156,11 +156,19 @@ pub unsafe fn new_object_with(
     Some(Ok(unsafe { Bound::from_owned_ptr(py, object) }))
 }
 
-/// The state of `object` if it is a `DLPackObject` (the type is final: an exact check).
+/// The state of `object` if it is a `DLPackObject` (the type is final: an exact check), or,
+/// in a build with the `pyclass-probe` feature, the PyO3 class measured against it.
 pub fn state<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a DLPackObject> {
-    // SAFETY: an instance of our type has its state initialised for as long as it lives, which
-    // `object` guarantees for 'a.
-    is_instance(object).then(|| unsafe { state_unchecked(object.as_ptr()) })
+    if is_instance(object) {
+        // SAFETY: an instance of our type has its state initialised for as long as it lives,
+        // which `object` guarantees for 'a.
+        return Some(unsafe { state_unchecked(object.as_ptr()) });
+    }
+    #[cfg(feature = "pyclass-probe")]
+    if let Some(state) = super::probe::state(object) {
+        return Some(state);
+    }
+    None
 }
 
 /// The state of a live `DLPackObject`.

@@ -16,6 +16,8 @@ mod from_buffer;
 mod instance;
 mod methods;
 mod pickling;
+#[cfg(feature = "pyclass-probe")]
+mod probe;
 mod pytype;
 mod stand_in;
 mod state;
@@ -25,6 +27,8 @@ pub use asdlpack::read;
 pub use copy_into::copyto;
 pub use from_buffer::_from_buffer;
 pub use pickling::set_reconstructor;
+#[cfg(feature = "pyclass-probe")]
+pub use probe::register as register_pyclass_probe;
 pub use pytype::{asdlpack_function, type_object};
 pub use stand_in::register_stand_in;
 pub use state::footprint;
