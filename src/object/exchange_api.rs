@@ -96,7 +96,7 @@ impl<'py> Checked<'py> {
 
     fn state(&self) -> &DLPackObject {
         #[cfg(feature = "pyclass-probe")]
-        if let Some(state) = super::probe::state(&self.0) {
+        if let Some(state) = super::state::probe_state(&self.0) {
             return state;
         }
         // SAFETY: `new` found the object to be one of ours, which `self` keeps alive.

@@ -165,7 +165,7 @@ pub fn state<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a DLPackObject> {
         return Some(unsafe { state_unchecked(object.as_ptr()) });
     }
     #[cfg(feature = "pyclass-probe")]
-    if let Some(state) = super::probe::state(object) {
+    if let Some(state) = super::state::probe_state(object) {
         return Some(state);
     }
     None

@@ -15,25 +15,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyModule};
 
 use super::pytype::{dlpack_in_place, lend_buffer};
-use super::state::DLPackObject;
+use super::state::{DLPackObject, PyClassObject, probe_state as state};
 use super::{arguments, exchange_api};
 use crate::ffi::python;
 use crate::import;
 use crate::tensor::Tensor;
-
-#[pyclass(
-    frozen,
-    freelist = 64,
-    module = "dlpack._dlpack",
-    name = "_PyClassObject"
-)]
-pub struct PyClassObject(DLPackObject);
-
-/// The state of `object` if it is a `_PyClassObject`.
-pub fn state<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a DLPackObject> {
-    let probe = object.cast_exact::<PyClassObject>().ok()?;
-    Some(&probe.get().0)
-}
 
 /// A pointer to `value`'s object, or null for `None` (as `dlpack_in_place` takes them).
 fn raw(value: &Option<Bound<'_, PyAny>>) -> *mut python::PyObject {
