@@ -23,6 +23,9 @@ pub(super) struct Instance {
     state: MaybeUninit<DLPackObject>,
 }
 
+// CPython's allocator aligns objects to 16 bytes, and the state lies right after the header.
+const _: () = assert!(std::mem::align_of::<Instance>() <= 16);
+
 /// The type, once created (the module holds it, and so does the reference leaked here: it lives
 /// as long as the process).
 static TYPE: AtomicPtr<PyTypeObject> = AtomicPtr::new(ptr::null_mut());
