@@ -62,6 +62,8 @@ fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     facts_for_python::register(m)?;
+    #[cfg(feature = "pyclass-probe")]
+    object::register_pyclass_probe(m)?;
     #[cfg(target_os = "linux")]
     share::register(m)?;
     testing::register(m)?;

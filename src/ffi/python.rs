@@ -3,7 +3,28 @@
 //! through these or through PyO3's safe API.
 //!
 //! The extension is built for GIL-enabled CPython only (abi3): several of our caches are guarded
-//! by the GIL instead of a lock, so a free-threaded build is refused outright.
+//! by the GIL instead of a lock, so a free-threaded build is refused outright. Such a build
+//! (which has no abi3, and would declare `gil_used = false`) would need, for each `GilCell`:
+//!
+//! - `object::instance`'s `FREE`, the free list of dead `DLPackObject`s, popped for every new
+//!   object and pushed by every deallocation: a lock, or one list per thread (or none:
+//!   free-threaded CPython keeps per-thread free lists of its own);
+//! - `object::arguments`'s `KEYWORD_NAMES`, `__dlpack__`'s interned keyword names by address,
+//!   written once at initialisation: a `OnceLock`;
+//! - `object::arguments`'s `LAST_MAX_VERSION`, the last `max_version` tuple (a strong reference)
+//!   with its answer, read and replaced by `__dlpack__`: a lock, or one per thread (the tuple it
+//!   replaces must not be released while another thread compares against its address);
+//! - `object::methods`'s `CPU_DEVICE`, the shared `(1, 0)` tuple, written once: a `PyOnceLock`;
+//! - `api::borrows`'s `HELD`, the ranges Rust views hold, whose check and insert must be one
+//!   step: a lock;
+//! - `api::held`'s `SPARE`, the one box kept for the next view: one per thread, or an atomic
+//!   swap.
+//!
+//! The other statics take no GIL for granted: atomics (`object::instance`'s `TYPE`,
+//! `import::numpy`'s `NDARRAY` and its last-dtype seqlock, whose writers hold `DESCRS`' lock),
+//! locks (`import::numpy`'s `DESCRS`, `import::protocols`' `CACHE`, `share`'s registries),
+//! `PyOnceLock`s (`import::numpy`'s `FIELDS_OFFSET`, pickling's, the stand-in type's) and
+//! immutable tables (the C APIs').
 
 #[cfg(Py_GIL_DISABLED)]
 compile_error!(

@@ -95,6 +95,10 @@ impl<'py> Checked<'py> {
     }
 
     fn state(&self) -> &DLPackObject {
+        #[cfg(feature = "pyclass-probe")]
+        if let Some(state) = super::state::probe_state(&self.0) {
+            return state;
+        }
         // SAFETY: `new` found the object to be one of ours, which `self` keeps alive.
         unsafe { instance::state_unchecked(self.0.as_ptr()) }
     }

@@ -23,6 +23,9 @@ pub(super) struct Instance {
     state: MaybeUninit<DLPackObject>,
 }
 
+// CPython's allocator aligns objects to 16 bytes, and the state lies right after the header.
+const _: () = assert!(std::mem::align_of::<Instance>() <= 16);
+
 /// The type, once created (the module holds it, and so does the reference leaked here: it lives
 /// as long as the process).
 static TYPE: AtomicPtr<PyTypeObject> = AtomicPtr::new(ptr::null_mut());
@@ -156,11 +159,19 @@ pub unsafe fn new_object_with(
     Some(Ok(unsafe { Bound::from_owned_ptr(py, object) }))
 }
 
-/// The state of `object` if it is a `DLPackObject` (the type is final: an exact check).
+/// The state of `object` if it is a `DLPackObject` (the type is final: an exact check), or,
+/// in a build with the `pyclass-probe` feature, the PyO3 class measured against it.
 pub fn state<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a DLPackObject> {
-    // SAFETY: an instance of our type has its state initialised for as long as it lives, which
-    // `object` guarantees for 'a.
-    is_instance(object).then(|| unsafe { state_unchecked(object.as_ptr()) })
+    if is_instance(object) {
+        // SAFETY: an instance of our type has its state initialised for as long as it lives,
+        // which `object` guarantees for 'a.
+        return Some(unsafe { state_unchecked(object.as_ptr()) });
+    }
+    #[cfg(feature = "pyclass-probe")]
+    if let Some(state) = super::state::probe_state(object) {
+        return Some(state);
+    }
+    None
 }
 
 /// The state of a live `DLPackObject`.

@@ -149,15 +149,34 @@ unsafe fn dlpack_common(
     let object = unsafe { state_unchecked(slf) };
     // SAFETY: `args`, `nargs` and `kwnames` are fast-call arguments as CPython passes them, and we
     // hold the GIL (this function's contract).
-    let [stream, max_version, dl_device, copy] =
-        unsafe { arguments::common_arguments(args, nargs, kwnames)? };
+    let values = unsafe { arguments::common_arguments(args, nargs, kwnames)? };
+    // SAFETY: `slf` is the live object whose state `object` is, and the values are null or live
+    // arguments CPython holds for the call (this function's contract); we hold the GIL (`py`).
+    unsafe { dlpack_in_place(py, object, slf, values) }
+}
+
+/// `__dlpack__` of `slf` (whose state is `object`) for the common request, from its keyword
+/// values in `arguments::KEYWORDS` order (null for absent or None): no stream or device, host
+/// memory exported in place. `None` for any other request (the general path then accepts or
+/// rejects it); a new reference to the capsule otherwise.
+///
+/// # Safety
+/// Called holding the GIL, with `slf` the live object whose state `object` is, and each value
+/// null or a live object.
+#[inline(always)]
+pub(super) unsafe fn dlpack_in_place(
+    py: Python<'_>,
+    object: &DLPackObject,
+    slf: *mut PyObject,
+    [stream, max_version, dl_device, copy]: [*mut PyObject; 4],
+) -> Option<Result<*mut PyObject>> {
     if !stream.is_null() || !dl_device.is_null() {
         return None;
     }
     let versioned_minor = if max_version.is_null() {
         None
     } else {
-        // SAFETY: a live argument, and we hold the GIL.
+        // SAFETY: a live argument, and we hold the GIL (this function's contract).
         unsafe { arguments::versioned_minor(py, max_version)? }
     };
     let (_, false_) = python::none_and_false();
@@ -168,8 +187,8 @@ unsafe fn dlpack_common(
     };
     let request = Request::new(None, versioned_minor, None, copy);
     let (device, kind) = policy::in_place(object.tensor(), &request)?;
-    // SAFETY: `slf` is a live object its caller holds for the call (this function's contract), and
-    // we hold the GIL (`py`); the capsule takes a reference of its own.
+    // SAFETY: `slf` is a live object (this function's contract), and we hold the GIL (`py`); the
+    // capsule takes a reference of its own.
     let slf = unsafe { Borrowed::from_ptr(py, slf) };
     let source = object.held(&slf);
     Some(capsule::to_capsule(py, source, device, kind).map(Bound::into_ptr))
@@ -327,25 +346,42 @@ unsafe extern "C" fn get_buffer_entry(
         return 0;
     }
     entry(-1, |py| {
-        let (owner, lent) = match buffer::lend(state.tensor(), flags)? {
-            // SAFETY: `object` is a live object CPython holds for the call, and we hold the GIL
-            // (`py`).
-            buffer::Lend::InPlace => (unsafe { Borrowed::from_ptr(py, object) }.to_owned(), state),
-            buffer::Lend::Copy(_) => {
-                let copy = state.read_only_copy(py)?;
-                // SAFETY: a new DLPackObject, held by `copy` past this use.
-                let lent = unsafe { state_unchecked(copy.as_ptr()) };
-                if let buffer::Lend::Copy(reason) = buffer::lend(lent.tensor(), flags)? {
-                    return Err(crate::error::Error::buffer(reason).into());
-                }
-                (copy, lent)
-            }
-        };
-        // SAFETY: CPython passes a writable `view`; `owner` keeps the tensor it lends alive and
-        // unchanged; we hold the GIL (`py`).
-        unsafe { buffer::fill(view, owner.as_ptr(), lent.tensor(), flags) };
+        // SAFETY: `object` is a live object CPython holds for the call, and we hold the GIL (`py`).
+        let slf = unsafe { Borrowed::from_ptr(py, object) };
+        // SAFETY: CPython passes a writable `view`; `slf` is the object whose state `state` is.
+        unsafe { lend_buffer(slf, state, view, flags)? };
         Ok(0)
     })
+}
+
+/// Fill `view` with `slf`'s memory (its state is `state`) as `flags` ask: in place, or a
+/// read-only, C-ordered copy where the memory can't be lent as it is.
+///
+/// # Safety
+/// `view` is writable; `slf` is the live object whose state `state` is.
+pub(super) unsafe fn lend_buffer(
+    slf: Borrowed<'_, '_, PyAny>,
+    state: &DLPackObject,
+    view: *mut python::Py_buffer,
+    flags: c_int,
+) -> PyResult<()> {
+    let py = slf.py();
+    let (owner, lent) = match buffer::lend(state.tensor(), flags)? {
+        buffer::Lend::InPlace => (slf.to_owned(), state),
+        buffer::Lend::Copy(_) => {
+            let copy = state.read_only_copy(py)?;
+            // SAFETY: a new DLPackObject, held by `copy` past this use.
+            let lent = unsafe { state_unchecked(copy.as_ptr()) };
+            if let buffer::Lend::Copy(reason) = buffer::lend(lent.tensor(), flags)? {
+                return Err(crate::error::Error::buffer(reason).into());
+            }
+            (copy, lent)
+        }
+    };
+    // SAFETY: `view` is writable (this function's contract); `owner` keeps the tensor it lends
+    // alive and unchanged; we hold the GIL (`py`).
+    unsafe { buffer::fill(view, owner.as_ptr(), lent.tensor(), flags) };
+    Ok(())
 }
 
 /// The properties: name, doc, body. The getter table points into this static.

@@ -82,6 +82,24 @@ impl DLPackObject {
     }
 }
 
+/// The same state in a PyO3 `#[pyclass]`, measured against the hand-written type (its methods
+/// are `probe`'s). Defined here, below `instance`, which finds the state of either type.
+#[cfg(feature = "pyclass-probe")]
+#[pyclass(
+    frozen,
+    freelist = 64,
+    module = "dlpack._dlpack",
+    name = "_PyClassObject"
+)]
+pub struct PyClassObject(pub(super) DLPackObject);
+
+/// The state of `object` if it is a `_PyClassObject`.
+#[cfg(feature = "pyclass-probe")]
+pub(super) fn probe_state<'a>(object: &'a Bound<'_, PyAny>) -> Option<&'a DLPackObject> {
+    let probe = object.cast_exact::<PyClassObject>().ok()?;
+    Some(&probe.get().0)
+}
+
 /// Heap bytes behind our objects, for memory reports: `(name, bytes)` pairs. Rust-side sizes
 /// are exact; Python object headers are what `sys.getsizeof` adds.
 pub fn footprint(ndim: usize) -> Vec<(&'static str, usize)> {
