@@ -50,49 +50,33 @@ pub fn import_in_place(obj: &Bound<'_, PyAny>) -> Result<Imported> {
     import_with(obj, false)
 }
 
-/// The ways `asdlpack` reads an object's memory, and the checks made on the way, in the order
-/// they are tried (`ORDER`): each entry is tried by one function (`Step::run`), and the first
-/// protocol the object speaks decides, except that a `BufferError` from the object's own
-/// `__dlpack__` lets the protocols after it have their turn (and explains best if none serves).
-/// `docs/guide/any-array.md` states this order; a test holds the two together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// An exact numpy array, read from its C struct (numpy's array interface, without Python).
-    NumpyStruct,
-    /// A raw Arrow stream capsule (`"arrow_array_stream"`, or the device variant).
-    ArrowStreamCapsule,
-    /// A raw DLPack capsule (`"dltensor"`, `"dltensor_versioned"`).
-    DlpackCapsule,
-    /// Quirk: a numpy masked array with masked elements is refused (its exports drop the mask).
-    RefuseMaskedElements,
-    /// The DLPack C exchange API of the object's type (`__dlpack_c_exchange_api__`): any type's
-    /// for `asdlpack`, only torch's where the memory itself is needed (see `import_in_place`);
-    /// quirk: torch's only for tensors it exports faithfully (no conjugate or negative bit, not
-    /// requiring grad).
-    ExchangeApi,
-    /// `__dlpack__`; quirks: a torch nested tensor's refusal is named, and an Arrow object's
-    /// refusal (of whatever type) hands it to the Arrow interface.
-    Dlpack,
-    CudaArrayInterface,
-    ArrayStruct,
-    ArrayInterface,
-    /// The Arrow PyCapsule interface (`__arrow_c_device_array__`, `__arrow_c_device_stream__`,
-    /// `__arrow_c_array__`, `__arrow_c_stream__`): after the array interface, since an object
-    /// with both (a Pillow image) describes its shape there, its Arrow export being a flat
-    /// column of pixels.
-    Arrow,
-    Buffer,
-    /// numpy's `__array__(copy=False)`, the last resort.
-    NumpyArray,
-}
+/// The ways `asdlpack` reads an object's memory, and the checks made on the way, in the one
+/// list below, which makes the `Step` enum, `ORDER`, each step's protocol name and function, and
+/// `walk`, which takes the steps in that order written out one after another (so that each call
+/// goes straight into its step: a loop calling one function per step cost a tenth of an
+/// import). The first protocol the object speaks decides, except that a `BufferError` from the
+/// object's own `__dlpack__` lets the protocols after it have their turn (and explains best if
+/// none serves). `docs/guide/any-array.md` states this order; `make docs` holds the two together.
+macro_rules! steps {
+    ($($(#[doc = $doc:literal])* $step:ident: $protocol:expr => $try:ident;)+) => {
+        /// A step of the import (see `steps!`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Step {
+            $($(#[doc = $doc])* $step,)+
+        }
 
-/// The order, written once: it makes `ORDER`, and `walk`, which takes the steps in that order
-/// written out one after another, so that each step's code is specialised where it stands (a
-/// loop over the table, calling one function for every step, cost a tenth of an import).
-macro_rules! in_order {
-    ($($step:ident),+ $(,)?) => {
-        /// The order, first to last.
+        /// The steps, first to last.
         pub const ORDER: [Step; [$(Step::$step),+].len()] = [$(Step::$step),+];
+
+        impl Step {
+            /// The protocol's name as the guide spells it; `None` for a check that reads
+            /// nothing.
+            pub fn protocol(self) -> Option<&'static str> {
+                match self {
+                    $(Step::$step => $protocol,)+
+                }
+            }
+        }
 
         /// Take the steps in `ORDER` until one reads the memory or ends the search.
         #[inline(always)]
@@ -100,8 +84,8 @@ macro_rules! in_order {
             // `__dlpack__`'s own BufferError, kept while the protocols after it are tried.
             let mut refused: Option<Error> = None;
             $(
-                match Step::$step.run(cx) {
-                    Ok(Some(imported)) => return Ok(cx.finish(Step::$step, imported)),
+                match $try(cx) {
+                    Ok(Some(imported)) => return Ok(cx.finish(imported)),
                     Ok(None) => {}
                     Err(Stop::Refused(err)) => refused = Some(err),
                     // The producer's own refusal explains best what is wrong.
@@ -113,230 +97,173 @@ macro_rules! in_order {
     };
 }
 
-in_order!(
-    NumpyStruct,
-    ArrowStreamCapsule,
-    DlpackCapsule,
-    RefuseMaskedElements,
-    ExchangeApi,
-    Dlpack,
-    CudaArrayInterface,
-    ArrayStruct,
-    ArrayInterface,
-    Arrow,
-    Buffer,
-    NumpyArray,
-);
-
-impl Step {
-    /// The protocol's name as the guide spells it; `None` for a check that reads nothing.
-    pub fn protocol(self) -> Option<&'static str> {
-        Some(match self {
-            Step::NumpyStruct => "numpy's array struct",
-            Step::ArrowStreamCapsule => "Arrow stream capsule",
-            Step::DlpackCapsule => "DLPack capsule",
-            Step::RefuseMaskedElements => return None,
-            Step::ExchangeApi => "DLPack C exchange API",
-            Step::Dlpack => "__dlpack__",
-            Step::CudaArrayInterface => "__cuda_array_interface__",
-            Step::ArrayStruct => "__array_struct__",
-            Step::ArrayInterface => "__array_interface__",
-            Step::Arrow => "Arrow PyCapsule interface",
-            Step::Buffer => "buffer protocol",
-            Step::NumpyArray => "__array__",
-        })
-    }
-
-    /// Try this step on the object: `Some` when it read the memory, `None` when the object
-    /// doesn't speak it (or, for a check, passed it); an error ends the search, but for
-    /// `Refused`. Each step is a function of its own, so that `walk` calls straight into it.
-    #[inline(always)]
-    fn run(self, cx: &Probe<'_, '_>) -> Found {
-        match self {
-            Step::NumpyStruct => try_numpy_struct(cx),
-            Step::ArrowStreamCapsule => try_arrow_stream_capsule(cx),
-            Step::DlpackCapsule => try_dlpack_capsule(cx),
-            Step::RefuseMaskedElements => try_masked_elements(cx),
-            Step::ExchangeApi => try_exchange_api(cx),
-            Step::Dlpack => try_dlpack(cx),
-            Step::CudaArrayInterface => try_cuda_array_interface(cx),
-            Step::ArrayStruct => try_array_struct(cx),
-            Step::ArrayInterface => try_array_interface(cx),
-            Step::Arrow => try_arrow(cx),
-            Step::Buffer => try_buffer(cx),
-            Step::NumpyArray => try_numpy_array(cx),
-        }
-    }
+steps! {
+    /// An exact numpy array, read from its C struct (numpy's array interface, without Python).
+    NumpyStruct: Some("numpy's array struct") => try_numpy_struct;
+    /// A raw Arrow stream capsule (`"arrow_array_stream"`, or the device variant).
+    ArrowStreamCapsule: Some("Arrow stream capsule") => try_arrow_stream_capsule;
+    /// A raw DLPack capsule (`"dltensor"`, `"dltensor_versioned"`).
+    DlpackCapsule: Some("DLPack capsule") => try_dlpack_capsule;
+    /// Quirk: a numpy masked array with masked elements is refused (its exports drop the mask).
+    RefuseMaskedElements: None => try_masked_elements;
+    /// The DLPack C exchange API of the object's type (`__dlpack_c_exchange_api__`): any type's
+    /// for `asdlpack`, only torch's where the memory itself is needed (see `import_in_place`);
+    /// quirk: torch's only for tensors it exports faithfully (no conjugate or negative bit, not
+    /// requiring grad).
+    ExchangeApi: Some("DLPack C exchange API") => try_exchange_api;
+    /// `__dlpack__`; quirks: a torch nested tensor's refusal is named, and an Arrow object's
+    /// refusal (of whatever type) hands it to the Arrow interface.
+    Dlpack: Some("__dlpack__") => try_dlpack;
+    CudaArrayInterface: Some("__cuda_array_interface__") => try_cuda_array_interface;
+    ArrayStruct: Some("__array_struct__") => try_array_struct;
+    ArrayInterface: Some("__array_interface__") => try_array_interface;
+    /// The Arrow PyCapsule interface (`__arrow_c_device_array__`, `__arrow_c_device_stream__`,
+    /// `__arrow_c_array__`, `__arrow_c_stream__`): after the array interface, since an object
+    /// with both (a Pillow image) describes its shape there, its Arrow export being a flat
+    /// column of pixels.
+    Arrow: Some("Arrow PyCapsule interface") => try_arrow;
+    Buffer: Some("buffer protocol") => try_buffer;
+    /// numpy's `__array__(copy=False)`, the last resort.
+    NumpyArray: Some("__array__") => try_numpy_array;
 }
 
 /// What a step gives: the memory read, nothing (the object doesn't speak it), or why it stops.
 type Found = std::result::Result<Option<Imported>, Stop>;
 
-fn found(tensor: Tensor) -> Option<Imported> {
-    Some(Imported::of(tensor))
+fn found(tensor: Tensor) -> Found {
+    Ok(Some(Imported::of(tensor)))
 }
 
-/// `Step::NumpyStruct`.
+/// `Step::NumpyStruct`: without the per-type lookup when numpy's type is known; else the first
+/// array of the process, whose type the lookup just found to be numpy's.
 fn try_numpy_struct(cx: &Probe<'_, '_>) -> Found {
     let obj = cx.obj;
-    Ok({
-        // Without the per-type lookup when numpy's type is known; else the first array
-        // of the process, whose type the lookup just found to be numpy's.
-        let array = numpy::ExactNdarray::new(obj).or_else(|| {
-            cx.protocols()
-                .ndarray
-                .then(|| numpy::ExactNdarray::new(obj))
-                .flatten()
-        });
-        match array {
-            Some(array) => numpy::import(array)?.and_then(found),
-            None => None,
-        }
-    })
+    let array = numpy::ExactNdarray::new(obj).or_else(|| {
+        cx.protocols()
+            .ndarray
+            .then(|| numpy::ExactNdarray::new(obj))?
+    });
+    match array {
+        Some(array) => Ok(numpy::import(array)?.map(Imported::of)),
+        None => Ok(None),
+    }
 }
 
 /// `Step::ArrowStreamCapsule`.
 fn try_arrow_stream_capsule(cx: &Probe<'_, '_>) -> Found {
-    let obj = cx.obj;
-    Ok(match arrow::stream_capsule_kind(obj) {
-        Some(kind) => found(arrow::import_stream(obj, kind)?),
-        None => None,
-    })
+    match arrow::stream_capsule_kind(cx.obj) {
+        Some(kind) => found(arrow::import_stream(cx.obj, kind)?),
+        None => Ok(None),
+    }
 }
 
 /// `Step::DlpackCapsule`.
 fn try_dlpack_capsule(cx: &Probe<'_, '_>) -> Found {
-    let obj = cx.obj;
-    Ok(match dlpack::is_capsule(obj) {
-        true => found(dlpack::import_capsule(obj)?),
-        false => None,
-    })
+    match dlpack::is_capsule(cx.obj) {
+        true => found(dlpack::import_capsule(cx.obj)?),
+        false => Ok(None),
+    }
 }
 
 /// `Step::RefuseMaskedElements`.
 fn try_masked_elements(cx: &Probe<'_, '_>) -> Found {
-    let obj = cx.obj;
-    Ok({
-        if cx.protocols().numpy_masked {
-            refuse_masked_elements(obj)?;
-        }
-        None
-    })
+    if cx.protocols().numpy_masked {
+        refuse_masked_elements(cx.obj)?;
+    }
+    Ok(None)
 }
 
 /// `Step::ExchangeApi`.
 fn try_exchange_api(cx: &Probe<'_, '_>) -> Found {
-    let obj = cx.obj;
-    Ok({
-        let protocols = cx.protocols();
-        match protocols.exchange_api {
-            Some(table)
-                if (cx.any_exchange_api || protocols.torch)
-                    && (!protocols.torch || torch_exports_faithfully(obj)?) =>
-            {
-                // SAFETY: `protocols` are those of `obj`'s type, so `table` is its
-                // exchange API.
-                unsafe { dlpack::import_exchange_api(obj, table) }.and_then(found)
-            }
-            _ => None,
-        }
-    })
+    let (obj, protocols) = (cx.obj, cx.protocols());
+    let Some(table) = protocols.exchange_api else {
+        return Ok(None);
+    };
+    if !(cx.any_exchange_api || protocols.torch)
+        || (protocols.torch && !torch_exports_faithfully(obj)?)
+    {
+        return Ok(None);
+    }
+    // SAFETY: `protocols` are those of `obj`'s type, so `table` is its exchange API.
+    Ok(unsafe { dlpack::import_exchange_api(obj, table) }.map(Imported::of))
 }
 
 /// `Step::Dlpack`.
 fn try_dlpack(cx: &Probe<'_, '_>) -> Found {
     let (obj, py) = (cx.obj, cx.obj.py());
-    Ok({
-        let Some(method) = cx.attr(intern!(py, "__dlpack__"), cx.protocols().dlpack)? else {
-            return Ok(None);
-        };
-        match dlpack::import_producer(&method, None) {
-            Ok(tensor) => {
-                let on_device = !matches!(tensor.device().get(), Ok(d) if d.is_host());
-                let producer = on_device.then(|| obj.clone().unbind());
-                Some(Imported { tensor, producer })
-            }
-            Err(_) if cx.protocols().torch && is_nested(obj) => {
-                return Err(nested_tensor().into());
-            }
-            Err(_) if cx.protocols().arrow => {
-                let arrow = try_arrow(cx)?;
-                Some(arrow.ok_or_else(|| Error::type_("the Arrow interface went away"))?)
-            }
-            Err(err) if err.is_buffer_error(py) => return Err(Stop::Refused(err)),
-            Err(err) => return Err(err.into()),
+    let Some(method) = cx.attr(intern!(py, "__dlpack__"), cx.protocols().dlpack)? else {
+        return Ok(None);
+    };
+    match dlpack::import_producer(&method, None) {
+        Ok(tensor) => {
+            let on_device = !matches!(tensor.device().get(), Ok(d) if d.is_host());
+            let producer = on_device.then(|| obj.clone().unbind());
+            Ok(Some(Imported { tensor, producer }))
         }
-    })
+        Err(_) if cx.protocols().torch && is_nested(obj) => Err(nested_tensor().into()),
+        Err(_) if cx.protocols().arrow => match try_arrow(cx)? {
+            Some(imported) => Ok(Some(imported)),
+            None => Err(Error::type_("the Arrow interface went away").into()),
+        },
+        Err(err) if err.is_buffer_error(py) => Err(Stop::Refused(err)),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// `Step::CudaArrayInterface`.
 fn try_cuda_array_interface(cx: &Probe<'_, '_>) -> Found {
-    let (obj, py) = (cx.obj, cx.obj.py());
-    Ok({
-        let declared = cx.protocols().cuda_array_interface;
-        match cx.attr(intern!(py, "__cuda_array_interface__"), declared)? {
-            Some(cai) => found(cuda_array_interface::import(obj, cai)?),
-            None => None,
-        }
-    })
+    let declared = cx.protocols().cuda_array_interface;
+    match cx.attr(intern!(cx.obj.py(), "__cuda_array_interface__"), declared)? {
+        Some(cai) => found(cuda_array_interface::import(cx.obj, cai)?),
+        None => Ok(None),
+    }
 }
 
 /// `Step::ArrayStruct`.
 fn try_array_struct(cx: &Probe<'_, '_>) -> Found {
-    let (obj, py) = (cx.obj, cx.obj.py());
-    Ok({
-        let declared = cx.protocols().array_struct;
-        match cx.attr(intern!(py, "__array_struct__"), declared)? {
-            Some(capsule) => found(array_interface::import_struct(obj, capsule)?),
-            None => None,
-        }
-    })
+    let declared = cx.protocols().array_struct;
+    match cx.attr(intern!(cx.obj.py(), "__array_struct__"), declared)? {
+        Some(capsule) => found(array_interface::import_struct(cx.obj, capsule)?),
+        None => Ok(None),
+    }
 }
 
 /// `Step::ArrayInterface`.
 fn try_array_interface(cx: &Probe<'_, '_>) -> Found {
-    let (obj, py) = (cx.obj, cx.obj.py());
-    Ok({
-        let declared = cx.protocols().array_interface;
-        match cx.attr(intern!(py, "__array_interface__"), declared)? {
-            Some(interface) => found(array_interface::import(obj, interface)?),
-            None => None,
-        }
-    })
+    let declared = cx.protocols().array_interface;
+    match cx.attr(intern!(cx.obj.py(), "__array_interface__"), declared)? {
+        Some(interface) => found(array_interface::import(cx.obj, interface)?),
+        None => Ok(None),
+    }
 }
 
-/// `Step::Arrow`.
+/// `Step::Arrow`: the interface's methods in `Method::ALL`'s order.
 fn try_arrow(cx: &Probe<'_, '_>) -> Found {
     let py = cx.obj.py();
-    Ok({
-        for method in Method::ALL {
-            let declared = cx.protocols().arrow_methods[method as usize];
-            if let Some(bound) = cx.attr(protocols::arrow_name(py, method), declared)? {
-                return Ok(found(arrow::import_method(&bound, method)?));
-            }
+    for method in Method::ALL {
+        let declared = cx.protocols().arrow_methods[method as usize];
+        if let Some(bound) = cx.attr(protocols::arrow_name(py, method), declared)? {
+            return found(arrow::import_method(&bound, method)?);
         }
-        None
-    })
+    }
+    Ok(None)
 }
 
 /// `Step::Buffer`.
 fn try_buffer(cx: &Probe<'_, '_>) -> Found {
-    let obj = cx.obj;
-    Ok(match buffer::supports(obj) {
-        true => found(buffer::import(obj)?),
-        false => None,
-    })
+    match buffer::supports(cx.obj) {
+        true => found(buffer::import(cx.obj)?),
+        false => Ok(None),
+    }
 }
 
 /// `Step::NumpyArray`.
 fn try_numpy_array(cx: &Probe<'_, '_>) -> Found {
-    let (obj, py) = (cx.obj, cx.obj.py());
-    Ok({
-        match cx.attr(intern!(py, "__array__"), cx.protocols().numpy_array)? {
-            Some(method) => found(numpy_array_of(obj, &method)?),
-            None => None,
-        }
-    })
+    let declared = cx.protocols().numpy_array;
+    match cx.attr(intern!(cx.obj.py(), "__array__"), declared)? {
+        Some(method) => found(numpy_array_of(cx.obj, &method)?),
+        None => Ok(None),
+    }
 }
 
 /// Why a step stopped short of reading the memory.
@@ -382,10 +309,11 @@ struct Probe<'a, 'py> {
 impl<'py> Probe<'_, 'py> {
     /// What a step read, as `asdlpack` hands it on: lent on to consumers that may write (the
     /// buffer protocol, the array interface), an immutable array's memory must say it is
-    /// read-only, whatever its exports say.
+    /// read-only, whatever its exports say. Only a type looked up can be immutable: the steps
+    /// that read without the lookup take exact numpy arrays and capsules, which are not.
     #[inline(always)]
-    fn finish(&self, step: Step, mut imported: Imported) -> Imported {
-        if step != Step::NumpyStruct && self.protocols().immutable {
+    fn finish(&self, mut imported: Imported) -> Imported {
+        if self.protocols.get().is_some_and(|p| p.immutable) {
             imported.tensor.make_readonly();
         }
         imported
