@@ -26,6 +26,9 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// Makes the Python exception of one of our kinds from the error and its message.
+type NewException = fn(&CoreError, String) -> PyErr;
+
 // The constructors and conversions are `#[cold]`: the optimiser then moves every error path out
 // of line, keeping the exchange's hot code compact (instruction-cache misses, not instruction
 // counts, set much of its price).
@@ -48,30 +51,34 @@ impl Error {
         Error::Core(CoreError::runtime(msg))
     }
 
-    /// The Python exception type of each of our kinds, by name, with the message: the one
-    /// mapping, which both Python callers (`From<Error> for PyErr`) and C callers (the exchange
-    /// API's error callback, `python_type_name_and_message`) see. `None` for an exception
-    /// Python raised.
-    fn ours(&self) -> Option<(&'static str, Cow<'_, str>)> {
+    /// The Python exception type of each of our kinds, by name and constructor, with the
+    /// message: the one mapping, which both Python callers (`From<Error> for PyErr`) and C
+    /// callers (the exchange API's error callback, `python_type_name_and_message`) see. `None`
+    /// for an exception Python raised.
+    fn ours(&self) -> Option<(&'static str, NewException, Cow<'_, str>)> {
         let Error::Core(err) = self else {
             return None;
         };
-        let name = match err {
-            CoreError::Buffer(_) => "BufferError",
-            CoreError::Type(_) => "TypeError",
-            CoreError::Value(_) => "ValueError",
-            CoreError::Runtime(_) => "RuntimeError",
-            CoreError::Memory(_) => "MemoryError",
-            CoreError::Os { .. } | CoreError::Limit { .. } => "OSError",
+        let (name, make): (_, NewException) = match err {
+            CoreError::Buffer(_) => ("BufferError", |_, msg| PyBufferError::new_err(msg)),
+            CoreError::Type(_) => ("TypeError", |_, msg| PyTypeError::new_err(msg)),
+            CoreError::Value(_) => ("ValueError", |_, msg| PyValueError::new_err(msg)),
+            CoreError::Runtime(_) => ("RuntimeError", |_, msg| PyRuntimeError::new_err(msg)),
+            CoreError::Memory(_) => ("MemoryError", |_, msg| PyMemoryError::new_err(msg)),
+            // `OSError(errno, text)`: Python picks the subclass (`FileNotFoundError`, ...).
+            CoreError::Os { .. } | CoreError::Limit { .. } => ("OSError", |err, msg| {
+                let errno = err.errno().map_or(0, |errno| errno.raw_os_error());
+                PyOSError::new_err((errno, msg))
+            }),
         };
-        Some((name, err.message()))
+        Some((name, make, err.message()))
     }
 
     /// The name of the Python exception type this error is raised as, and its message, for C
     /// callers that take errors as text. An exception Python raised is read while attached.
     #[cold]
     pub fn python_type_name_and_message(&self) -> (String, String) {
-        if let Some((name, msg)) = self.ours() {
+        if let Some((name, _, msg)) = self.ours() {
             return (name.to_owned(), msg.into_owned());
         }
         let Error::Python(err) = self else {
@@ -118,21 +125,12 @@ impl From<PyErr> for Error {
 impl From<Error> for PyErr {
     #[cold]
     fn from(err: Error) -> PyErr {
-        let err = match err {
-            Error::Python(err) => return err,
-            Error::Core(err) => err,
-        };
-        let msg = err.message().into_owned();
+        if let (Some((_, make, msg)), Error::Core(core)) = (err.ours(), &err) {
+            return make(core, msg.into_owned());
+        }
         match err {
-            CoreError::Buffer(_) => PyBufferError::new_err(msg),
-            CoreError::Type(_) => PyTypeError::new_err(msg),
-            CoreError::Value(_) => PyValueError::new_err(msg),
-            CoreError::Runtime(_) => PyRuntimeError::new_err(msg),
-            CoreError::Memory(_) => PyMemoryError::new_err(msg),
-            // `OSError(errno, text)`: Python picks the subclass (`FileNotFoundError`, ...).
-            CoreError::Os { errno, .. } | CoreError::Limit { errno, .. } => {
-                PyOSError::new_err((errno.raw_os_error(), msg))
-            }
+            Error::Python(err) => err,
+            Error::Core(_) => unreachable!("every core error is ours"),
         }
     }
 }
