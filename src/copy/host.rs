@@ -73,8 +73,10 @@ pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
     let nbytes = tensor.dense_bytes()?;
     let buffer = AlignedBuffer::new(nbytes)?;
     let layout = tensor.c_order_layout()?;
-    // SAFETY: the buffer we just allocated holds `nbytes` bytes, and nothing else uses it.
-    unsafe { write_c_order(py, tensor, buffer.as_ptr().cast(), nbytes)? };
+    // SAFETY: the buffer we just allocated holds `nbytes` bytes, the tensor's elements in C
+    // order (`layout`, from the tensor's shape and item size), and nothing else uses it; the
+    // tensor is host memory (checked above).
+    unsafe { write_in_layout(py, tensor, buffer.as_ptr().cast(), nbytes, &layout)? };
     Tensor::host_allocation(buffer, tensor.dtype(), layout)
 }
 
@@ -91,21 +93,41 @@ pub unsafe fn write_c_order(
     nbytes: usize,
 ) -> Result<()> {
     check_host(tensor)?;
-    let itemsize = tensor.dtype().itemsize();
     let layout = c_order_in(tensor, nbytes, "destination")?;
+    // SAFETY: our contract gives `dst`'s `nbytes` writable bytes to this call alone, apart
+    // from the tensor's; `c_order_in` just checked they are exactly its elements in C order;
+    // the tensor is host memory (checked above).
+    unsafe { write_in_layout(py, tensor, dst, nbytes, &layout) }
+}
+
+/// `write_c_order` once the C-ordered layout is known (a fresh copy has it already).
+///
+/// # Safety
+/// The tensor is host memory; `layout` is its elements in C order (`Tensor::c_order_layout`);
+/// `dst` is writable memory of `nbytes` bytes, exactly that layout's extent, which no one else
+/// reads or writes during the call and which shares no bytes with the tensor's.
+unsafe fn write_in_layout(
+    py: Python<'_>,
+    tensor: &Tensor,
+    dst: *mut u8,
+    nbytes: usize,
+    layout: &Layout,
+) -> Result<()> {
+    let itemsize = tensor.dtype().itemsize();
     let to = strided(dst.cast(), layout.shape(), layout.byte_strides());
     if tensor.indirect() {
-        // SAFETY: per the contract, `dst` holds `nbytes` writable bytes.
+        // SAFETY: our contract: `dst` holds `nbytes` writable bytes, ours for the call.
         unsafe { gather_indirect(py, tensor, dst, nbytes)? };
         if tensor.swapped() {
             // Swap in place: the engine reads each element before writing it back.
-            // SAFETY: `dst` is ours for the call (the contract), and now filled.
+            // SAFETY: `dst` is ours for the call (our contract), and now filled.
             unsafe { run(py, &to, &to, itemsize, Some(tensor.dtype().swap_unit())) };
         }
     } else {
         let (src, swap) = own_memory(tensor);
-        // SAFETY: `dst` is as large as `src`'s elements and ours for the call (the contract);
-        // `src` is the tensor's host memory (checked above), live while its owner is.
+        // SAFETY: `dst` holds `layout`'s elements, as many as `src`'s, and is ours for the
+        // call (our contract); `src` is the tensor's host memory (our contract), live while its
+        // owner is.
         unsafe { run(py, &to, &src, itemsize, swap) };
     }
     Ok(())

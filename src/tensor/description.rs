@@ -308,11 +308,13 @@ impl Tensor {
     /// The size in bytes of a dense copy of the elements: what every copy into fresh memory
     /// allocates (before asking for `c_order_layout`, so that a copy larger than memory is a
     /// `MemoryError`, whatever its layout would say).
+    #[inline]
     pub fn dense_bytes(&self) -> Result<usize> {
         usize::try_from(self.nbytes()).map_err(|_| Error::value("tensor too large"))
     }
 
     /// The C-ordered layout of a dense copy of the elements.
+    #[inline]
     pub fn c_order_layout(&self) -> Result<Layout> {
         Ok(Layout::c_order(
             self.layout.shape(),
