@@ -4,6 +4,7 @@ the memory, else through exactly one copy."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import TYPE_CHECKING, Any
 
 from .._dlpack import CPU_READABLE_DEVICE_TYPES, DLPackObject, asdlpack
@@ -45,6 +46,12 @@ if TYPE_CHECKING:
     import jax
     import numpy
     import torch
+
+
+# A dtype's name by the dtype: str() of a numpy dtype runs Python code in numpy, about 1.5 µs
+# that would double the cost of handing over one small leaf. An exchange meets few dtypes, and
+# numpy keeps each dtype's hash.
+_dtype_name = functools.lru_cache(maxsize=64)(str)
 
 
 def _tracer_error(target: str) -> TypeError:
@@ -123,7 +130,9 @@ def _dlpack_to_torch(obj: DLPackObject, request: _Request, *, immutable: bool) -
     """Hand ``obj`` to torch: in place when torch may have it, else through exactly one copy."""
     import torch
 
-    _torch_dtype(str(obj.dtype))  # BufferError for types torch lacks, before anything is copied
+    _torch_dtype(
+        _dtype_name(obj.dtype)
+    )  # BufferError for types torch lacks, before anything is copied
     source = obj.device
     if (  # the common case, checked first: host memory torch may have as it is
         request.device is None
@@ -192,7 +201,7 @@ def _jax_to_jax(array: Any, request: _Request) -> jax.Array:
 
 def _dlpack_to_jax(obj: DLPackObject, request: _Request, x64: bool) -> jax.Array:
     """Hand ``obj`` to JAX: in place when XLA can read it, else through one copy."""
-    name = str(obj.dtype)  # a numpy dtype's name, or the name numpy lacks
+    name = _dtype_name(obj.dtype)  # a numpy dtype's name, or the name numpy lacks
     _jax_dtype(name)  # BufferError for types JAX lacks
     if (  # the common case, checked first: dense, aligned, writable host memory
         request.device is None
@@ -299,7 +308,7 @@ def _dlpack_to_numpy(obj: DLPackObject, request: _Request, *, immutable: bool) -
     if moves and request.copy is False:
         raise _refuse_copy("this array", [f"a move from {_device_name(obj.device)} to the CPU"])
     copy = True if moves or request.copy else None
-    if str(obj.dtype) in _NUMPY_DLPACK_TYPES:
+    if _dtype_name(obj.dtype) in _NUMPY_DLPACK_TYPES:
         array = np.from_dlpack(_ExportAs(obj, _HOST, copy) if moves else obj, copy=copy)
     else:
         array = _numpy_via_ml_dtypes(obj, moves, copy)
@@ -309,7 +318,7 @@ def _dlpack_to_numpy(obj: DLPackObject, request: _Request, *, immutable: bool) -
 
 
 def _numpy_via_ml_dtypes(obj: DLPackObject, moves: bool, copy: bool | None) -> Any:
-    name = str(obj.dtype)
+    name = _dtype_name(obj.dtype)
     try:
         import ml_dtypes
     except ImportError as exc:
