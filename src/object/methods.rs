@@ -3,7 +3,7 @@
 //! properties and its repr.
 
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use dlpack_core::dtype::DType;
 use pyo3::exceptions::PyAttributeError;
@@ -101,11 +101,30 @@ impl DLPackObject {
 /// `(1, 0)`, the device of CPU memory, once made (asked on every torch exchange).
 static CPU_DEVICE: GilCell<usize> = GilCell::new(0);
 
+/// The dtype objects `dtype_object` has made, by element type: making one calls `numpy.dtype`
+/// (about 0.5 µs, on every leaf `dlpack.interop` converts), and numpy's dtypes are immutable.
+/// Few element types exist (a few dozen at most), so a list searched in order serves. The lock is
+/// never held while Python runs.
+static DTYPE_OBJECTS: Mutex<Vec<(DType, Py<PyAny>)>> = Mutex::new(Vec::new());
+
 /// `.dtype`: numpy's dtype of the element type where numpy can be imported (ml_dtypes' types
 /// where ml_dtypes can), since numpy 2 (`np.dtype(obj)`, `np.result_type(obj)`) and JAX
 /// (`jnp.asarray(obj)`) read an array-like's `.dtype` and need a real one; its name otherwise.
 /// No `from_dlpack` reads it, so the exchange never pays for it.
 pub(super) fn dtype_object(py: Python<'_>, dtype: DType) -> Bound<'_, PyAny> {
+    let known = |objects: &Vec<(DType, Py<PyAny>)>| {
+        objects
+            .iter()
+            .find(|(of, _)| *of == dtype)
+            .map(|(_, object)| object.bind(py).clone())
+    };
+    if let Some(found) = DTYPE_OBJECTS
+        .lock()
+        .ok()
+        .and_then(|objects| known(&objects))
+    {
+        return found;
+    }
     let name = dtype.name();
     let numpy_dtype = || -> PyResult<Bound<'_, PyAny>> {
         let make = py
@@ -126,7 +145,19 @@ pub(super) fn dtype_object(py: Python<'_>, dtype: DType) -> Bound<'_, PyAny> {
         }
         Ok(found)
     };
-    numpy_dtype().unwrap_or_else(|_| PyString::new(py, &name).into_any())
+    match numpy_dtype() {
+        Ok(found) => {
+            // Only numpy's answers are kept: a name given for want of numpy (or of ml_dtypes)
+            // becomes a dtype once the library can be imported.
+            if let Ok(mut objects) = DTYPE_OBJECTS.lock()
+                && known(&objects).is_none()
+            {
+                objects.push((dtype, found.clone().unbind()));
+            }
+            found
+        }
+        Err(_) => PyString::new(py, &name).into_any(),
+    }
 }
 
 /// The Python-visible behaviour behind `pytype`'s entry points.
