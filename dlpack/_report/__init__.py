@@ -1,8 +1,10 @@
 """The environment report of ``python -m dlpack``, and the provider/consumer catalog it shares
 with the test suite (``dlpack/tests/test_matrix.py``).
 
-A *provider* makes a small array in some library (or a stdlib buffer); ``asdlpack`` wraps it; a
-*consumer* takes the ``DLPackObject`` with its ``from_dlpack``. :func:`exchange` runs one such
+A *provider* makes a small array in some library (or a stdlib buffer, or a dataframe column that
+speaks the Arrow PyCapsule interface); ``asdlpack`` wraps it; a *consumer* takes the
+``DLPackObject`` with its ``from_dlpack`` (or through the buffer protocol, an array interface or
+the Arrow PyCapsule interface, for libraries that take those). :func:`exchange` runs one such
 exchange and says whether it worked zero-copy (the consumer's data pointer is the source's), with
 a copy (same values, other memory), or failed (and why). Every library import is guarded: a
 library that is missing is "not installed" (as is a mere folder of its name, which Python would
@@ -239,8 +241,8 @@ def _as_text(found: _Findings, seconds: float) -> list[str]:
     notes: dict[str, int] = {}
     for device in found.devices:
         lines.append(
-            f"{device.name.upper()} exchanges, from_dlpack(asdlpack(x)): "
-            "rows make x, columns consume it (2x3 float32, or 6 bytes)"
+            f"{device.name.upper()} exchanges, consumer(asdlpack(x)): "
+            "rows make x, columns consume it (2x3 float32, a float32 column, or 6 bytes)"
         )
         lines += [f"  (left out: {why})" for why in device.left_out]
         if not device.consumers:
@@ -267,6 +269,13 @@ def _as_text(found: _Findings, seconds: float) -> list[str]:
     lines += [
         "zero-copy: the consumer's array uses the source's memory; copy: same values, other",
         "memory; fails [n]: see note n; - [n]: not tried, see note n.",
+    ]
+    # the columns that take no DLPack, where the table has them
+    shown = {c.name for device in found.devices for c in device.consumers}
+    arrow = [c.name for c in CONSUMERS if c.speaks_arrow and c.name in shown]
+    if arrow:
+        lines.append(f"Columns {', '.join(arrow)} take x through the Arrow PyCapsule interface.")
+    lines += [
         "`python -m dlpack.tests` runs the test suite against these libraries.",
         f"(report made in {seconds:.1f}s)",
     ]

@@ -153,6 +153,81 @@ def _c_numba(obj: Any, device: str) -> Consumed:
     return d, d.copy_to_host().tolist(), int(d.__cuda_array_interface__["data"][0])
 
 
+# The Arrow PyCapsule interface out: each library's public way to take an object that has
+# __arrow_c_array__ / __arrow_c_stream__. A 2-D array comes as an arrow.fixed_shape_tensor
+# column (rows of fixed-size lists), a 1-D one as a plain column.
+
+
+def _c_pyarrow(obj: Any, device: str) -> Consumed:
+    pa = need("pyarrow")
+    if not hasattr(pa.Array, "_import_from_c_capsule"):
+        raise Unavailable(f"{version('pyarrow')} takes no Arrow PyCapsule objects (pyarrow >= 14)")
+    out = pa.array(obj)
+    leaf = out.storage if isinstance(out, pa.ExtensionArray) else out
+    while pa.types.is_fixed_size_list(leaf.type):
+        leaf = leaf.flatten()  # the values of the rows, offset included
+    return out, out.to_pylist(), leaf.buffers()[1].address + leaf.offset * leaf.type.byte_width
+
+
+def _c_polars(obj: Any, device: str) -> Consumed:
+    pl = need("polars")
+    np = need("numpy", "numpy (to find polars's memory)")
+    series = pl.Series(obj)
+    try:
+        # a tensor column's physical type is its rows (Array), which numpy can view
+        held = series.to_physical().to_numpy(allow_copy=False)
+    except RuntimeError:  # polars can't show its memory without a copy: unknown
+        return series, series.to_list(), None
+    return series, series.to_list(), np.asarray(held).__array_interface__["data"][0]
+
+
+def _c_pandas(obj: Any, device: str) -> Consumed:
+    pd = need("pandas")
+    need("pyarrow", "pyarrow (pandas reads Arrow through it)")
+    from_arrow = getattr(pd.Series, "from_arrow", None)
+    if from_arrow is None:
+        raise Unavailable(f"{version('pandas')} has no Series.from_arrow (pandas >= 3.0)")
+    series = from_arrow(obj)
+    if series.dtype != object:
+        return series, series.tolist(), series.to_numpy().__array_interface__["data"][0]
+    # rows of a tensor column: an object column of one numpy array per row
+    rows = list(series)
+    values = [row.tolist() if hasattr(row, "tolist") else row for row in rows]
+    first = getattr(rows[0], "__array_interface__", None) if rows else None
+    return series, values, first["data"][0] if first else None
+
+
+def _listed(value: Any) -> Any:
+    """DuckDB's rows (tuples, and tuples for ARRAY values) as nested lists."""
+    if isinstance(value, (list, tuple)):
+        return [_listed(v) for v in value]
+    return value
+
+
+def _c_duckdb(obj: Any, device: str) -> Consumed:
+    duckdb = need("duckdb")
+    con = duckdb.connect()  # its own in-memory database, not the module's default one
+    try:
+        rows = con.from_arrow(obj).fetchall()
+    finally:
+        con.close()
+    # DuckDB gives no address of what it holds: a query's result is its own memory
+    return rows, [_listed(row[0]) for row in rows], None
+
+
+def _c_nanoarrow(obj: Any, device: str) -> Consumed:
+    na = need("nanoarrow")
+    out = na.Array(obj)
+    leaf, offset = out, out.offset
+    while leaf.n_children:  # the values of fixed-size list rows
+        offset = offset * leaf.schema.list_size
+        leaf = leaf.child(0)
+        offset += leaf.offset
+    data = leaf.buffer(1)
+    ptr = buffer_address(data) + offset * memoryview(data).itemsize
+    return out, out.to_pylist(), ptr
+
+
 @dataclass(frozen=True)
 class Consumer:
     name: str
@@ -164,8 +239,11 @@ class Consumer:
     # it ignores DLPack's READ_ONLY flag, so asdlpack hands it copies of read-only memory
     copies_read_only: bool = False
     # it takes DLPack (else the buffer protocol or an array interface, which carry the
-    # read-only flag themselves)
+    # read-only flag themselves, or the Arrow interface)
     speaks_dlpack: bool = True
+    # it takes the Arrow PyCapsule interface, whose memory is immutable by contract: asdlpack
+    # lends it read-only memory as it is
+    speaks_arrow: bool = False
 
 
 CONSUMERS = [
@@ -227,6 +305,56 @@ CONSUMERS = [
         _c_numba,
         call="numba.cuda.as_cuda_array",
         speaks_dlpack=False,
+    ),
+    # the Arrow PyCapsule interface out
+    Consumer(
+        "pyarrow",
+        "pyarrow",
+        ("cpu",),
+        _c_pyarrow,
+        call="pyarrow.array",
+        speaks_dlpack=False,
+        speaks_arrow=True,
+    ),
+    Consumer(
+        "polars",
+        "polars",
+        ("cpu",),
+        _c_polars,
+        call="polars.Series",
+        speaks_dlpack=False,
+        speaks_arrow=True,
+    ),
+    # pandas copies a column into its own block (a tensor's rows stay views of it)
+    Consumer(
+        "pandas",
+        "pandas",
+        ("cpu",),
+        _c_pandas,
+        zero_copy=False,
+        call="pandas.Series.from_arrow",
+        speaks_dlpack=False,
+        speaks_arrow=True,
+    ),
+    # a DuckDB query's result is its own memory, and DuckDB names no address to compare
+    Consumer(
+        "duckdb",
+        "duckdb",
+        ("cpu",),
+        _c_duckdb,
+        zero_copy=False,
+        call="duckdb: connection.from_arrow(x).fetchall()",
+        speaks_dlpack=False,
+        speaks_arrow=True,
+    ),
+    Consumer(
+        "nanoarrow",
+        "nanoarrow",
+        ("cpu",),
+        _c_nanoarrow,
+        call="nanoarrow.Array",
+        speaks_dlpack=False,
+        speaks_arrow=True,
     ),
 ]
 

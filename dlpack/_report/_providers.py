@@ -202,6 +202,56 @@ def _pyarrow(device: str) -> Sample:
     return Sample(arr, [float(v) for v in VALUES_6], "float32", ptr, readonly=True)
 
 
+# Dataframe columns, read through the Arrow PyCapsule interface (``__arrow_c_stream__``,
+# ``__arrow_c_array__``): Arrow memory is immutable, so asdlpack lends it read-only.
+VALUES_COLUMN = [float(v) for v in VALUES_6]
+
+
+def _pyarrow_stream(device: str) -> Sample:
+    pa = need("pyarrow")
+    # a chunked array (a table's column) has no __dlpack__: only the Arrow stream
+    column = pa.chunked_array([pa.array(VALUES_COLUMN, type=pa.float32())])
+    chunk = column.chunk(0)
+    ptr = chunk.buffers()[1].address + chunk.offset * 4
+    return Sample(column, VALUES_COLUMN, "float32", ptr, readonly=True)
+
+
+def _polars(device: str) -> Sample:
+    pl = need("polars")
+    np = need("numpy", "numpy (to find polars's memory)")
+    series = pl.Series("x", VALUES_COLUMN, dtype=pl.Float32)
+    ptr = np.asarray(series.to_numpy(allow_copy=False)).__array_interface__["data"][0]
+    return Sample(series, VALUES_COLUMN, "float32", ptr, readonly=True)
+
+
+def _pandas(device: str) -> Sample:
+    pd = need("pandas")
+    # pandas builds its Arrow export with pyarrow, over the column's memory
+    need("pyarrow", "pyarrow (pandas's Arrow interface needs it)")
+    # the default, numpy-backed dtype: its Arrow export is the one pandas adds
+    series = pd.Series(VALUES_COLUMN, dtype="float32")
+    if not hasattr(series, "__arrow_c_stream__"):
+        raise Unavailable(f"{version('pandas')} has no Series.__arrow_c_stream__ (pandas >= 3.0)")
+    ptr = series.to_numpy().__array_interface__["data"][0]
+    return Sample(series, VALUES_COLUMN, "float32", ptr, readonly=True)
+
+
+def _duckdb(device: str) -> Sample:
+    duckdb = need("duckdb")
+    con = duckdb.connect()  # its own in-memory database, not the module's default one
+    # a query result is a table (asdlpack makes rows x columns of it, one copy), computed
+    # anew each time it is read: there is no memory of the source's to compare with
+    result = con.sql("SELECT range::FLOAT AS x FROM range(6)")
+    return Sample(result, [[v] for v in VALUES_COLUMN], "float32", None, keep=con)
+
+
+def _nanoarrow(device: str) -> Sample:
+    na = need("nanoarrow")
+    array = na.Array(VALUES_COLUMN, na.float32())
+    ptr = buffer_address(array.buffer(1)) + array.offset * 4
+    return Sample(array, VALUES_COLUMN, "float32", ptr, readonly=True)
+
+
 def _pillow(device: str) -> Sample:
     image_mod = need("PIL.Image", "pillow")
     img = image_mod.new("L", (3, 2))
@@ -254,6 +304,12 @@ PROVIDERS = [
     Provider("numba-cai", "numba", ("cuda",), _numba_cai),
     Provider("tensorflow", "tensorflow", ("cpu", "cuda"), _tensorflow),
     Provider("pyarrow", "pyarrow", ("cpu",), _pyarrow),
+    # the Arrow PyCapsule interface in
+    Provider("pyarrow-stream", "pyarrow", ("cpu",), _pyarrow_stream),
+    Provider("polars", "polars", ("cpu",), _polars),
+    Provider("pandas", "pandas", ("cpu",), _pandas),
+    Provider("duckdb", "duckdb", ("cpu",), _duckdb),
+    Provider("nanoarrow", "nanoarrow", ("cpu",), _nanoarrow),
     Provider("pillow", "PIL", ("cpu",), _pillow),
     Provider("mlx", "mlx.core", ("cpu",), _mlx),
     Provider("paddle", "paddle", ("cpu", "cuda"), _paddle),

@@ -1,8 +1,11 @@
 """Providers x consumers x devices: every exchange through ``asdlpack`` that can happen here.
 
 The providers (stdlib buffers, numpy, torch, jax, cupy, numba, tensorflow, pyarrow, pillow, mlx,
-paddle) and consumers (numpy, torch, jax, cupy, tensorflow, paddle, array-api-strict, tvm-ffi)
-come from ``dlpack._report``, which ``python -m dlpack`` uses too. A library or device that is not
+paddle, and the columns of pyarrow, polars, pandas, DuckDB and nanoarrow, read through the Arrow
+PyCapsule interface) and consumers (numpy, torch, jax, cupy, tensorflow, paddle, array-api-strict,
+tvm-ffi; memoryview, numpy's array interface, pillow, numba; pyarrow, polars, pandas, DuckDB and
+nanoarrow through the Arrow PyCapsule interface) come from ``dlpack._report``, which
+``python -m dlpack`` uses too. A library or device that is not
 here is a skip with its reason (a failure for a library ``DLPACK_TESTS_REQUIRE`` names); so is a
 library version that lacks what an exchange needs.
 """
@@ -107,8 +110,9 @@ def test_exchange(device, provider, consumer):
     if out.sample.ptr is None:
         return  # the provider copies: no memory of its own to compare with
     if not consumer.speaks_dlpack:
-        # the buffer protocol and the array interfaces say read-only themselves
-        if out.sample.readonly and consumer.zero_copy:
+        # the buffer protocol and the array interfaces say read-only themselves; Arrow memory is
+        # immutable by contract (test_arrow_consumers_never_write_lent_memory)
+        if out.sample.readonly and consumer.zero_copy and not consumer.speaks_arrow:
             assert _lent_read_only(out.result), f"{consumer.name} may write read-only memory"
         if consumer.zero_copy:
             assert out.status == "zero-copy", f"{consumer.name} got a copy"
@@ -120,6 +124,65 @@ def test_exchange(device, provider, consumer):
         assert out.status == "copy", f"{consumer.name} was lent read-only memory"
     elif consumer.zero_copy:
         assert out.status == "zero-copy", f"{consumer.name} got a copy"
+
+
+# What the report shows for the Arrow interface's rows and columns here (CPU): zero-copy where
+# the memory is lent both ways, copy where a library makes its own.
+ARROW_CELLS = {
+    # columns in: asdlpack reads each library's Arrow export in place
+    ("pyarrow-stream", "numpy"): "zero-copy",
+    ("polars", "numpy"): "zero-copy",
+    ("pandas", "torch"): "zero-copy",
+    ("nanoarrow", "numpy"): "zero-copy",
+    ("duckdb", "numpy"): "copy",  # a query result is a table: one rows x columns copy
+    # out: 1-D and 2-D (a fixed_shape_tensor column) memory lent as it is
+    ("bytes", "pyarrow"): "zero-copy",
+    ("numpy", "pyarrow"): "zero-copy",
+    ("bytes", "polars"): "zero-copy",
+    ("torch", "polars"): "zero-copy",
+    ("bytes", "nanoarrow"): "zero-copy",
+    ("numpy", "nanoarrow"): "zero-copy",
+    ("bytearray", "pandas"): "copy",  # pandas copies a column into its own block
+    ("numpy", "pandas"): "zero-copy",  # a tensor's rows are views of it
+    ("numpy", "duckdb"): "copy",
+    # and round trips
+    ("polars", "polars"): "zero-copy",
+    ("nanoarrow", "pyarrow"): "zero-copy",
+    ("duckdb", "duckdb"): "copy",
+}
+
+
+@pytest.mark.parametrize(
+    "provider, consumer, expected",
+    [(p, c, want) for (p, c), want in ARROW_CELLS.items()],
+    ids=[f"{p}-{c}" for p, c in ARROW_CELLS],
+)
+def test_arrow_cells(provider, consumer, expected):
+    from dlpack._report import CONSUMERS
+
+    p = next(x for x in PROVIDERS if x.name == provider)
+    c = next(x for x in CONSUMERS if x.name == consumer)
+    _need_all(p.module, c.module, "numpy")
+    out = exchange(p, c)
+    if out.status == "skip":  # a version without what the exchange needs
+        pytest.skip(out.reason)
+    assert out.status == expected, out.reason or f"{provider} -> {consumer}: {out.status}"
+
+
+def test_arrow_consumers_never_write_lent_memory():
+    """asdlpack lends read-only memory to Arrow consumers (Arrow memory is immutable): polars
+    copies before it writes, and pandas' rows of a tensor are read-only views."""
+    pl = need("polars")
+    pd = need("pandas")
+    source = bytes(range(6))
+    series = pl.Series(asdlpack(source))
+    series[0] = 9
+    assert series.to_list() == [9, 1, 2, 3, 4, 5] and source == bytes(range(6))
+    if not hasattr(pd.Series, "from_arrow"):
+        pytest.skip(f"{version('pandas')} has no Series.from_arrow (pandas >= 3.0)")
+    rows = pd.Series.from_arrow(asdlpack(memoryview(source).cast("B", [2, 3])))
+    assert [row.tolist() for row in rows] == [[0, 1, 2], [3, 4, 5]]
+    assert not any(row.flags.writeable for row in rows)
 
 
 def _lent_read_only(result) -> bool:

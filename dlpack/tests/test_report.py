@@ -34,6 +34,10 @@ def test_report_runs_and_shows_the_table():
         assert "zero-copy" in row
     else:
         assert "no consumer library is installed" in out
+    # the columns that take Arrow, named under the table
+    arrow = [n for n in ("pyarrow", "polars", "pandas", "duckdb", "nanoarrow") if optional(n)]
+    if arrow:
+        assert f"Columns {', '.join(arrow)} take x through the Arrow PyCapsule interface." in out
     assert "Traceback" not in proc.stderr
     assert "\x1b[K" not in proc.stderr  # no progress line where stderr is no terminal
 
@@ -135,7 +139,8 @@ def test_json_report_describes_libraries_and_exchanges(json_report):
             assert lib["error"] is None or re.match(ONLY_FOLDERS, lib["error"])
         else:
             assert (lib["error"] is None) == (lib["status"] == "ok")
-    assert {"numpy", "torch", "jax", "tensorflow", "paddle", "pytest"} <= set(libraries)
+    listed = {"numpy", "torch", "jax", "tensorflow", "paddle", "pytest"}
+    assert listed | {"polars", "pandas", "duckdb", "nanoarrow"} <= set(libraries)
     assert doc["devices"]["cpu"] == {"available": True}
     assert isinstance(doc["devices"]["cuda"]["available"], bool)
     exchanges = {(e["device"], e["provider"], e["consumer"]): e for e in doc["exchanges"]}
@@ -150,6 +155,57 @@ def test_json_report_describes_libraries_and_exchanges(json_report):
     for provider in ("bytearray", "numpy", "torch"):
         for consumer in ("numpy", "torch"):
             assert exchanges["cpu", provider, consumer]["status"] == "zero-copy"
+
+
+DATAFRAMES = ("pyarrow", "polars", "pandas", "duckdb", "nanoarrow")
+
+
+def test_json_report_has_the_dataframe_world(json_report):
+    """Columns of the dataframe libraries are rows (through their Arrow export), and the
+    libraries are columns (taking the Arrow PyCapsule interface)."""
+    _, stdout, _ = json_report
+    modules = {name: need(name) for name in ("numpy", *DATAFRAMES)}
+    doc = json.loads(stdout)
+    libraries = {lib["name"]: lib for lib in doc["libraries"]}
+    for name in DATAFRAMES:
+        assert libraries[name]["status"] == "ok"
+        assert libraries[name]["version"] == modules[name].__version__
+    cpu = [e for e in doc["exchanges"] if e["device"] == "cpu"]
+    exchanges = {(e["provider"], e["consumer"]): e["status"] for e in cpu}
+    for name in ("polars", "pandas", "nanoarrow", "pyarrow-stream"):
+        assert exchanges[name, "numpy"] == "zero-copy"
+    for name in ("pyarrow", "polars", "nanoarrow"):
+        assert exchanges["numpy", name] == "zero-copy"
+        assert exchanges["bytes", name] == "zero-copy"  # Arrow memory is read-only anyway
+    # a query result is a table (one copy into rows x columns), and DuckDB keeps its own memory
+    assert exchanges["duckdb", "numpy"] == exchanges["numpy", "duckdb"] == "copy"
+    assert exchanges["bytearray", "pandas"] == "copy"  # into pandas' own block
+
+
+def test_report_survives_broken_and_crashing_dataframe_libraries(tmp_path):
+    """Fakes first on the path: a polars that raises when imported, a DuckDB that kills the
+    interpreter (the probe must know it, or the report dies importing it), a pandas that raises
+    ImportError. The report lists them so, leaves their rows and columns out, and the rest runs."""
+    need("numpy")
+    need("nanoarrow")
+    (tmp_path / "polars").mkdir()
+    (tmp_path / "polars" / "__init__.py").write_text("raise RuntimeError('broken on purpose')\n")
+    (tmp_path / "duckdb.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    (tmp_path / "pandas.py").write_text("raise ImportError('broken on purpose')\n")
+    proc = run_python("-m", "dlpack", "--json", path=[tmp_path])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    libraries = {lib["name"]: lib for lib in doc["libraries"]}
+    assert libraries["polars"]["status"] == "broken"
+    assert libraries["polars"]["error"] == "RuntimeError: broken on purpose"
+    assert libraries["pandas"]["status"] == "broken"
+    assert libraries["duckdb"]["status"] == "crashes"
+    assert "signal 11 (SIGSEGV)" in libraries["duckdb"]["error"]
+    assert libraries["nanoarrow"]["status"] == "ok"
+    exchanges = {(e["provider"], e["consumer"]): e["status"] for e in doc["exchanges"]}
+    named = {name for pair in exchanges for name in pair}
+    assert not named & {"polars", "pandas", "duckdb"}
+    assert exchanges["nanoarrow", "numpy"] == exchanges["numpy", "nanoarrow"] == "zero-copy"
 
 
 def test_progress_shows_on_a_terminal(json_report):
