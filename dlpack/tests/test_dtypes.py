@@ -14,6 +14,7 @@ from ._helpers import (
     array_interface_of,
     need,
     np_data_ptr,
+    run_python,
 )
 
 np = need("numpy")
@@ -197,3 +198,28 @@ def test_ml_dtypes_dtype_is_ml_dtypes(name):
     obj = asdlpack(np.zeros(3, dt))
     assert obj.dtype == dt and type(obj.dtype) is type(dt) and str(obj.dtype) == name
     assert np.dtype(obj) == dt
+
+
+def test_dtype_read_before_ml_dtypes_imports_becomes_its_dtype_after():
+    """The extension keeps the dtypes it has made, but not a name given for want of a library:
+    a bfloat16 object read while ml_dtypes can't be imported says "bfloat16", and the same
+    object read once ml_dtypes can be imported gives ml_dtypes' dtype."""
+    need("ml_dtypes")
+    need("torch")  # makes the bfloat16 source without ml_dtypes
+    # ml_dtypes blocked (as if not installed) while the object is first read, then imported
+    code = (
+        "import sys\n"
+        "sys.modules['ml_dtypes'] = None\n"
+        "import numpy as np, torch\n"
+        "from dlpack import asdlpack\n"
+        "obj = asdlpack(torch.zeros(3, dtype=torch.bfloat16))\n"
+        "before = obj.dtype\n"
+        "del sys.modules['ml_dtypes']\n"
+        "import ml_dtypes\n"
+        "after = obj.dtype\n"
+        "print(type(before).__name__, before, isinstance(after, np.dtype), after, "
+        "after == np.dtype(ml_dtypes.bfloat16))\n"
+    )
+    done = run_python("-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["str", "bfloat16", "True", "bfloat16", "True"]
