@@ -192,7 +192,9 @@ def test_report_survives_broken_and_crashing_dataframe_libraries(tmp_path):
     (tmp_path / "polars" / "__init__.py").write_text("raise RuntimeError('broken on purpose')\n")
     (tmp_path / "duckdb.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
     (tmp_path / "pandas.py").write_text("raise ImportError('broken on purpose')\n")
-    proc = run_python("-m", "dlpack", "--json", path=[tmp_path])
+    # started in tmp_path: the current folder comes first on sys.path, and a child started in
+    # site-packages (where the package root is, installed) would import the real libraries
+    proc = run_python("-m", "dlpack", "--json", path=[tmp_path], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     libraries = {lib["name"]: lib for lib in doc["libraries"]}
