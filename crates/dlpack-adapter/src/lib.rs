@@ -1,4 +1,4 @@
-#![doc = include_str!("../../../docs/guide/rust.md")]
+#![doc = include_str!("../README.md")]
 //!
 //! # The crate
 //!
