@@ -3,11 +3,14 @@
 #   make test  - install test dependencies, build the wheel, run every Rust and Python test
 # and for maintainers:
 #   make lint  - formatting, clippy, module cycles, message holes, SAFETY notes, ruff, mypy
-#   make wheel - the sdist, and the manylinux abi3 release wheel built from it, in dist/
+#   make wheel - the sdist, and the manylinux2014 abi3 release wheel built from it, in dist/
 #   make mixed - the suite (the report included), from the wheel, among many more array libraries
+#   make pythons - the suite from the wheel on each other CPython the wheel claims (3.12, 3.13)
+#   make release-check - what publishing needs: cargo publish --dry-run, twine check, metadata
 #   make lock  - recompile requirements/lock*.txt from pyproject.toml's extras (newest versions)
 #   make memcheck - the core's tests and a smoke subset of the suite under valgrind's memcheck
-# VENV may point elsewhere (CI keeps one in its cache directory), and MIXED_VENV too.
+# VENV may point elsewhere (CI keeps one in its cache directory), and MIXED_VENV and
+# PYTHONS_VENVS too.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -35,8 +38,16 @@ MIXED_VENV ?= .venv-mixed
 MIXED_PYTEST_ARGS ?= -k 'not crashing_libraries'
 MIXED_PY := $(MIXED_VENV)/bin/python
 
+# The CPythons the abi3 wheel claims besides VENV's and MIXED_VENV's 3.11 (pyproject.toml's
+# classifiers name all of them: tools/check_metadata.py compares), each with a virtualenv of its
+# own in PYTHONS_VENVS, its libraries pinned by requirements/lock-py3.X.txt: the test extra, at
+# the versions of LOCK, wheels only.
+OTHER_PYTHONS ?= 3.12 3.13
+PYTHONS_VENVS ?= .venvs
+
 .PHONY: demo test lint bench build wheel sdist mixed mixed-venv lock deps rust-test py-test \
-	py-test-checked py-test-x64 stubtest mypy venv clean example-test bench-rust-api docs memcheck
+	py-test-checked py-test-x64 stubtest mypy venv clean example-test bench-rust-api docs memcheck \
+	pythons release-check
 
 venv: $(PY)
 $(PY):
@@ -51,16 +62,28 @@ lock: deps
 		--extra test --extra bench --extra docs --extra dev -o $(LOCK)
 	$(UV) pip compile -q --upgrade pyproject.toml $(LOCK_FOR) --custom-compile-command "make lock" \
 		--extra test --extra mixed -o $(LOCK_MIXED)
+	for v in $(OTHER_PYTHONS); do \
+		$(UV) pip compile -q pyproject.toml --python-version $$v \
+			--python-platform x86_64-manylinux_2_35 --only-binary :all: \
+			--custom-compile-command "make lock" --extra test -c $(LOCK) \
+			-o requirements/lock-py$$v.txt || exit 1; \
+	done
 
-# The sdist, and the release wheel (manylinux_2_34, abi3: one wheel for every CPython from 3.11)
-# built from it, so building the wheel shows the sdist holds everything; both in dist/. The wheel
-# is built in this tree's target folder, so later builds reuse what was built there.
-# This glibc's toolchain links GLIBC_2.34 symbols: an older tag needs a manylinux container or zig.
+# The sdist, and the release wheel built from it, so building the wheel shows the sdist holds
+# everything; both in dist/. The wheel is abi3 (one wheel for every CPython from 3.11) and
+# manylinux2014: glibc 2.17 and later, so RHEL/Rocky 8, Ubuntu 20.04, Debian 11 and Amazon Linux 2
+# install it. This machine's glibc is newer and its linker would pull in newer symbols, so zig
+# (the ziglang package in VENV, found on PATH by maturin) links against glibc 2.17's. auditwheel
+# must find the wheel manylinux_2_17, or the build fails. The wheel is built in this tree's target
+# folder, so later builds reuse what was built there.
 wheel: sdist
 	rm -rf dist/*.whl
-	CARGO_TARGET_DIR=$(abspath target) MATURIN_PEP517_ARGS="--compatibility manylinux_2_34" \
+	PATH="$(abspath $(VENV))/bin:$$PATH" CARGO_TARGET_DIR=$(abspath target) \
+		MATURIN_PEP517_ARGS="--zig --compatibility manylinux2014" \
 		$(PIP) wheel --no-deps --no-build-isolation -w dist dist/*.tar.gz
-	$(PY) -m auditwheel show dist/*.whl
+	shown=$$($(PY) -m auditwheel show dist/*.whl) && echo "$$shown" \
+		&& echo "$$shown" | grep -q '"manylinux_2_17_x86_64"' \
+		|| { echo "make wheel: the wheel is not manylinux_2_17 (manylinux2014)" >&2; exit 1; }
 
 sdist: venv
 	rm -rf dist/*.tar.gz
@@ -166,8 +189,9 @@ py-test-checked: venv
 	$(MAKE) py-test-x64
 
 # What CI runs after lint: the suite on the checked build, the stubs, the Rust tests, the Rust
-# API's example; then the sdist and the release wheel built from it, and the suite from that wheel in the mixed
-# environment (`make py-test` after `make build` runs it in VENV instead).
+# API's example; then the sdist and the release wheel built from it, and the suite from that
+# wheel in the mixed environment (3.11) and on each of OTHER_PYTHONS (`make py-test` after
+# `make build` runs it in VENV instead).
 test: deps
 	$(MAKE) py-test-checked
 	$(MAKE) stubtest
@@ -175,6 +199,7 @@ test: deps
 	$(MAKE) example-test
 	$(MAKE) wheel
 	$(MAKE) mixed
+	$(MAKE) pythons
 
 # The mixed extra's environment, made again from scratch whenever its lock changes (the lock's
 # hash is kept inside it).
@@ -194,6 +219,23 @@ mixed-venv: venv
 mixed: mixed-venv
 	$(UV) pip install -q --python $(MIXED_PY) --reinstall --no-deps dist/*.whl
 	DLPACK_TESTS_REQUIRE=$(MIXED_REQUIRE) $(MIXED_PY) -P -m dlpack.tests -q -ra $(MIXED_PYTEST_ARGS)
+
+# The suite from the wheel in dist/ (`make wheel`) on each of OTHER_PYTHONS, each in its own
+# virtualenv (made again whenever its lock changes), with TESTS_REQUIRE required. The log ends
+# with one line per interpreter: which ran, from where, and how it went. With REQUIRE_PYTHONS=1
+# (CI) an interpreter this machine lacks fails the run; without, it is said and skipped.
+pythons: venv
+	DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) $(PY) tools/other_pythons.py --wheel 'dist/*.whl' \
+		--venvs $(abspath $(PYTHONS_VENVS)) $(if $(REQUIRE_PYTHONS),--require) $(OTHER_PYTHONS)
+
+# What publishing needs besides the tests (docs/releasing.md), on the sdist and wheel in dist/
+# (`make wheel`): the crates meant for crates.io package and build from their packaged files
+# alone, PyPI will render the sdist's and wheel's metadata, and both sides say the same version,
+# license and addresses, and the Python versions the suite runs on.
+release-check: venv
+	cargo publish --dry-run --quiet -p dlpack-core -p dlpack-adapter
+	$(PY) -m twine check --strict dist/*
+	$(PY) tools/check_metadata.py --wheel dist/*.whl --pythons 3.11 $(OTHER_PYTHONS)
 
 mypy:
 	$(PY) -m mypy
@@ -222,7 +264,7 @@ bench: deps
 	$(PY) -P bench/bench_exchange.py $(BENCH_ARGS)
 
 clean:
-	rm -rf dist dist-checked dist-example dist-bench target $(VENV) $(MIXED_VENV)
+	rm -rf dist dist-checked dist-example dist-bench target $(VENV) $(MIXED_VENV) $(PYTHONS_VENVS)
 
 # The documentation site, built with warnings as errors, and every Python example in README.md and
 # docs/ run (tools/check_doc_examples.py). Needs `pip install "dlpack-adapter[docs]"`, dlpack built

@@ -1,0 +1,123 @@
+"""The suite from the wheel on other CPythons the abi3 wheel claims, each in its own virtualenv.
+
+    python tools/other_pythons.py --wheel dist/*.whl --venvs DIR 3.12 3.13 [--require]
+
+For each version: find its interpreter (``python3.X`` on PATH, else pyenv's
+``versions/3.X*``), make ``DIR/py3.X`` with uv from ``requirements/lock-py3.X.txt`` (again
+whenever that lock changes: its hash is kept inside), install the wheel there, and run the whole
+suite with the libraries of ``DLPACK_TESTS_REQUIRE`` required. At the end, one line per version
+says which interpreter ran and how it went; a version with no interpreter here is said as such,
+and with ``--require`` (CI) fails the run instead of passing it silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def find_interpreter(version: str) -> str | None:
+    """A working ``python3.X`` for ``version`` ("3.12"), or None."""
+    candidates = []
+    on_path = shutil.which(f"python{version}")
+    if on_path:
+        candidates.append(on_path)
+    # pyenv's shims name every version it has, but run only those it has made current: look
+    # in its versions folder too
+    pyenv_root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    pattern = os.path.join(pyenv_root, "versions", f"{version}.*", "bin", f"python{version}")
+    candidates += sorted(glob.glob(pattern), reverse=True)
+    for candidate in candidates:
+        done = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode == 0 and done.stdout.strip() == version:
+            return candidate
+    return None
+
+
+def full_version(python: str) -> str:
+    done = subprocess.run([python, "-VV"], capture_output=True, text=True, check=True)
+    return done.stdout.split("\n")[0].strip()
+
+
+def make_venv(uv: list[str], python: str, venv: Path, lock: Path) -> Path:
+    """``venv`` with ``lock`` installed, made again when the lock changed."""
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()
+    stamp = venv / ".lock-hash"
+    venv_python = venv / "bin" / "python"
+    if not (stamp.is_file() and stamp.read_text().strip() == digest and venv_python.exists()):
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([*uv, "venv", "-q", "--python", python, str(venv)], check=True)
+        subprocess.run(
+            [*uv, "pip", "install", "-q", "--python", str(venv_python), "-r", str(lock)],
+            check=True,
+        )
+        stamp.write_text(digest + "\n")
+    return venv_python
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("versions", nargs="+", help="CPython versions, as 3.12")
+    parser.add_argument("--wheel", required=True, help="the wheel to test (a glob)")
+    parser.add_argument("--venvs", required=True, help="folder holding one virtualenv each")
+    parser.add_argument("--require", action="store_true", help="a missing version fails the run")
+    parser.add_argument("pytest_args", nargs="*", default=[], help="after --: more for pytest")
+    args = parser.parse_args()
+    wheels = glob.glob(args.wheel)
+    if len(wheels) != 1:
+        parser.error(f"--wheel {args.wheel!r} names {len(wheels)} files, not one")
+    uv = [sys.executable, "-m", "uv"]
+    outcomes: list[str] = []
+    failed = False
+    for version in args.versions:
+        lock = ROOT / "requirements" / f"lock-py{version}.txt"
+        python = find_interpreter(version)
+        if python is None:
+            outcomes.append(f"CPython {version}: NOT RUN, no interpreter found (PATH, pyenv)")
+            failed |= args.require
+            continue
+        if not lock.is_file():
+            outcomes.append(f"CPython {version}: NOT RUN, no {lock.relative_to(ROOT)}")
+            failed = True
+            continue
+        print(f"=== CPython {version}: {python}", flush=True)
+        start = time.monotonic()
+        venv_python = make_venv(uv, python, Path(args.venvs) / f"py{version}", lock)
+        subprocess.run(
+            [
+                *uv, "pip", "install", "-q", "--python", str(venv_python),
+                "--reinstall", "--no-deps", wheels[0],
+            ],
+            check=True,
+        )  # fmt: skip
+        done = subprocess.run(
+            [str(venv_python), "-P", "-m", "dlpack.tests", "-q", "-ra", *args.pytest_args],
+            cwd=Path(args.venvs),  # away from the source tree: the installed wheel is tested
+            check=False,
+        )
+        took = time.monotonic() - start
+        verdict = "passed" if done.returncode == 0 else f"FAILED (exit status {done.returncode})"
+        outcomes.append(f"{full_version(str(venv_python))} ({python}): {verdict} in {took:.0f} s")
+        failed |= done.returncode != 0
+    print("=== the suite from the wheel, on each CPython:")
+    for line in outcomes:
+        print(f"    {line}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
