@@ -1,13 +1,14 @@
 """The suite from the wheel on other CPythons the abi3 wheel claims, each in its own virtualenv.
 
-    python tools/other_pythons.py --wheel dist/*.whl --venvs DIR 3.12 3.13 [--require]
+    python tools/other_pythons.py --wheel dist/*.whl --venvs DIR [--jobs N] [--require] 3.12 3.13
 
 For each version: find its interpreter (``python3.X`` on PATH, else pyenv's
 ``versions/3.X*``), make ``DIR/py3.X`` with uv from ``requirements/lock-py3.X.txt`` (again
 whenever that lock changes: its hash is kept inside), install the wheel there, and run the whole
-suite with the libraries of ``DLPACK_TESTS_REQUIRE`` required. At the end, one line per version
-says which interpreter ran and how it went; a version with no interpreter here is said as such,
-and with ``--require`` (CI) fails the run instead of passing it silently.
+suite with the libraries of ``DLPACK_TESTS_REQUIRE`` required. The suites run ``--jobs`` at a
+time (each keeps to about one core), each one's output printed whole when it ends. At the end,
+one line per version says which interpreter ran and how it went; a version with no interpreter
+here is said as such, and with ``--require`` (CI) fails the run instead of passing it silently.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,8 +51,8 @@ def find_interpreter(version: str) -> str | None:
 
 
 def full_version(python: str) -> str:
-    done = subprocess.run([python, "-VV"], capture_output=True, text=True, check=True)
-    return done.stdout.split("\n")[0].strip()
+    done = subprocess.run([python, "-V"], capture_output=True, text=True, check=True)
+    return done.stdout.strip().replace("Python", "CPython")
 
 
 def make_venv(uv: list[str], python: str, venv: Path, lock: Path) -> Path:
@@ -69,11 +71,37 @@ def make_venv(uv: list[str], python: str, venv: Path, lock: Path) -> Path:
     return venv_python
 
 
+class Suite:
+    """One version's suite, running in the background, its output in a file of its own."""
+
+    def __init__(self, version: str, python: str, venv_python: Path, cwd: Path, args: list[str]):
+        self.version, self.python, self.venv_python = version, python, venv_python
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.start = time.monotonic()
+        self.process = subprocess.Popen(
+            [str(venv_python), "-P", "-m", "dlpack.tests", "-q", "-ra", *args],
+            cwd=cwd,  # away from the source tree: the installed wheel is tested
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def finish(self) -> tuple[bool, str]:
+        status = self.process.wait()
+        took = time.monotonic() - self.start
+        self.log.seek(0)
+        print(f"=== CPython {self.version}: the suite's output", flush=True)
+        sys.stdout.write(self.log.read())
+        verdict = "passed" if status == 0 else f"FAILED (exit status {status})"
+        line = f"{full_version(str(self.venv_python))} ({self.python}): {verdict} in {took:.0f} s"
+        return status == 0, line
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("versions", nargs="+", help="CPython versions, as 3.12")
     parser.add_argument("--wheel", required=True, help="the wheel to test (a glob)")
     parser.add_argument("--venvs", required=True, help="folder holding one virtualenv each")
+    parser.add_argument("--jobs", type=int, default=1, help="suites run at once (default 1)")
     parser.add_argument("--require", action="store_true", help="a missing version fails the run")
     parser.add_argument("pytest_args", nargs="*", default=[], help="after --: more for pytest")
     args = parser.parse_args()
@@ -83,6 +111,14 @@ def main() -> int:
     uv = [sys.executable, "-m", "uv"]
     outcomes: list[str] = []
     failed = False
+    running: list[Suite] = []
+
+    def finish_one() -> None:
+        nonlocal failed
+        passed, line = running.pop(0).finish()
+        outcomes.append(line)
+        failed |= not passed
+
     for version in args.versions:
         lock = ROOT / "requirements" / f"lock-py{version}.txt"
         python = find_interpreter(version)
@@ -95,7 +131,6 @@ def main() -> int:
             failed = True
             continue
         print(f"=== CPython {version}: {python}", flush=True)
-        start = time.monotonic()
         venv_python = make_venv(uv, python, Path(args.venvs) / f"py{version}", lock)
         subprocess.run(
             [
@@ -104,15 +139,11 @@ def main() -> int:
             ],
             check=True,
         )  # fmt: skip
-        done = subprocess.run(
-            [str(venv_python), "-P", "-m", "dlpack.tests", "-q", "-ra", *args.pytest_args],
-            cwd=Path(args.venvs),  # away from the source tree: the installed wheel is tested
-            check=False,
-        )
-        took = time.monotonic() - start
-        verdict = "passed" if done.returncode == 0 else f"FAILED (exit status {done.returncode})"
-        outcomes.append(f"{full_version(str(venv_python))} ({python}): {verdict} in {took:.0f} s")
-        failed |= done.returncode != 0
+        while len(running) >= max(args.jobs, 1):
+            finish_one()
+        running.append(Suite(version, python, venv_python, Path(args.venvs), args.pytest_args))
+    while running:
+        finish_one()
     print("=== the suite from the wheel, on each CPython:")
     for line in outcomes:
         print(f"    {line}")
