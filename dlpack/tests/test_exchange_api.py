@@ -38,6 +38,10 @@ _STREAM = ctypes.PYFUNCTYPE(
     ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)
 )
 _DELETER = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)
+# Our own prototype of Py_DecRef, taking an address: ctypes.pythonapi's function objects are
+# shared by the process, and other libraries set their argtypes (numba.cuda makes Py_DecRef take
+# a py_object, which would give back the c_void_p holder's reference instead of the object's).
+_DECREF_ADDRESS = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(("Py_DecRef", ctypes.pythonapi))
 
 
 class ExchangeAPI(ctypes.Structure):
@@ -186,7 +190,7 @@ def test_to_py_object_takes_ownership():
     out = ctypes.c_void_p()
     assert _TO_PY(_table().managed_tensor_to_py_object_no_sync)(address, ctypes.byref(out)) == 0
     back = ctypes.cast(out, ctypes.py_object).value  # a borrowed view of our new reference...
-    ctypes.pythonapi.Py_DecRef(out)  # ...which we, the C caller, now give back
+    _DECREF_ADDRESS(out)  # ...which we, the C caller, now give back
     assert type(back) is DLPackObject
     assert back.shape == (3,) and back.dtype == "uint8"
     assert bytes(ctypes.string_at(back.data_ptr, 3)) == b"xyz"
