@@ -50,7 +50,7 @@ PYTHONS_JOBS ?= 2
 
 .PHONY: demo test lint bench build wheel sdist mixed mixed-venv lock deps rust-test py-test \
 	py-test-checked py-test-x64 stubtest mypy venv clean example-test bench-rust-api docs memcheck \
-	pythons release-check beside-mixed
+	pythons release-check
 
 venv: $(PY)
 $(PY):
@@ -191,22 +191,17 @@ py-test-checked: venv
 	$(MAKE) py-test
 	$(MAKE) py-test-x64
 
-# What CI runs after lint: the suite on the checked build, the stubs; the sdist and the release
-# wheel built from it; then, side by side, the suite from that wheel in the mixed environment
-# (3.11, about one core for 5-9 minutes) and beside it the Rust tests, the Rust API's example and
-# the suite from the wheel on each of OTHER_PYTHONS (`make py-test` after `make build` runs the
-# suite in VENV instead). Each part's output is printed whole when it ends.
+# What CI runs after lint: the suite on the checked build, the stubs, the Rust tests, the Rust
+# API's example; then the sdist and the release wheel built from it, and the suite from that
+# wheel in the mixed environment (3.11) and on each of OTHER_PYTHONS, side by side: each suite
+# keeps to about one core (`make py-test` after `make build` runs it in VENV instead).
 test: deps
 	$(MAKE) py-test-checked
 	$(MAKE) stubtest
-	$(MAKE) wheel
-	$(MAKE) -j2 --output-sync=recurse mixed beside-mixed
-
-# What `make test` runs beside `make mixed`, one after the other.
-beside-mixed:
 	$(MAKE) rust-test
 	$(MAKE) example-test
-	$(MAKE) pythons
+	$(MAKE) wheel
+	$(MAKE) -j2 --output-sync=recurse mixed pythons
 
 # The mixed extra's environment, made again from scratch whenever its lock changes (the lock's
 # hash is kept inside it).
