@@ -74,12 +74,12 @@ def make_venv(uv: list[str], python: str, venv: Path, lock: Path) -> Path:
 class Suite:
     """One version's suite, running in the background, its output in a file of its own."""
 
-    def __init__(self, version: str, python: str, venv_python: Path, cwd: Path, args: list[str]):
+    def __init__(self, version: str, python: str, venv_python: Path, cwd: Path):
         self.version, self.python, self.venv_python = version, python, venv_python
         self.log = tempfile.TemporaryFile(mode="w+")
         self.start = time.monotonic()
         self.process = subprocess.Popen(
-            [str(venv_python), "-P", "-m", "dlpack.tests", "-q", "-ra", *args],
+            [str(venv_python), "-P", "-m", "dlpack.tests", "-q", "-ra"],
             cwd=cwd,  # away from the source tree: the installed wheel is tested
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -103,7 +103,6 @@ def main() -> int:
     parser.add_argument("--venvs", required=True, help="folder holding one virtualenv each")
     parser.add_argument("--jobs", type=int, default=1, help="suites run at once (default 1)")
     parser.add_argument("--require", action="store_true", help="a missing version fails the run")
-    parser.add_argument("pytest_args", nargs="*", default=[], help="after --: more for pytest")
     args = parser.parse_args()
     wheels = glob.glob(args.wheel)
     if len(wheels) != 1:
@@ -141,7 +140,7 @@ def main() -> int:
         )  # fmt: skip
         while len(running) >= max(args.jobs, 1):
             finish_one()
-        running.append(Suite(version, python, venv_python, Path(args.venvs), args.pytest_args))
+        running.append(Suite(version, python, venv_python, Path(args.venvs)))
     while running:
         finish_one()
     print("=== the suite from the wheel, on each CPython:")
