@@ -102,7 +102,7 @@ impl DLPackObject {
 static CPU_DEVICE: GilCell<usize> = GilCell::new(0);
 
 /// The dtype objects `dtype_object` has made, by element type: making one calls `numpy.dtype`
-/// (about 0.5 µs, on every leaf `dlpack.interop` converts), and numpy's dtypes are immutable.
+/// (about 0.6 µs, on every leaf `dlpack.interop` converts), and numpy's dtypes are immutable.
 /// Few element types exist (a few dozen at most), so a list searched in order serves. The lock is
 /// never held while Python runs.
 static DTYPE_OBJECTS: Mutex<Vec<(DType, Py<PyAny>)>> = Mutex::new(Vec::new());
