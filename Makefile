@@ -206,13 +206,7 @@ test: deps
 # The mixed extra's environment, made again from scratch whenever its lock changes (the lock's
 # hash is kept inside it).
 mixed-venv: venv
-	@hash=$$(sha256sum $(LOCK_MIXED) | cut -d' ' -f1); \
-	if [ "$$(cat $(MIXED_VENV)/.lock-hash 2>/dev/null)" != "$$hash" ]; then \
-		set -e; rm -rf $(MIXED_VENV); \
-		$(UV) venv -q --python $(PY) $(MIXED_VENV); \
-		$(UV) pip install -q --python $(MIXED_PY) -r $(LOCK_MIXED); \
-		echo "$$hash" > $(MIXED_VENV)/.lock-hash; \
-	fi
+	$(PY) tools/venv_from_lock.py --python $(PY) $(MIXED_VENV) $(LOCK_MIXED)
 
 # The wheel in dist/ (`make wheel`), installed in MIXED_VENV, where TensorFlow, Paddle, MLX, numba
 # and the test extra's libraries all live together: the whole suite, whose test_report runs the

@@ -3,19 +3,19 @@
     python tools/other_pythons.py --wheel dist/*.whl --venvs DIR [--jobs N] [--require] 3.12 3.13
 
 For each version: find its interpreter (``python3.X`` on PATH, else pyenv's
-``versions/3.X*``), make ``DIR/py3.X`` with uv from ``requirements/lock-py3.X.txt`` (again
-whenever that lock changes: its hash is kept inside), install the wheel there, and run the whole
-suite with the libraries of ``DLPACK_TESTS_REQUIRE`` required. The suites run ``--jobs`` at a
-time (each keeps to about one core), each one's output printed whole when it ends. At the end,
-one line per version says which interpreter ran and how it went; a version with no interpreter
-here is said as such, and with ``--require`` (CI) fails the run instead of passing it silently.
+``versions/3.X*``), make ``DIR/py3.X`` from ``requirements/lock-py3.X.txt``
+(``tools/venv_from_lock.py``: again whenever that lock changes), install the wheel there, and
+run the whole suite with the libraries of ``DLPACK_TESTS_REQUIRE`` required. The suites run
+``--jobs`` at a time (each keeps to about one core), each one's output printed whole when it
+ends. At the end, one line per version says which interpreter ran and how it went; a version
+with no interpreter here is said as such, and with ``--require`` (CI) fails the run instead of
+passing it silently.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
-import hashlib
 import os
 import shutil
 import subprocess
@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from venv_from_lock import make_venv  # this script's folder is first on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,22 +55,6 @@ def find_interpreter(version: str) -> str | None:
 def full_version(python: str) -> str:
     done = subprocess.run([python, "-V"], capture_output=True, text=True, check=True)
     return done.stdout.strip().replace("Python", "CPython")
-
-
-def make_venv(uv: list[str], python: str, venv: Path, lock: Path) -> Path:
-    """``venv`` with ``lock`` installed, made again when the lock changed."""
-    digest = hashlib.sha256(lock.read_bytes()).hexdigest()
-    stamp = venv / ".lock-hash"
-    venv_python = venv / "bin" / "python"
-    if not (stamp.is_file() and stamp.read_text().strip() == digest and venv_python.exists()):
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([*uv, "venv", "-q", "--python", python, str(venv)], check=True)
-        subprocess.run(
-            [*uv, "pip", "install", "-q", "--python", str(venv_python), "-r", str(lock)],
-            check=True,
-        )
-        stamp.write_text(digest + "\n")
-    return venv_python
 
 
 class Suite:
@@ -130,7 +116,7 @@ def main() -> int:
             failed = True
             continue
         print(f"=== CPython {version}: {python}", flush=True)
-        venv_python = make_venv(uv, python, Path(args.venvs) / f"py{version}", lock)
+        venv_python = make_venv(python, Path(args.venvs) / f"py{version}", lock)
         subprocess.run(
             [
                 *uv, "pip", "install", "-q", "--python", str(venv_python),
