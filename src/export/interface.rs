@@ -83,8 +83,9 @@ pub fn is_cuda(tensor: &Tensor) -> bool {
 }
 
 /// One `__array_struct__` capsule's memory: the interface numpy reads, and the reference that
-/// keeps the tensor (shape and strides included) alive while the capsule lives. The interface
-/// comes first: the capsule's pointer is read as a `PyArrayInterface *`.
+/// keeps the tensor (shape and strides included) alive while the capsule lives (and the
+/// interface's `descr`, when it has one, its own). The interface comes first: the capsule's
+/// pointer is read as a `PyArrayInterface *`.
 #[repr(C)]
 struct ArrayStruct {
     #[allow(
@@ -97,13 +98,16 @@ struct ArrayStruct {
 
 /// `__array_struct__` of a host tensor DLPack-style memory can describe in place (not behind
 /// suboffsets), held by `holder`: a capsule of numpy's `PyArrayInterface`, whose shape and
-/// strides point into the tensor's layout.
+/// strides point into the tensor's layout. `descr`: the numpy dtype of an element type the
+/// type kind can't name (ml_dtypes' bfloat16 is "V", 2 bytes, without it), so that numpy (and
+/// `jnp.asarray`, which reads through numpy) makes arrays of that type.
 ///
 /// # Safety
 /// `holder` keeps `tensor` alive and unchanged for as long as it lives.
 pub unsafe fn array_struct<'py>(
     holder: &Bound<'py, PyAny>,
     tensor: &Tensor,
+    descr: Option<Bound<'py, PyAny>>,
 ) -> Result<Bound<'py, PyAny>> {
     if tensor.indirect() {
         return Err(Error::buffer(
@@ -122,6 +126,7 @@ pub unsafe fn array_struct<'py>(
     set(array_struct_flags::ALIGNED, aligned);
     set(array_struct_flags::NOTSWAPPED, !tensor.swapped());
     set(array_struct_flags::WRITEABLE, !tensor.readonly());
+    set(array_struct_flags::HAS_DESCR, descr.is_some());
     let ndim = layout.ndim();
     let (shape, strides) = if ndim == 0 {
         (std::ptr::null(), std::ptr::null())
@@ -142,7 +147,8 @@ pub unsafe fn array_struct<'py>(
             shape,
             strides,
             data: tensor.data(),
-            descr: std::ptr::null_mut(),
+            // The allocation's own reference, released with it.
+            descr: descr.map_or(std::ptr::null_mut(), Bound::into_ptr),
         },
         holder: holder.clone().into_ptr(),
     });
@@ -170,8 +176,13 @@ unsafe fn drop_array_struct(pointer: *mut ArrayStruct) {
     // SAFETY: `pointer` came from `Box::into_raw` in `array_struct` and is freed once (this
     // function's contract).
     let allocation = unsafe { Box::from_raw(pointer) };
-    // SAFETY: per the contract: the reference the allocation held, given up once.
+    // SAFETY: the reference the allocation held, given up once (it is freed once, this
+    // function's contract); the calling thread holds the GIL (the contract too).
     unsafe { python::decref(allocation.holder) };
+    if !allocation.interface.descr.is_null() {
+        // SAFETY: the allocation's own reference to its dtype, given up once, as the holder's.
+        unsafe { python::decref(allocation.interface.descr) };
+    }
 }
 
 /// The `__array_struct__` capsule's destructor.

@@ -27,6 +27,9 @@ pub mod array_struct_flags {
     pub const ALIGNED: i32 = 0x100;
     pub const NOTSWAPPED: i32 = 0x200;
     pub const WRITEABLE: i32 = 0x400;
+    /// `descr` holds a dtype (anything `numpy.dtype()` takes), read in place of `typekind` and
+    /// `itemsize`.
+    pub const HAS_DESCR: i32 = 0x800;
 }
 
 #[cfg(target_pointer_width = "64")]
