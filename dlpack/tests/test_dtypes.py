@@ -1,5 +1,7 @@
 """dtype mapping through every producer path, including ml_dtypes' extension types."""
 
+import sys
+
 import pytest
 
 from dlpack import asdlpack
@@ -223,3 +225,68 @@ def test_dtype_read_before_ml_dtypes_imports_becomes_its_dtype_after():
     done = run_python("-c", code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["str", "bfloat16", "True", "bfloat16", "True"]
+
+
+def test_dtype_lets_an_interrupt_during_ml_dtypes_import_through():
+    """An interrupt (or exit) raised while ml_dtypes imports is the user's, not a reason to
+    answer with the type's name; an ordinary import failure still gives the name."""
+    need("numpy")
+    need("torch")  # makes the bfloat16 source without ml_dtypes
+    code = (
+        "import sys\n"
+        "class Finder:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'ml_dtypes':\n"
+        "            raise EXC\n"
+        "sys.meta_path.insert(0, Finder())\n"
+        "import torch\n"
+        "from dlpack import asdlpack\n"
+        "obj = asdlpack(torch.zeros(3, dtype=torch.bfloat16))\n"
+        "try:\n"
+        "    print(repr(obj.dtype))\n"
+        "except BaseException as exc:\n"
+        "    print(type(exc).__name__)\n"
+    )
+    seen = {}
+    for exc in ("KeyboardInterrupt", "SystemExit(3)", "MemoryError", "ImportError('broken')"):
+        done = run_python("-c", code.replace("EXC", exc))
+        assert done.returncode == 0, done.stderr
+        seen[exc] = done.stdout.strip()
+    assert seen == {
+        "KeyboardInterrupt": "KeyboardInterrupt",
+        "SystemExit(3)": "SystemExit",
+        "MemoryError": "MemoryError",
+        "ImportError('broken')": "'bfloat16'",
+    }
+
+
+@pytest.mark.parametrize("name", ML_DTYPES_NAMES)
+def test_ml_dtypes_reach_numpy_and_jax_asarray_as_their_type(name):
+    """numpy (and so ``jnp.asarray``, which reads through it) gets ml_dtypes' dtype from
+    ``__array_struct__``, not two opaque bytes: the same memory, the same type, the same bits,
+    strided and read-only as the source."""
+    ml_dtypes = need("ml_dtypes")
+    jnp = need("jax.numpy", "jax")
+    if not hasattr(ml_dtypes, name):
+        pytest.skip(f"ml_dtypes has no {name}")
+    dt = np.dtype(getattr(ml_dtypes, name))
+    src = np.arange(12, dtype=np.float32).reshape(3, 4).astype(dt)
+    for source in (src, src[::2, ::-1]):
+        obj = asdlpack(source)
+        got = np.asarray(obj)
+        assert got.dtype == dt and got.shape == source.shape
+        assert np.shares_memory(got, source)
+        assert got.tobytes() == source.tobytes()
+        on_jax = jnp.asarray(obj)
+        assert on_jax.dtype == dt
+        assert np.asarray(on_jax).tobytes() == source.tobytes()
+    readonly = src.copy()
+    readonly.flags.writeable = False
+    assert not np.asarray(asdlpack(readonly)).flags.writeable
+    # each capsule gives its reference to the dtype back
+    obj = asdlpack(src)
+    np.asarray(obj)
+    before = sys.getrefcount(dt)
+    for _ in range(1000):
+        np.asarray(obj)
+    assert sys.getrefcount(dt) == before

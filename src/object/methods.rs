@@ -110,8 +110,10 @@ static DTYPE_OBJECTS: Mutex<Vec<(DType, Py<PyAny>)>> = Mutex::new(Vec::new());
 /// `.dtype`: numpy's dtype of the element type where numpy can be imported (ml_dtypes' types
 /// where ml_dtypes can), since numpy 2 (`np.dtype(obj)`, `np.result_type(obj)`) and JAX
 /// (`jnp.asarray(obj)`) read an array-like's `.dtype` and need a real one; its name otherwise.
-/// No `from_dlpack` reads it, so the exchange never pays for it.
-pub(super) fn dtype_object(py: Python<'_>, dtype: DType) -> Bound<'_, PyAny> {
+/// No `from_dlpack` reads it, so the exchange never pays for it. A library that fails to import
+/// or doesn't know the type gives the name; anything that isn't an ordinary failure (a
+/// KeyboardInterrupt or SystemExit while ml_dtypes imports, a MemoryError) is the caller's.
+pub(super) fn dtype_object(py: Python<'_>, dtype: DType) -> PyResult<Bound<'_, PyAny>> {
     let known = |objects: &Vec<(DType, Py<PyAny>)>| {
         objects
             .iter()
@@ -123,7 +125,7 @@ pub(super) fn dtype_object(py: Python<'_>, dtype: DType) -> Bound<'_, PyAny> {
         .ok()
         .and_then(|objects| known(&objects))
     {
-        return found;
+        return Ok(found);
     }
     let name = dtype.name();
     let numpy_dtype = || -> PyResult<Bound<'_, PyAny>> {
@@ -154,10 +156,18 @@ pub(super) fn dtype_object(py: Python<'_>, dtype: DType) -> Bound<'_, PyAny> {
             {
                 objects.push((dtype, found.clone().unbind()));
             }
-            found
+            Ok(found)
         }
-        Err(_) => PyString::new(py, &name).into_any(),
+        Err(err) if is_ordinary_failure(py, &err) => Ok(PyString::new(py, &name).into_any()),
+        Err(err) => Err(err),
     }
+}
+
+/// Whether `err` is a library's ordinary failure (an `Exception` other than `MemoryError`), as
+/// opposed to an interrupt, an exit or exhausted memory, which must reach the user.
+fn is_ordinary_failure(py: Python<'_>, err: &PyErr) -> bool {
+    err.is_instance_of::<pyo3::exceptions::PyException>(py)
+        && !err.is_instance_of::<pyo3::exceptions::PyMemoryError>(py)
 }
 
 /// The Python-visible behaviour behind `pytype`'s entry points.
@@ -247,9 +257,18 @@ impl DLPackObject {
             )));
         }
         self.check_is_state_of(slf);
+        // An element type numpy names only by its dtype (bfloat16, the float8 types) travels
+        // as that dtype where numpy (and ml_dtypes) can make it; as bytes ("V2") otherwise.
+        let dtype = self.tensor.dtype();
+        let descr = match dtype.typekind() {
+            b'V' => {
+                Some(dtype_object(slf.py(), dtype)?).filter(|d| !d.is_instance_of::<PyString>())
+            }
+            _ => None,
+        };
         // SAFETY: `slf` is the object whose state this is (checked just above), which keeps its
         // tensor, immutable, as long as it lives.
-        let capsule = unsafe { interface::array_struct(slf, &self.tensor) };
+        let capsule = unsafe { interface::array_struct(slf, &self.tensor, descr) };
         capsule.map_err(|err| match err {
             Error::Core(dlpack_core::error::Error::Buffer(msg)) => PyAttributeError::new_err(msg),
             other => other.into(),

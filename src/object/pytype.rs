@@ -412,7 +412,7 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 17] = [
     (
         c"dtype",
         c"The element type: a numpy.dtype where numpy can be imported (ml_dtypes' types, such as bfloat16, where ml_dtypes can), else its name, e.g. \"float32\".",
-        |s, o| Ok(methods::dtype_object(o.py(), s.tensor().dtype())),
+        |s, o| methods::dtype_object(o.py(), s.tensor().dtype()),
     ),
     (c"itemsize", c"Bytes per element.", |s, o| {
         Ok(s.tensor().dtype().itemsize().into_pyobject(o.py())?.into_any())
