@@ -531,3 +531,63 @@ def test_array_interface_with_a_mask_is_refused():
     iface = array_interface_of(ref, mask=np.array([False, True, False]))
     with pytest.raises(BufferError, match="mask"):
         asdlpack(ArrayInterface(iface, ref))
+
+
+# ---------------------------------------------------------------------------
+# numpy's __array__, the last resort
+# ---------------------------------------------------------------------------
+
+
+class _ArrayMethod:
+    """Only numpy's ``__array__``, as numpy 2 asks for it (``dtype`` and ``copy``)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __array__(self, dtype=None, copy=None):
+        assert copy is False  # asdlpack asks for the object's own memory
+        return self.array
+
+
+class _LegacyArrayMethod:
+    """An ``__array__`` written before numpy 2: no ``copy`` keyword."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __array__(self, dtype=None):
+        return self.array
+
+
+def test_array_method_is_the_objects_memory():
+    a = np.arange(6.0).reshape(2, 3)
+    obj = asdlpack(_ArrayMethod(a))
+    out = np.from_dlpack(obj)
+    assert np.shares_memory(out, a)
+    assert out.flags.writeable
+    np.testing.assert_array_equal(out, a)
+
+
+def test_array_method_without_copy_keyword_is_read_only_with_numpys_warning():
+    """numpy 2 still reads an ``__array__`` that takes no ``copy`` (warning where it asked for
+    ``copy=False``); whether its array is the object's memory or a copy nobody can tell, so it is
+    served read-only (a write into a copy would be lost) and the warning says so."""
+    a = np.arange(6.0).reshape(2, 3)
+    with pytest.warns(DeprecationWarning, match="_LegacyArrayMethod.__array__ takes no copy"):
+        obj = asdlpack(_LegacyArrayMethod(a))
+    out = np.from_dlpack(obj)
+    np.testing.assert_array_equal(out, a)
+    assert not out.flags.writeable
+    assert obj.readonly
+    with pytest.raises(ValueError, match="read-only"):  # as numpy's assignment
+        copyto(obj, np.ones((2, 3)))
+    np.testing.assert_array_equal(a, np.arange(6.0).reshape(2, 3))
+
+
+def test_array_method_other_type_error_is_its_own():
+    class Broken:
+        def __array__(self, dtype=None, copy=None):
+            raise TypeError("nothing to do with the keywords")
+
+    with pytest.raises(TypeError, match="nothing to do with the keywords"):
+        asdlpack(Broken())

@@ -367,11 +367,30 @@ fn unsupported(obj: &Bound<'_, PyAny>) -> Error {
 
 /// numpy's `__array__(copy=False)`, the last resort: the object's own memory as a numpy array,
 /// or its own error (never a silent copy).
+///
+/// An `__array__` written before numpy 2 takes no `copy` keyword; numpy still calls it without
+/// one (warning when `copy=False` was asked). Its array may be the object's memory or a copy,
+/// and nothing tells which, so it is served read-only: a write through it could be lost.
 fn numpy_array_of(obj: &Bound<'_, PyAny>, method: &Bound<'_, PyAny>) -> Result<Tensor> {
     let py = obj.py();
     let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item(intern!(py, "copy"), false)?;
-    let array = method.call((), Some(&kwargs))?;
+    let (array, legacy) = match method.call((), Some(&kwargs)) {
+        Ok(array) => (array, false),
+        Err(err) if refuses_copy_keyword(py, &err) => {
+            let warning = format!(
+                "{}.__array__ takes no copy keyword (numpy 2 asks __array__ to take dtype and \
+                 copy): its array may be a copy, so it is served read-only",
+                array_interface::type_name(obj)
+            );
+            let category = py.get_type::<pyo3::exceptions::PyDeprecationWarning>();
+            let message = std::ffi::CString::new(warning)
+                .map_err(|_| Error::value("a type name with a NUL character"))?;
+            PyErr::warn(py, &category, &message, 1)?;
+            (method.call0()?, true)
+        }
+        Err(err) => return Err(err.into()),
+    };
     if !protocols::of_type(&array.get_type()).ndarray {
         return Err(Error::type_(format!(
             "{}.__array__() returned {}, not a numpy array",
@@ -379,7 +398,21 @@ fn numpy_array_of(obj: &Bound<'_, PyAny>, method: &Bound<'_, PyAny>) -> Result<T
             array_interface::type_name(&array)
         )));
     }
-    Ok(import(&array)?.tensor)
+    let mut tensor = import(&array)?.tensor;
+    if legacy {
+        tensor.make_readonly();
+    }
+    Ok(tensor)
+}
+
+/// Whether `err` is the TypeError of a call given a `copy` keyword it doesn't take (numpy asks
+/// the same of the message before calling again without it).
+fn refuses_copy_keyword(py: Python<'_>, err: &PyErr) -> bool {
+    err.is_instance_of::<pyo3::exceptions::PyTypeError>(py)
+        && err.value(py).str().is_ok_and(|text| {
+            let text = text.to_string_lossy();
+            text.contains("'copy'") && text.contains("keyword")
+        })
 }
 
 /// A numpy masked array exports its data without the mask (numpy's own `__dlpack__` and array
