@@ -249,6 +249,7 @@ lint: deps
 	$(PY) tools/check_messages.py --self-test
 	$(PY) tools/check_messages.py
 	# SAFETY notes that say why where they stand
+	$(PY) tools/check_safety_notes.py --self-test
 	$(PY) tools/check_safety_notes.py
 	$(PY) -m ruff check dlpack bench tools examples
 	$(PY) -m ruff format --check dlpack bench tools examples

@@ -5,7 +5,8 @@ place, so a reader at the block sees why it holds without hunting for the note i
     python tools/check_safety_notes.py [paths...]
 
 A note is refused when it points elsewhere ("as said", "as above", "as before", "as for
-`other`", "see above", "likewise") or says no more than "per the contract" (the function's
+`other`", "as in `other`", "as `other` vouched", "as documented", "see above", "likewise") or
+says no more than "per the contract" (the function's
 ``# Safety`` section is not the reason: which of its conditions makes this block sound is).
 """
 
@@ -18,7 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ["src", "crates", "examples", "bench"]
 POINTERS = re.compile(
-    r"\bas (just )?(said|above|before)\b|\bas for `|\bsee (above|below)\b|\blikewise\b", re.I
+    r"\bas (just )?(said|above|before|documented)\b|\bas (for|in) `|\bas `[^`]*` \w+ed\b"
+    r"|\bsee (above|below)\b|\blikewise\b",
+    re.I,
 )
 CONTRACT = re.compile(
     r"\b(per|by|under) (the|its|this function's|our) contract\b|\(the contract\)", re.I
@@ -52,7 +55,31 @@ def problems(path: Path, text: str):
             yield f"{path}:{line}: names no reason: {note[:80]!r}"
 
 
+# Notes the check must refuse and notes it must let through, run by --self-test.
+REFUSED = [
+    "as in `host_allocation`.",
+    "as documented; a column.",
+    "as `as_slice` vouched, plus: writable memory",
+    "as said above.",
+    "per the contract.",
+]
+ALLOWED = [
+    "`layout` addresses only bytes of the buffer (checked just above), memory we allocated.",
+    "row i, valid per the contract: every element of the two loops is valid.",
+]
+
+
+def self_test() -> int:
+    wrong = [n for n in REFUSED if not list(problems(Path("x.rs"), f"// SAFETY: {n}"))]
+    wrong += [n for n in ALLOWED if list(problems(Path("x.rs"), f"// SAFETY: {n}"))]
+    for n in wrong:
+        print(f"self-test: misjudged {n!r}")
+    return 1 if wrong else 0
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     paths = [Path(p) for p in sys.argv[1:]] or [ROOT / d for d in DEFAULT]
     found = []
     for p in paths:

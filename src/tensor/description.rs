@@ -188,7 +188,8 @@ impl Tensor {
         let data = buffer.as_ptr().cast();
         let why = why.into_boxed_str();
         let owner = Owner::Copied { buffer, why };
-        // SAFETY: as in `host_allocation`.
+        // SAFETY: `layout` addresses only bytes of the buffer (checked just above), host memory
+        // we allocated, readable and writable, that the owner frees when it goes.
         Ok(unsafe { Tensor::owned(data, Device::CPU, dtype, layout, owner) })
     }
 

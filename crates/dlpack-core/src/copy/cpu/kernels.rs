@@ -71,7 +71,8 @@ unsafe fn row<E: Elem>(e: E, dst: *mut u8, src: *const u8, n: usize, d: isize, s
 #[inline(always)]
 unsafe fn rows<E: Elem>(e: E, dst: *mut u8, src: *const u8, outer: Dim, inner: Dim) {
     if inner.n == 1 {
-        // SAFETY: as documented; a column.
+        // SAFETY: a column: the outer loop's elements, each one valid (this function's `# Safety`:
+        // every element address of the loops is).
         return unsafe { row(e, dst, src, outer.n, outer.dst, outer.src) };
     }
     for i in 0..outer.n as isize {
