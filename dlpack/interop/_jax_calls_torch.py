@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,7 @@ from ._jax import (
 )
 from ._leaves import _array_to_torch, _leaf_to_jax, _leaf_to_numpy
 from ._pytree import _JAX, _TORCH, _TRACER, _flatten, _leaf_paths, _unflatten
-from ._request import _AS_IS, _HOST, DeviceLike, _parse_device, _Request
+from ._request import _AS_IS, _HOST, DeviceLike, _loaded, _parse_device, _Request
 from ._torch import _conj_if_complex, _torch_device, _torch_dtype
 
 if TYPE_CHECKING:
@@ -405,7 +404,7 @@ class _TorchRun(_Call):
 
 def _dtype_name(dtype: Any) -> str:
     """The name DLPackObject.dtype uses for a torch, numpy or JAX dtype."""
-    torch = sys.modules.get("torch")
+    torch = _loaded("torch")
     if torch is not None and isinstance(dtype, torch.dtype):
         return str(dtype).removeprefix("torch.")
     import jax.numpy as jnp

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import copy as _copy
 import dataclasses
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 from .._dlpack import DLPackObject
+from ._request import _loaded
 
 # Node kinds. Kinds from _TORCH on are array leaves.
 _STATIC = 0
@@ -80,13 +80,13 @@ def _classify(node: Any) -> int:
 def _classify_type(tp: type, node: Any) -> int:
     if issubclass(tp, (str, bytes, bytearray, memoryview)):
         return _STATIC  # numpy's str_ and bytes_ too: text, not arrays
-    torch = sys.modules.get("torch")
+    torch = _loaded("torch")
     if torch is not None:
         if issubclass(tp, torch.Tensor):
             return _TORCH
         if issubclass(tp, torch.Size):
             return _STATIC  # a shape, not a tuple of leaves
-    jax = sys.modules.get("jax")
+    jax = _loaded("jax")
     if jax is not None:
         if issubclass(tp, jax.core.Tracer):
             return _TRACER
@@ -94,7 +94,7 @@ def _classify_type(tp: type, node: Any) -> int:
             return _JAX
         if issubclass(tp, jax.ShapeDtypeStruct):
             return _SHAPE_SPEC
-    numpy = sys.modules.get("numpy")
+    numpy = _loaded("numpy")
     if numpy is not None:
         if issubclass(tp, numpy.ndarray):
             return _NUMPY

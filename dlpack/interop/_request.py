@@ -41,14 +41,14 @@ def _parse_device(device: DeviceLike) -> tuple[int, int] | None:
         if kind in ("cuda", "gpu"):
             return (_CUDA, int(index) if index else _current_cuda_index())
         raise ValueError(f"device {device!r}: expected 'cpu', 'cuda', 'cuda:N' or 'gpu:N'")
-    torch = sys.modules.get("torch")
+    torch = _loaded("torch")
     if torch is not None and isinstance(device, torch.device):
         if device.type == "cpu":
             return _HOST
         if device.type == "cuda":
             return (_CUDA, _current_cuda_index() if device.index is None else device.index)
         raise ValueError(f"device {device}: only CPU and CUDA devices are supported")
-    jax = sys.modules.get("jax")
+    jax = _loaded("jax")
     if jax is not None and isinstance(device, jax.Device):
         if device.platform == "cpu":
             return _HOST
@@ -65,7 +65,7 @@ def _parse_device(device: DeviceLike) -> tuple[int, int] | None:
 
 def _current_cuda_index() -> int:
     """The CUDA device a bare 'cuda' means: torch's current device when torch can tell, else 0."""
-    torch = sys.modules.get("torch")
+    torch = _loaded("torch")
     if torch is not None and torch.cuda.is_available():
         return torch.cuda.current_device()
     return 0
@@ -84,12 +84,28 @@ def _missing(module: str, exc: ImportError) -> str:
     return f"{why}: pip install {_PIP_NAMES.get(module, module)}"
 
 
+def _loaded(module: str) -> Any:
+    """The library ``module`` if this process has imported it, else None. A folder of that name
+    imported in its place (Python imports a folder without ``__init__.py``, an empty ``torch/``
+    in the current folder, as a namespace package when no library has the name) is not it."""
+    found = sys.modules.get(module)
+    if found is None or getattr(found, "__file__", None) is None:
+        return None
+    return found
+
+
 def _require(module: str, what: str) -> None:
     """Import ``module`` or say which function of dlpack.interop needs it and how to install it."""
     try:
         __import__(module)
     except ImportError as exc:
         raise ImportError(f"dlpack.interop.{what} needs {_missing(module, exc)}") from exc
+    if _loaded(module) is None:
+        folders = ", ".join(getattr(sys.modules.get(module), "__path__", None) or [])
+        raise ImportError(
+            f"dlpack.interop.{what} needs {module}, and '{module}' here is only a folder of that "
+            f"name ({folders}), not the library: pip install {_PIP_NAMES.get(module, module)}"
+        )
 
 
 def _check_copy_argument(copy: bool | None) -> None:

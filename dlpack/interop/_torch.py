@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import functools
-import sys
 from typing import TYPE_CHECKING, Any
 
-from ._request import _CPU, _CUDA, _HOST, _current_cuda_index, _device_name, _refuse_copy
+from ._request import (
+    _CPU,
+    _CUDA,
+    _HOST,
+    _current_cuda_index,
+    _device_name,
+    _loaded,
+    _refuse_copy,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -71,7 +78,7 @@ def _torch_source(tensor: torch.Tensor, copy: bool | None) -> tuple[torch.Tensor
 
 def _conj_if_complex(array: Any) -> Any:
     """torch's gradients are the conjugates of JAX's cotangents for complex values."""
-    torch = sys.modules.get("torch")
+    torch = _loaded("torch")
     if torch is not None and isinstance(array, torch.Tensor):
         return array.conj() if array.is_complex() else array
     return array.conj() if array.dtype.kind == "c" else array

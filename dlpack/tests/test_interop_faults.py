@@ -12,7 +12,7 @@ import pytest
 import dlpack
 from dlpack import interop
 
-from ._helpers import need
+from ._helpers import need, run_python
 
 torch = need("torch")
 jax = need("jax")
@@ -133,3 +133,33 @@ def test_jax_module_warnings_point_at_the_callers_line():
     narrowing = [w for w in caught if w.category is interop.DtypeNarrowingWarning]
     assert narrowing, [str(w.message) for w in caught]
     assert {w.filename for w in narrowing} == {__file__}
+
+
+def test_a_folder_named_like_a_library_is_not_the_library(tmp_path):
+    """An empty ``torch/`` or ``jax/`` folder imported where the library is not installed is a
+    namespace package, not the library: interop leaves it alone, and a function that needs the
+    library says that only a folder has its name."""
+    code = (
+        "import importlib.machinery, importlib.util, sys\n"
+        # what `import torch` gives where only an empty folder has the name
+        "for name in ('torch', 'jax'):\n"
+        "    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)\n"
+        f"    spec.submodule_search_locations = [{str(tmp_path)!r} + '/' + name]\n"
+        "    sys.modules[name] = importlib.util.module_from_spec(spec)\n"
+        "import numpy as np\n"
+        "from dlpack import interop\n"
+        "tree = interop.to_numpy({'a': np.arange(3), 'b': [np.ones(2)]}, device='cpu')\n"
+        "print(tree['a'].tolist(), tree['b'][0].tolist(), interop.is_array(np.arange(3)))\n"
+        "for fn in (interop.to_torch, interop.to_jax):\n"
+        "    try:\n"
+        "        fn(np.arange(3))\n"
+        "    except ImportError as exc:\n"
+        "        print(exc)\n"
+    )
+    done = run_python("-c", code)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[0, 1, 2] [1.0, 1.0] True"
+    assert "to_torch needs torch, and 'torch' here is only a folder of that name" in lines[1]
+    assert str(tmp_path / "torch") in lines[1]
+    assert "to_jax needs jax, and 'jax' here is only a folder of that name" in lines[2]
