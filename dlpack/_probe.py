@@ -15,9 +15,19 @@ know; the first question probes every installed candidate, once per process:
 A crash after every import (at interpreter exit) names no library: then each library is imported
 alone (in parallel), and the last one is blamed if none of them crashes alone.
 
-A child killed by a signal, ending with a non-zero status, or giving no result within the time
-limit counts as a crash. A library that merely raises (ImportError, ...) is not this module's
+Each child imports ``dlpack`` (our extension) first, as the processes that ask do: a library
+that crashes only beside it is found too, and named together with it.
+
+A child killed by a signal, ending with a non-zero status, giving no result within the time
+limit, or ending (even with status 0, as ``os._exit(0)`` does) before it says it has imported
+them all counts as a crash. A library that merely raises (ImportError, ...) is not this module's
 business: it fails to import in this process as well, and is reported as such.
+
+A child gets its ``sys.path`` and names in a script file and reports to another file, not
+through its command line (which a long ``sys.path`` would overflow) or its stdout (which a helper
+process a library starts may hold open long after the child is gone; a library's own output
+goes to /dev/null). Where one import takes more than ``NOTICE_AFTER_S``, a line says which
+library is awaited (to stderr, or where :func:`notices_to` sends it).
 
 ``DLPACK_PROBE_EXTRA`` (comma-separated import names) adds candidates, imported first.
 
@@ -29,34 +39,50 @@ takes minutes).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 EXTRA_ENV = "DLPACK_PROBE_EXTRA"
 KNOWN_ENV = "DLPACK_PROBE_KNOWN"
 TIMEOUT_S = 120.0
+# one import awaited longer than this is named (TensorFlow alone takes seconds), again every
+# NOTICE_EVERY_S while it lasts
+NOTICE_AFTER_S = 10.0
+NOTICE_EVERY_S = 30.0
+# what every child imports before the candidates: the processes that ask have it loaded
+OURS = "dlpack"
 
-# The child imports its arguments in order, saying which it starts; an exception is the caller's
-# to see later (the library fails to import there too), so only a dying child is news.
+# The child's script, after the lines that set sys.path, _OURS, _NAMES and _PROGRESS. It says in
+# the progress file which import it starts, and when it is done; an exception is the caller's to
+# see later (the library fails to import there too), so only a child that ends before "done" is
+# news. os.write: each line is out of the process before the next import starts.
 _CHILD = """
-import importlib, json, sys, warnings
-sys.path[:] = json.loads(sys.argv[1])
+import importlib, os, warnings
 warnings.simplefilter("ignore")
-for name in sys.argv[2:]:
-    print("\\ndlpack-probe: importing", name, flush=True)
+_progress = os.open(_PROGRESS, os.O_WRONLY | os.O_APPEND)
+for _name in _OURS:
     try:
-        importlib.import_module(name)
+        importlib.import_module(_name)
     except BaseException:
         pass
-print("\\ndlpack-probe: imported all", flush=True)
+for _name in _NAMES:
+    os.write(_progress, ("importing " + _name + "\\n").encode("utf-8", "replace"))
+    try:
+        importlib.import_module(_name)
+    except BaseException:
+        pass
+os.write(_progress, b"done\\n")
 """
 
 
@@ -96,6 +122,42 @@ def installed(name: str) -> bool:
     return spec is not None and (spec.origin is not None or bool(dot))
 
 
+def _to_stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+_notify: Callable[[str], None] = _to_stderr
+_notify_lock = threading.Lock()  # children are awaited from several threads
+
+
+def set_notify(notify: Callable[[str], None] | None) -> Callable[[str], None]:
+    """Where the notices go (a line saying which import a child is still waiting for): to
+    ``notify``, or stderr with None; returns where they went."""
+    global _notify
+    with _notify_lock:
+        previous, _notify = _notify, notify or _to_stderr
+    return previous
+
+
+@contextlib.contextmanager
+def notices_to(notify: Callable[[str], None]) -> Iterator[None]:
+    """The notices go to ``notify`` for the block."""
+    previous = set_notify(notify)
+    try:
+        yield
+    finally:
+        set_notify(previous)
+
+
+def _say(line: str) -> None:
+    with _notify_lock:
+        try:
+            _notify(line)
+        except Exception:  # noqa: BLE001 - a closed stream: the probe goes on without notices
+            pass
+
+
 @dataclass(frozen=True)
 class _Death:
     how: str
@@ -103,23 +165,24 @@ class _Death:
     at_exit: bool  # it finished them all and died on the way out
 
 
-def _import_in_child(names: Sequence[str], timeout: float) -> _Death | None:
-    """How a child importing ``names`` in order died; None when it didn't."""
-    argv = [sys.executable, "-c", _CHILD, json.dumps(sys.path), *names]
-    returncode: int | None
-    try:
-        proc = subprocess.run(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=timeout
+def _import_in_child(names: Sequence[str], timeout: float, ours: bool = True) -> _Death | None:
+    """How a child importing ``names`` in order (after ``OURS``, with ``ours``) died; None when
+    it didn't."""
+    with tempfile.TemporaryDirectory(prefix="dlpack-probe-") as folder:
+        script, progress = os.path.join(folder, "child.py"), os.path.join(folder, "progress")
+        open(progress, "wb").close()
+        path = [entry for entry in sys.path if isinstance(entry, str)]
+        header = (
+            f"import sys\nsys.path[:] = {path!r}\n_OURS = {[OURS] if ours else []!r}\n"
+            f"_NAMES = {list(names)!r}\n_PROGRESS = {progress!r}\n"
         )
-        output, returncode = proc.stdout, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        partial = exc.stdout or ""
-        output = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
-        returncode = None
-    # counted in the whole output: a library may print too, even half a line
-    started = output.count("dlpack-probe: importing ")
-    at_exit = "dlpack-probe: imported all" in output
-    if returncode == 0:
+        with open(script, "w", encoding="utf-8") as file:
+            file.write(header + _CHILD)
+        returncode = _run_child(script, progress, timeout)
+        lines = _read_lines(progress)
+    started = sum(line.startswith("importing ") for line in lines)
+    done = "done" in lines
+    if returncode == 0 and done:
         return None
     if returncode is None:
         how = f"no result after {timeout:g} s"
@@ -128,26 +191,94 @@ def _import_in_child(names: Sequence[str], timeout: float) -> _Death | None:
             how = f"signal {-returncode} ({signal.Signals(-returncode).name})"
         except ValueError:
             how = f"signal {-returncode}"
+    elif returncode == 0:  # os._exit(0) in the middle of an import: no crash to its parent
+        how = "exit status 0 before its import returned"
     else:
         how = f"exit status {returncode}"
-    return _Death(how + (" at interpreter exit" if at_exit else ""), started, at_exit)
+    return _Death(how + (" at interpreter exit" if done else ""), started, done)
 
 
-def _in_parallel(groups: Sequence[Sequence[str]], timeout: float) -> list[_Death | None]:
+def _read_lines(path: str) -> list[str]:
+    with open(path, "rb") as file:
+        return file.read().decode("utf-8", "replace").splitlines()
+
+
+def _run_child(script: str, progress: str, timeout: float) -> int | None:
+    """The exit status of ``python script``, or None when it gave no result within ``timeout``
+    (then it and what it started are killed). Its own process group: a Ctrl-C here reaches
+    only this process, which then kills it."""
+    proc = subprocess.Popen(
+        [sys.executable, script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        return _await(proc, progress, timeout)
+    finally:
+        if proc.poll() is None:  # given up, or this process was interrupted
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                proc.kill()
+            proc.wait()
+
+
+def _await(proc: subprocess.Popen[bytes], progress: str, timeout: float) -> int | None:
+    """Waits for ``proc`` up to ``timeout``, naming the import it is on where one lasts."""
+    deadline = time.monotonic() + timeout
+    current, since, noticed = "", 0.0, 0.0
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return None
+        try:
+            return proc.wait(timeout=min(0.5, deadline - now))
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        lines = _read_lines(progress)
+        started = [
+            line.removeprefix("importing ") for line in lines if line.startswith("importing ")
+        ]
+        if "done" in lines:  # a hang at interpreter exit
+            awaited = f"a child process that imported {started[-1]} to exit" if started else ""
+        else:
+            awaited = f"{started[-1]} to import in a child process" if started else ""
+        if awaited != current:
+            current, since, noticed = awaited, now, 0.0
+        waited = now - since
+        if (
+            current
+            and waited >= NOTICE_AFTER_S
+            and (not noticed or now - noticed >= NOTICE_EVERY_S)
+        ):
+            noticed = now
+            _say(
+                f"dlpack: waiting for {current}, {waited:.0f} s so far (checking it does not "
+                f"crash the interpreter; given up after {timeout:g} s)"
+            )
+
+
+def _in_parallel(
+    groups: Sequence[Sequence[str]], timeout: float, ours: Sequence[bool] = ()
+) -> list[_Death | None]:
     if not groups:
         return []
+    with_ours = list(ours) or [True] * len(groups)
     # each child may load several large native libraries: a few at a time
     workers = min(len(groups), max(2, os.cpu_count() or 2), 8)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda names: _import_in_child(names, timeout), groups))
+        return list(pool.map(lambda g, o: _import_in_child(g, timeout, o), groups, with_ours))
 
 
 def _blame(culprit: str, before: Sequence[str], death: _Death, timeout: float) -> Crash:
-    """``culprit`` crashed a child after ``before`` were imported: alone, with one of them (the
-    first in order), or with the group."""
-    alone = _import_in_child([culprit], timeout)
+    """``culprit`` crashed a child after ``before`` were imported: alone (beside our extension
+    only, or not even), with one of them (the first in order), or with the group."""
+    alone, without_ours = _in_parallel([[culprit], [culprit]], timeout, [True, False])
     if alone is not None:
-        return Crash(culprit, alone.how)
+        return Crash(culprit, alone.how, (OURS,) if without_ours is None else ())
     pairs = _in_parallel([[partner, culprit] for partner in before], timeout)
     for partner, pair in zip(before, pairs, strict=True):
         if pair is not None:

@@ -43,7 +43,7 @@ from ._libraries import (
     version,
 )
 from ._providers import PROVIDERS, Provider, PyBufferView, Sample, buffer_address
-from ._terminal import Progress, native_stderr_kept_aside
+from ._terminal import Progress, native_stderr_kept_aside, stdout_to_stderr
 
 __all__ = [
     "CONSUMERS",
@@ -147,8 +147,9 @@ class _Findings:
 
 def report(out: TextIO | None = None, *, as_json: bool = False) -> int:
     """Print the report (a JSON document with ``as_json``); return the exit status (0 unless
-    dlpack itself is broken). Native libraries' log lines stay off stderr while it runs, and a
-    terminal on stderr shows what it is doing."""
+    dlpack itself is broken). Native libraries' log lines stay off stderr while it runs, what
+    libraries print goes to stderr (``out`` gets the report alone), and a terminal on stderr
+    shows what it is doing; a library import the crash probe waits on is named on stderr."""
     out = out or sys.stdout
     started = time.perf_counter()
     try:
@@ -161,10 +162,11 @@ def report(out: TextIO | None = None, *, as_json: bool = False) -> int:
         else:
             print(f"dlpack is broken here: {short_error(exc, 300)}", file=out)
         return 1
-    with native_stderr_kept_aside() as real_stderr:
+    with native_stderr_kept_aside() as real_stderr, stdout_to_stderr():
         progress = Progress(real_stderr)
         try:
-            found = _gather(__version__, DLPACK_VERSION, dlpack.__path__[0], progress)
+            with _probe.notices_to(progress.note):
+                found = _gather(__version__, DLPACK_VERSION, dlpack.__path__[0], progress)
         finally:
             progress.clear()
     seconds = time.perf_counter() - started

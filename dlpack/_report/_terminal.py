@@ -1,10 +1,12 @@
-"""What the report does to the terminal besides its output: a progress line while it works, and
-native libraries' log lines kept off it.
+"""What the report does to the terminal besides its output: a progress line while it works,
+native libraries' log lines kept off it, and what libraries print kept off stdout.
 
 TensorFlow, Paddle and absl log from C++ straight to file descriptor 2, past ``sys.stderr``, when
 imported and when first used. While the report imports and exercises libraries, descriptor 2 is a
 temporary file; afterwards, the lines in it that are such logs are dropped and the others (a
-Python traceback, a warning printed by hand) are written to the real stderr.
+Python traceback, a warning printed by hand) are written to the real stderr. Descriptor 1 is
+descriptor 2 meanwhile, so what a library prints (``print`` or a native write) goes that way too:
+stdout carries the report alone (a JSON document stays one).
 """
 
 from __future__ import annotations
@@ -44,13 +46,27 @@ class Progress:
     a terminal."""
 
     def __init__(self, stream: TextIO | None) -> None:
+        self._out = stream
         self._stream = stream if stream is not None and _isatty(stream) else None
         self._width = shutil.get_terminal_size().columns - 1
+        self._shown = ""
 
     def show(self, text: str) -> None:
+        self._shown = text
         if self._stream is not None:
             self._stream.write("\r\x1b[K" + text[: self._width])
             self._stream.flush()
+
+    def note(self, line: str) -> None:
+        """``line`` on a line of its own, terminal or not (on a terminal, the progress line comes
+        back under it)."""
+        if self._out is None:
+            return
+        if self._stream is None:
+            self._out.write(line + "\n")
+        else:
+            self._out.write("\r\x1b[K" + line + "\n" + self._shown[: self._width])
+        self._out.flush()
 
     def clear(self) -> None:
         self.show("")
@@ -86,3 +102,39 @@ def native_stderr_kept_aside() -> Iterator[TextIO | None]:
             for line in relevant_lines(captured.read().decode(errors="replace")):
                 real.write(line + "\n")
             real.close()
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Descriptor 1 writes where descriptor 2 does for the block (inside
+    :func:`native_stderr_kept_aside`: its file), so that what libraries print stays off stdout;
+    what they left in Python's or C's stdout buffers is flushed there before it is restored."""
+    _flush_stdout()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no descriptor 1: nothing to keep clean
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+    except OSError:  # no descriptor 2: stdout stays as it is
+        os.close(saved)
+        yield
+        return
+    try:
+        yield
+    finally:
+        _flush_stdout()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _flush_stdout() -> None:
+    if sys.stdout is not None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+    # a library's printf, buffered in C's stdout until exit (after the report) where it's a pipe
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)

@@ -16,6 +16,12 @@ skipped with that reason while the others run. Tests import libraries through
 that must be usable here: for those, a library that is missing, fails to import or crashes the
 interpreter makes its tests fail instead of skip (CI sets it to what it installs). ``cuda`` in
 the list does the same for the tests that need a CUDA device (for a run on a GPU machine).
+
+:func:`run` runs pytest in a child process and checks that pytest finished there: a test, or a
+library it imports, may end the process (``os._exit(0)``, a crash) partway, and in-process
+nothing would run after that to turn the status into a failure (``os._exit`` skips ``finally``
+and ``atexit``). The child writes which test it is running, and pytest's status when pytest
+returns, to a file; a run whose child ended without that status failed.
 """
 
 from __future__ import annotations
@@ -23,13 +29,19 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import signal
+import subprocess
 import sys
+import tempfile
 
 __all__ = ["run"]
 
 INSTALL_HINT = 'dlpack.tests needs pytest: pip install "dlpack-adapter[test]"'
 
-# pytest's status for a usage error; also ours when pytest is missing
+# pytest's statuses: some test failed (also ours when the run ended before pytest finished),
+# interrupted, usage error (also ours when pytest is missing)
+EXIT_TESTS_FAILED = 1
+EXIT_INTERRUPTED = 2
 EXIT_USAGE_ERROR = 4
 
 
@@ -47,6 +59,12 @@ def run(*args: str | os.PathLike, package: str = "dlpack.tests") -> int:
     2 interrupted, 3 internal error, 4 usage error, 5 no tests were collected. Without pytest
     (or with only a folder named ``pytest``) it prints one line saying what to install and
     returns 4.
+
+    pytest runs in a child process (with this process's ``sys.path`` and interpreter options).
+    Where that process ends before pytest returns (a test or a library calls ``os._exit``, or
+    crashes it), one line on stderr says how and during which test, and the status is 1 (2 for
+    a Ctrl-C that killed it); where it ends otherwise than pytest said (a crash at interpreter
+    exit), a line says so and the status is pytest's, or 1 for 0.
     """
     if len(args) == 1 and isinstance(args[0], (list, tuple)):
         args = tuple(args[0])
@@ -64,7 +82,117 @@ def run(*args: str | os.PathLike, package: str = "dlpack.tests") -> int:
         print(f"{INSTALL_HINT} ({folders})", file=sys.stderr)
         return EXIT_USAGE_ERROR
     argv = pytest_argv([os.fspath(a) for a in args], package)
-    return int(pytest.main(argv))
+    return _run_in_child(argv)
+
+
+# The child's script, after the lines that set sys.path, ARGV and STATUS.
+_CHILD = """
+from dlpack.tests import _run_here
+sys.exit(_run_here(ARGV, STATUS))
+"""
+
+
+def _run_in_child(argv: list[str]) -> int:
+    """``pytest.main(argv)`` in a child process: its status when pytest returned there, else 1
+    (see :func:`run`). sys.path goes in a script file, where any length fits."""
+    with tempfile.TemporaryDirectory(prefix="dlpack-tests-") as folder:
+        script, status = os.path.join(folder, "run.py"), os.path.join(folder, "status")
+        open(status, "wb").close()
+        path = [entry for entry in sys.path if isinstance(entry, str)]
+        with open(script, "w", encoding="utf-8") as file:
+            file.write(
+                f"import sys\nsys.path[:] = {path!r}\nARGV = {argv!r}\nSTATUS = {status!r}\n"
+                + _CHILD
+            )
+        proc = subprocess.Popen([sys.executable, *_interpreter_options(), script])
+        returncode = _wait(proc)
+        with open(status, "rb") as file:
+            lines = file.read().decode("utf-8", "replace").splitlines()
+    how = _how(returncode)
+    if lines and lines[-1].startswith("finished "):
+        code = int(lines[-1].removeprefix("finished "))
+        if returncode == code:
+            return code
+        print(f"dlpack.tests: pytest finished (status {code}), then {how}", file=sys.stderr)
+        return code or EXIT_TESTS_FAILED
+    last = lines[-1] if lines else ""
+    if last.startswith("running "):
+        where = f"while running {last.removeprefix('running ')}"
+    elif last.startswith("ran "):
+        where = f"after {last.removeprefix('ran ')}, between tests"
+    else:
+        where = "before any test ran"
+    print(
+        f"dlpack.tests: the run failed: {how} {where}, before pytest finished "
+        "(a test, or a library it imported, ended the process)",
+        file=sys.stderr,
+    )
+    return EXIT_INTERRUPTED if returncode == -signal.SIGINT else EXIT_TESTS_FAILED
+
+
+def _wait(proc: subprocess.Popen[bytes]) -> int:
+    """The child's exit status. A Ctrl-C reaches it too, and pytest there ends the run and says
+    so: this process waits for it; a second Ctrl-C kills it."""
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        pass
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.kill()
+        return proc.wait()
+
+
+def _how(returncode: int) -> str:
+    if returncode >= 0:
+        return f"its process ended with exit status {returncode}"
+    try:
+        name = f" ({signal.Signals(-returncode).name})"
+    except ValueError:
+        name = ""
+    return f"its process was killed by signal {-returncode}{name}"
+
+
+def _interpreter_options() -> list[str]:
+    """This interpreter's command-line options that change how code runs, for the child."""
+    flags = sys.flags
+    options = []
+    if flags.isolated:
+        options.append("-I")
+    else:
+        options += ["-E"] * flags.ignore_environment + ["-s"] * flags.no_user_site
+        options += ["-P"] * flags.safe_path
+    options += ["-S"] * flags.no_site + ["-B"] * flags.dont_write_bytecode
+    options += ["-O"] * flags.optimize + ["-b"] * flags.bytes_warning
+    options += [f"-W{option}" for option in sys.warnoptions]
+    for key, value in sys._xoptions.items():
+        options += ["-X", key if value is True else f"{key}={value}"]
+    return options
+
+
+def _run_here(argv: list[str], status: str) -> int:
+    """In the child: pytest's status, with the test being run, and the status once pytest
+    returned, in the file ``status`` (written straight to the file: a line is there even where
+    the process ends right after)."""
+    import pytest
+
+    fd = os.open(status, os.O_WRONLY | os.O_APPEND)
+
+    def note(line: str) -> None:
+        os.write(fd, (line + "\n").encode("utf-8", "replace"))
+
+    class Progress:
+        def pytest_runtest_logstart(self, nodeid: str) -> None:
+            note(f"running {nodeid}")
+
+        def pytest_runtest_logfinish(self, nodeid: str) -> None:
+            note(f"ran {nodeid}")
+
+    code = int(pytest.main(argv, plugins=[Progress()]))
+    note(f"finished {code}")
+    os.close(fd)
+    return code
 
 
 # pytest options whose value is the next argument (so it isn't taken for a test module name)

@@ -203,6 +203,14 @@ def child_env(path=(), env=None) -> dict[str, str]:
     return child_env
 
 
+# sys.path entries that make it longer (~150 KB) than one command-line argument may be (128 KiB
+# on Linux); and code that adds them, for a child (whose command line can't hold them)
+LONG_PATH_ENTRIES = ["/no/such/folder/" + "x" * 80 + f"/{i:04d}" for i in range(1500)]
+LONG_PATH = (
+    "import sys; sys.path += ['/no/such/folder/' + 'x' * 80 + f'/{i:04d}' for i in range(1500)]"
+)
+
+
 def run_python(*args, path=(), env=None, timeout=300, cwd=None) -> subprocess.CompletedProcess:
     """``python ARGS`` in a child process started in :func:`package_root` (so it imports the same
     ``dlpack``), its environment made by :func:`child_env`; started in ``cwd`` instead, it finds

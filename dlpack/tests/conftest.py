@@ -3,6 +3,8 @@ from collections import Counter
 
 import pytest
 
+from dlpack import _probe
+
 from ._helpers import REQUIRABLE_SKIPS, REQUIRE_ENV, need
 
 
@@ -14,6 +16,30 @@ def pytest_report_header(config):
     except Exception as exc:  # pragma: no cover - reported, not hidden
         where = f"IMPORT FAILED: {exc!r}"
     return [f"dlpack: {where}", f"python: {sys.version.split()[0]}"]
+
+
+_NOTIFY_BEFORE = pytest.StashKey()
+
+
+def pytest_configure(config):
+    """The crash probe's notices (a library import it is still waiting for, in a child process)
+    shown when they come, past the capture of the test that asked for the library."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+    if capture is None or reporter is None:  # stderr, as without pytest
+        return
+
+    def notify(line):
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
+
+    config.stash[_NOTIFY_BEFORE] = _probe.set_notify(notify)
+
+
+def pytest_unconfigure(config):
+    previous = config.stash.get(_NOTIFY_BEFORE, None)
+    if previous is not None:
+        _probe.set_notify(previous)
 
 
 def pytest_terminal_summary(terminalreporter):

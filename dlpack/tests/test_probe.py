@@ -5,7 +5,8 @@ library's name (which Python imports as a namespace package) is no library: neit
 taken for one, and named where the library is said to be missing.
 
 The crashing libraries are fakes written to a temporary folder: one that kills its process when
-imported, and two that import alone but kill the process when both are imported.
+imported, two that import alone but kill the process when both are imported, one that ends it
+with status 0, one that kills it only where our extension is loaded.
 """
 
 import os
@@ -18,7 +19,7 @@ import pytest
 from dlpack import _probe, _report
 from dlpack._report import _libraries
 
-from ._helpers import REQUIRE_ENV, run_python
+from ._helpers import LONG_PATH_ENTRIES, REQUIRE_ENV, run_python
 
 FAKES = {
     "fake_crash_alone": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
@@ -42,6 +43,14 @@ FAKES = {
         "    os.kill(os.getpid(), signal.SIGSEGV)\n"
     ),
     "fake_hang": "import time\ntime.sleep(600)\n",
+    # no crash to the parent of its process, but nothing after it runs
+    "fake_exit_zero": "import os\nos._exit(0)\n",
+    # dies only beside our extension (as two native libraries with conflicting symbols would)
+    "fake_beside_ours": (
+        "import os, signal, sys\n"
+        "if 'dlpack._dlpack' in sys.modules:\n"
+        "    os.kill(os.getpid(), signal.SIGSEGV)\n"
+    ),
 }
 CRASHING = "fake_crash_alone,fake_crash_a,fake_crash_b"
 ALONE_MESSAGE = "fake_crash_alone crashes the interpreter when imported: signal 11 (SIGSEGV)"
@@ -71,6 +80,8 @@ def test_probe_verdicts(fakes):
         "fake_crash_a",
         "fake_crash_b",
         "fake_exit_status",
+        "fake_exit_zero",
+        "fake_beside_ours",
         "fake_abort_at_exit",
     ]
     crashes = _probe.probe(names, timeout=60)
@@ -78,6 +89,14 @@ def test_probe_verdicts(fakes):
         "fake_crash_alone": ALONE_MESSAGE,
         "fake_crash_b": PAIR_MESSAGE,
         "fake_exit_status": "fake_exit_status crashes the interpreter when imported: exit status 3",
+        "fake_exit_zero": (
+            "fake_exit_zero crashes the interpreter when imported: "
+            "exit status 0 before its import returned"
+        ),
+        "fake_beside_ours": (
+            "fake_beside_ours crashes the interpreter when imported together with dlpack: "
+            "signal 11 (SIGSEGV)"
+        ),
         "fake_abort_at_exit": (
             "fake_abort_at_exit crashes the interpreter when imported: "
             "signal 6 (SIGABRT) at interpreter exit"
@@ -97,10 +116,66 @@ def test_probe_names_the_group_when_no_pair_crashes(fakes):
     )
 
 
-def test_probe_reports_a_hang(fakes):
-    crashes = _probe.probe(["fake_fine", "fake_hang"], timeout=2)
+def test_probe_reports_a_hang_and_names_it_while_waiting(fakes, monkeypatch):
+    monkeypatch.setattr(_probe, "NOTICE_AFTER_S", 0.5)
+    notices = []
+    with _probe.notices_to(notices.append):
+        crashes = _probe.probe(["fake_fine", "fake_hang"], timeout=3)
     assert {name: crash.how for name, crash in crashes.items()} == {
-        "fake_hang": "no result after 2 s"
+        "fake_hang": "no result after 3 s"
+    }
+    # the child importing all, then those importing it alone (with and without our extension)
+    assert notices
+    for notice in notices:
+        assert re.fullmatch(
+            r"dlpack: waiting for fake_hang to import in a child process, \d+ s so far "
+            r"\(checking it does not crash the interpreter; given up after 3 s\)",
+            notice,
+        ), notices
+
+
+def test_probe_notices_go_to_stderr(fakes):
+    """Where no one asked for them, on stderr, as they come."""
+    code = (
+        "from dlpack import _probe\n"
+        "_probe.NOTICE_AFTER_S = 0.5\n"
+        "print(sorted(_probe.probe(['fake_hang'], timeout=2)))\n"
+    )
+    proc = run_python("-c", code, path=[fakes], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "['fake_hang']\n"
+    assert "dlpack: waiting for fake_hang to import in a child process" in proc.stderr
+
+
+def test_probe_is_not_fooled_by_a_helper_holding_stdout(tmp_path, monkeypatch):
+    """A library that starts a helper process, which inherits its stdout and lives on (a server,
+    a compiler daemon): the child importing it is done when it ends, not when the helper does."""
+    alive = tmp_path / "helper_alive"
+    alive.write_text("")
+    # it lives while the file does (two minutes at most)
+    helper = (
+        "import os, time\n"
+        "for _ in range(1200):\n"
+        f"    if not os.path.exists({str(alive)!r}):\n"
+        "        break\n"
+        "    time.sleep(0.1)\n"
+    )
+    (tmp_path / "fake_helper.py").write_text(
+        f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {helper!r}])\n"
+    )
+    (tmp_path / "fake_fine.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert _probe.probe(["fake_helper", "fake_fine"], timeout=20) == {}
+    finally:
+        alive.unlink()
+
+
+def test_probe_takes_a_long_sys_path(fakes, monkeypatch):
+    monkeypatch.setattr(sys, "path", [*sys.path, *LONG_PATH_ENTRIES])
+    crashes = _probe.probe(["fake_fine", "fake_crash_alone"], timeout=60)
+    assert {name: crash.message() for name, crash in crashes.items()} == {
+        "fake_crash_alone": ALONE_MESSAGE
     }
 
 
@@ -149,12 +224,20 @@ def test_report_survives_broken_and_crashing_libraries_and_folders(tmp_path):
     half.mkdir()
     (half / "__init__.py").write_text("")
     (half / "core.py").write_text("import no_such_dependency_of_fake_half\n")
-    for name in CRASHING.split(","):
+    for name in [*CRASHING.split(","), "fake_beside_ours"]:
         (tmp_path / f"{name}.py").write_text(FAKES[name])
-    extra = f"fake_raising,fake_half.core,{CRASHING},fake_stray"
+    # a cupy that ends the process with status 0: the report must not end with it
+    (tmp_path / "cupy.py").write_text(FAKES["fake_exit_zero"])
+    extra = f"fake_raising,fake_half.core,{CRASHING},fake_beside_ours,fake_stray"
     proc = run_python("-m", "dlpack", cwd=tmp_path, env={_probe.EXTRA_ENV: extra})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _library_rows(proc.stdout)
+    assert rows["cupy"] == (
+        "crashes the interpreter when imported: exit status 0 before its import returned"
+    )
+    assert rows["fake_beside_ours"] == (
+        "crashes the interpreter when imported together with dlpack: signal 11 (SIGSEGV)"
+    )
     assert rows["fake_stray"] == f"not installed ({_only_a_folder(tmp_path / 'fake_stray')})"
     assert rows["fake_raising"] == "import failed: RuntimeError: broken on purpose"
     assert "import failed" in rows["fake_half.core"]

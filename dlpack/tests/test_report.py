@@ -15,7 +15,7 @@ import dlpack
 from dlpack import _probe
 from dlpack._report import _terminal
 
-from ._helpers import child_env, need, optional, package_root, run_python
+from ._helpers import LONG_PATH, child_env, need, optional, package_root, run_python
 
 
 def test_report_runs_and_shows_the_table():
@@ -239,6 +239,36 @@ def test_native_log_lines_stay_off_stderr():
         "fake_native_logs: this line is not a log",
         "python stderr line",
     ]
+
+
+def test_json_is_alone_on_stdout_when_libraries_print(tmp_path):
+    """A library that prints when imported (print, a native write, C's buffered printf): its
+    lines go to stderr, stdout is the JSON document alone."""
+    (tmp_path / "fake_prints.py").write_text(
+        "import ctypes, os\n"
+        "print('fake_prints: print')\n"
+        "os.write(1, b'fake_prints: native write\\n')\n"
+        "ctypes.CDLL(None).printf(b'fake_prints: printf\\n')\n"
+    )
+    proc = run_python(
+        "-m", "dlpack", "--json", path=[tmp_path], env={_probe.EXTRA_ENV: "fake_prints"}
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    libraries = {lib["name"]: lib["status"] for lib in doc["libraries"]}
+    assert libraries["fake_prints"] == "ok"
+    for line in ("print", "native write", "printf"):
+        assert f"fake_prints: {line}\n" in proc.stderr
+
+
+def test_report_takes_a_long_sys_path():
+    """sys.path longer than one command-line argument may be (~150 KB): the probe's children
+    get it all the same."""
+    code = f"{LONG_PATH}; from dlpack.__main__ import main; sys.exit(main())"
+    proc = run_python("-c", code, env={_probe.KNOWN_ENV: ""})  # nothing handed down: it probes
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "CPU exchanges" in proc.stdout
+    assert "Traceback" not in proc.stderr
 
 
 # A child that would probe: it says whether it did, and what it found.

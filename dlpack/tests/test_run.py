@@ -5,11 +5,13 @@ Each run is a child process, so its pytest session is its own.
 """
 
 import os
+import re
 import textwrap
 
+from dlpack import _probe
 from dlpack.tests import INSTALL_HINT, pytest_argv
 
-from ._helpers import package_root, run_python
+from ._helpers import LONG_PATH, LONG_PATH_ENTRIES, REQUIRE_ENV, package_root, run_python
 
 RUN = "import sys, dlpack.tests; sys.exit(dlpack.tests.run(sys.argv[1:]))"
 RUN_FAKE = "import sys, dlpack.tests; sys.exit(dlpack.tests.run(*sys.argv[1:], package='fakepkg'))"
@@ -56,6 +58,96 @@ def test_run_returns_1_when_a_test_fails(tmp_path):
     proc = run_python("-c", RUN_FAKE, "-q", "-k", "passes", path=[tmp_path])
     assert proc.returncode == 0, _output(proc)
     assert "1 passed, 1 deselected" in proc.stdout
+
+
+def _fake_package(tmp_path, source):
+    pkg = tmp_path / "fakepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "test_a.py").write_text(textwrap.dedent(source))
+
+
+def test_a_run_that_ends_before_pytest_finishes_fails(tmp_path):
+    """A test (or a library it imports) that ends the process with status 0: no summary, and
+    no pass either."""
+    _fake_package(
+        tmp_path,
+        """
+        import os
+
+        def test_passes():
+            pass
+
+        def test_ends_the_process():
+            os._exit(0)
+
+        def test_never_runs():
+            pass
+        """,
+    )
+    proc = run_python("-c", RUN_FAKE, "-q", path=[tmp_path], timeout=120)
+    assert proc.returncode == 1, _output(proc)
+    assert "passed" not in proc.stdout  # no summary
+    assert proc.stderr.splitlines()[-1] == (
+        "dlpack.tests: the run failed: its process ended with exit status 0 while running "
+        "fakepkg/test_a.py::test_ends_the_process, before pytest finished (a test, or a library "
+        "it imported, ended the process)"
+    )
+
+
+def test_a_crash_after_pytest_finished_fails_the_run(tmp_path):
+    _fake_package(
+        tmp_path,
+        """
+        import atexit, os
+
+        def test_passes():
+            atexit.register(os.abort)
+        """,
+    )
+    proc = run_python("-c", RUN_FAKE, "-q", path=[tmp_path], timeout=120)
+    assert proc.returncode == 1, _output(proc)
+    assert "1 passed" in proc.stdout
+    assert proc.stderr.splitlines()[-1] == (
+        "dlpack.tests: pytest finished (status 0), then its process was killed by signal 6 "
+        "(SIGABRT)"
+    )
+
+
+def test_a_library_that_ends_the_process_on_import_is_a_skip(tmp_path):
+    """A cupy that calls os._exit(0) when imported: the probe finds it, its tests skip, the run
+    ends with pytest's summary."""
+    (tmp_path / "cupy.py").write_text("import os\nos._exit(0)\n")
+    args = ["-m", "dlpack.tests", "-q", "-rs", "test_matrix.py", "-k", "cupy"]
+    proc = run_python(*args, path=[tmp_path], env={REQUIRE_ENV: ""}, timeout=300)
+    assert proc.returncode == 0, _output(proc)
+    assert re.search(r"^\d+ skipped, \d+ deselected in ", proc.stdout, re.M), _output(proc)
+    reason = "cupy crashes the interpreter when imported: exit status 0 before its import returned"
+    assert reason in proc.stdout
+
+
+def test_a_long_sys_path_reaches_the_tests(tmp_path):
+    """A sys.path longer than one command-line argument may be, with a module-level need() (the
+    probe runs while pytest collects)."""
+    (tmp_path / "fake_fine.py").write_text("")
+    _fake_package(
+        tmp_path,
+        f"""
+        import sys
+        from dlpack.tests._helpers import need
+
+        need("fake_fine")
+
+        def test_path():
+            assert sys.path[-1] == {LONG_PATH_ENTRIES[-1]!r}
+        """,
+    )
+    code = f"{LONG_PATH}; {RUN_FAKE}"
+    # nothing handed down: the run probes with this sys.path
+    env = {_probe.KNOWN_ENV: "", _probe.EXTRA_ENV: "fake_fine"}
+    proc = run_python("-c", code, "-q", path=[tmp_path], env=env, timeout=300)
+    assert proc.returncode == 0, _output(proc)
+    assert "1 passed" in proc.stdout
 
 
 def _without_pytest(tmp_path):
