@@ -130,16 +130,17 @@ bench-rust-api: venv
 	$(PIP) install --force-reinstall --no-deps dist-bench/*.whl
 	$(PY) -P bench/bench_rust_api.py
 
-# -P keeps the source tree off sys.path, so `dlpack` is the installed wheel.
+# -P keeps the source tree off sys.path, so `dlpack` is the installed wheel. Through the
+# package's runner, which fails a run that ended before pytest finished (a test or library
+# calling os._exit(0) would otherwise stop the suite with status 0 and no summary).
 py-test:
-	DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) $(PY) -P -m pytest --pyargs dlpack.tests -q -ra -p no:cacheprovider $(PYTEST_ARGS)
+	DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) $(PY) -P -m dlpack.tests -q -ra -p no:cacheprovider $(PYTEST_ARGS)
 
 # The interop tests again with JAX's 64-bit types on (JAX_ENABLE_X64=1, as many JAX users run):
 # 64-bit arrays stay 64-bit there instead of narrowing, and the tests expect what JAX holds.
-INTEROP_TESTS := dlpack.tests.test_interop dlpack.tests.test_interop_functions \
-	dlpack.tests.test_interop_faults dlpack.tests.test_interop_states
+INTEROP_TESTS := test_interop test_interop_functions test_interop_faults test_interop_states
 py-test-x64:
-	JAX_ENABLE_X64=1 DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) $(PY) -P -m pytest --pyargs $(INTEROP_TESTS) -q -ra -p no:cacheprovider
+	JAX_ENABLE_X64=1 DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) $(PY) -P -m dlpack.tests $(INTEROP_TESTS) -q -ra -p no:cacheprovider
 
 # Memory errors Rust's checks can't see, found by valgrind's memcheck (Debian's package; Miri
 # would need a nightly toolchain): reads and writes out of bounds, uses after free, uses of

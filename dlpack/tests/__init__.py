@@ -85,10 +85,13 @@ def run(*args: str | os.PathLike, package: str = "dlpack.tests") -> int:
     return _run_in_child(argv)
 
 
-# The child's script, after the lines that set sys.path, ARGV and STATUS.
+# The child's script, after the lines that set sys.path, ARGV and STATUS. Guarded as a main
+# module must be: multiprocessing's spawn and forkserver children import it again.
 _CHILD = """
-from dlpack.tests import _run_here
-sys.exit(_run_here(ARGV, STATUS))
+if __name__ == "__main__":
+    from dlpack.tests import _run_here
+
+    sys.exit(_run_here(ARGV, STATUS))
 """
 
 

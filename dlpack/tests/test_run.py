@@ -95,6 +95,28 @@ def test_a_run_that_ends_before_pytest_finishes_fails(tmp_path):
     )
 
 
+def test_tests_may_start_spawned_processes(tmp_path):
+    """multiprocessing's spawn imports the main module again in its child: the runner's own
+    child script must be safe to import (it had run pytest again there, and failed)."""
+    pkg = tmp_path / "fakepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "test_spawn.py").write_text(
+        textwrap.dedent(
+            """
+            import multiprocessing
+
+            def test_spawned_child_answers():
+                with multiprocessing.get_context("spawn").Pool(1) as pool:
+                    assert pool.map(abs, [-1, -2]) == [1, 2]
+            """
+        )
+    )
+    proc = run_python("-c", RUN_FAKE, "-q", path=[tmp_path])
+    assert proc.returncode == 0, _output(proc)
+    assert "1 passed" in proc.stdout
+
+
 def test_a_crash_after_pytest_finished_fails_the_run(tmp_path):
     _fake_package(
         tmp_path,
