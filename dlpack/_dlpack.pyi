@@ -188,8 +188,10 @@ class DLPackObject:
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def __arrow_c_array__(self, requested_schema: object = None, /) -> tuple[object, object]:
         """The Arrow PyCapsule interface: (schema, array) capsules of host memory. 1-D numbers
-        as they are; N-d C-ordered memory as an arrow.fixed_shape_tensor, or nested fixed-size
-        lists when requested; other layouts one C-ordered copy."""
+        as they are; N-d C-ordered memory as an arrow.fixed_shape_tensor; other layouts one
+        C-ordered copy. A requested_schema of this element type whose rows are the array's last
+        dimensions (a column, nested fixed-size lists, an arrow.fixed_shape_tensor) is given as
+        asked; any other is a ValueError."""
     def __arrow_c_stream__(self, requested_schema: object = None, /) -> CapsuleType:
         """The Arrow PyCapsule interface: a stream capsule ("arrow_array_stream") of host
         memory, whose one array is the one ``__arrow_c_array__`` gives."""

@@ -1,11 +1,14 @@
 """Arrow C structs that lie, handed to ``asdlpack`` and to our exports' ``requested_schema``:
-released structs, lengths and offsets out of range, missing buffers and children, formats that
-aren't UTF-8, and a stream that never ends. Each must be a ValueError or TypeError (a
-MemoryError for the stream), never a crash or a Rust panic.
+released structs, lengths and offsets out of range (to the largest an int64 holds), missing
+buffers and children, formats that aren't UTF-8, schemas whose nodes are shared, and streams
+that never end or claim more memory than there is. Each must be a ValueError or TypeError (a
+MemoryError for the streams), never a crash or a Rust panic.
 
 ``test_arrow_hostile`` runs this module in a child process (``python -m
-dlpack.tests._arrow_hostile_cases``), which prints one JSON line per case as it goes, so that a
-crash fails the cases from the one that crashed on, not the test run.
+dlpack.tests._arrow_hostile_cases [NAMES]``), which prints one JSON line per case as it goes,
+so that a crash fails the cases from the one that crashed on, not the test run. The cases of
+``SHARED`` run in a child of their own, under a time limit: walked node by node, such a schema
+never ends.
 """
 
 from __future__ import annotations
@@ -21,15 +24,27 @@ import pyarrow as pa
 
 from dlpack import asdlpack
 
-from ._arrow_c import RELEASE, ArrowArray, ArrowSchema, array_in, schema_in
+from ._arrow_c import (
+    GET_NEXT,
+    RELEASE,
+    ArrowArray,
+    ArrowArrayStream,
+    ArrowSchema,
+    array_in,
+    new_capsule,
+    schema_in,
+)
 
-# name -> (the exception's type name, a fragment of its message, the call)
-CASES: dict[str, tuple[str, str, Callable[[], object]]] = {}
+# name -> (the exception's type name, or None for a call that must return, a fragment of its
+# message, the call)
+Case = tuple[str | None, str, Callable[[], object]]
+CASES: dict[str, Case] = {}
+SHARED: dict[str, Case] = {}
 
 
-def case(name: str, raises: str, match: str):
+def case(name: str, raises: str | None, match: str, group: dict[str, Case] = CASES):
     def register(call):
-        CASES[name] = (raises, match, call)
+        group[name] = (raises, match, call)
         return call
 
     return register
@@ -118,6 +133,8 @@ for _source, _label in ((WITH_NULLS, "with a bitmap"), (NUMBERS, "without a bitm
         ("offset", -5, r"offset \(-5\)"),
         ("offset", 2**62, "reach past the memory"),
         ("length", 2**62, "reach past the memory"),
+        ("offset", 2**63 - 1, "reach past the memory"),
+        ("length", 2**63 - 1, "reach past the memory"),
         ("null_count", -2, r"null count \(-2\)"),
     ):
         case(f"{_field} {_value} {_label}", "ValueError", _match)(
@@ -183,7 +200,7 @@ case("negative children", "ValueError", "number of children is negative")(
 )
 
 
-@case("a schema whose child is its own child", "ValueError", "nests deeper than 64")
+@case("a schema whose child is its own child", "ValueError", "child 0 is a schema already in")
 def _cycle():
     pair = edited(LISTS)
     children = ctypes.cast(schema_in(pair.capsules[0]).children, ctypes.POINTER(ctypes.c_void_p))
@@ -234,9 +251,158 @@ def _endless():
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
+# 5. Structs made here, field by field: schemas whose nodes are shared, and sizes that sum
+# past 2**64.
+_HELD: list[object] = []  # everything made below, alive as long as the process
+
+
+def _held(obj):
+    _HELD.append(obj)
+    return obj
+
+
+def _pointers(addresses) -> int:
+    return ctypes.addressof(_held((ctypes.c_void_p * max(len(addresses), 1))(*addresses)))
+
+
+def _schema(fmt: bytes, children=(), dictionary=None) -> ArrowSchema:
+    schema = _held(ArrowSchema())
+    schema.format = ctypes.addressof(_held(ctypes.create_string_buffer(fmt)))
+    schema.n_children = len(children)
+    schema.children = _pointers([ctypes.addressof(child) for child in children])
+    schema.dictionary = None if dictionary is None else ctypes.addressof(dictionary)
+    schema.release = ctypes.cast(_RELEASES[ArrowSchema], ctypes.c_void_p).value
+    return schema
+
+
+def _array(length: int, buffers, children=()) -> ArrowArray:
+    array = _held(ArrowArray())
+    array.length, array.offset, array.null_count = length, 0, 0
+    array.n_buffers = len(buffers)
+    array.buffers = ctypes.cast(_pointers(buffers), ctypes.POINTER(ctypes.c_void_p))
+    array.n_children = len(children)
+    array.children = _pointers([ctypes.addressof(child) for child in children])
+    array.release = ctypes.cast(_RELEASES[ArrowArray], ctypes.c_void_p).value
+    return array
+
+
+def _schema_capsule(schema: ArrowSchema):
+    return _held(new_capsule(ctypes.addressof(schema), b"arrow_schema", None))
+
+
+def _pair(schema: ArrowSchema, array: ArrowArray) -> Pair:
+    capsule = _held(new_capsule(ctypes.addressof(array), b"arrow_array", None))
+    return _held(Pair((_schema_capsule(schema), capsule)))
+
+
+class _Stream:
+    """A raw ``arrow_array_stream`` capsule of ``schema`` and then ``array``, once: each moved
+    out as the interface moves structs (a byte copy; the copies' release only marks them)."""
+
+    def __init__(self, schema: ArrowSchema, array: ArrowArray | None):
+        self.schema, self.array = schema, array
+
+        @GET_NEXT
+        def get_schema(_stream, out):
+            ctypes.memmove(out, ctypes.addressof(self.schema), ctypes.sizeof(ArrowSchema))
+            return 0
+
+        @GET_NEXT
+        def get_next(_stream, out):
+            if self.array is None:
+                ctypes.memset(out, 0, ctypes.sizeof(ArrowArray))  # released: the end
+            else:
+                ctypes.memmove(out, ctypes.addressof(self.array), ctypes.sizeof(ArrowArray))
+                self.array = None
+            return 0
+
+        @RELEASE
+        def release(address):
+            ArrowArrayStream.from_address(address).release = None
+
+        self.callbacks = (get_schema, get_next, release)
+        stream = ArrowArrayStream()
+        stream.get_schema, stream.get_next = (
+            ctypes.cast(f, ctypes.c_void_p).value for f in self.callbacks[:2]
+        )
+        stream.release = ctypes.cast(release, ctypes.c_void_p).value
+        self.struct = stream
+        self.capsule = new_capsule(ctypes.addressof(stream), b"arrow_array_stream", None)
+        _held(self)
+
+
+def _shared(depth: int, *, dictionary: bool = False) -> ArrowSchema:
+    """A schema ``depth`` levels deep whose every node has two edges to one node below (two
+    children, or a child that is also its dictionary): ``depth`` structs standing for a tree of
+    2**depth leaves."""
+    node = _schema(b"g")
+    for _ in range(depth):
+        if dictionary:
+            node = _schema(b"+w:1", [node], dictionary=node)
+        else:
+            node = _schema(b"+s", [node, node])
+    return node
+
+
+for _label, _dictionary, _match in (
+    ("two children", False, "child 1 is a schema already in the tree"),
+    ("a child that is its dictionary", True, "dictionary is a schema already in the tree"),
+):
+    for _depth in (20, 40):
+        _name = f"{_depth} levels of {_label}"
+        case(f"{_name}, imported", "ValueError", _match, SHARED)(
+            lambda d=_depth, x=_dictionary: asdlpack(
+                _held(
+                    Pair(
+                        (_schema_capsule(_shared(d, dictionary=x)), NUMBERS.__arrow_c_array__()[1])
+                    )
+                )
+            )
+        )
+        case(f"{_name}, a stream's schema", "ValueError", _match, SHARED)(
+            lambda d=_depth, x=_dictionary: asdlpack(
+                _Stream(_shared(d, dictionary=x), None).capsule
+            )
+        )
+        for _method in ("__arrow_c_array__", "__arrow_c_stream__"):
+            case(f"{_name}, requested of {_method}", "ValueError", _match, SHARED)(
+                lambda d=_depth, x=_dictionary, m=_method: getattr(_OURS, m)(
+                    _schema_capsule(_shared(d, dictionary=x))
+                )
+            )
+
+
+# 6. Sizes whose sum passes 2**64: lists of no elements (size 0) at 20 levels, each level's
+# length the largest an int64 holds and no validity bitmaps, which spans no memory and reads
+# fine ...
+@case("fixed-size lists of size 0, 20 levels of 2**63 - 1 rows", None, "")
+def _empty_levels():
+    levels = 20
+    schema, array = _schema(b"g"), _array(0, [None, None])
+    for _ in range(levels):
+        schema, array = _schema(b"+w:0", [schema]), _array(2**63 - 1, [None], [array])
+    obj = asdlpack(_pair(schema, array))
+    assert obj.shape == (2**63 - 1, *[0] * levels), obj.shape
+
+
+# ... and a stream's table of 600 columns of int8, each claiming 2**55 bytes of one small
+# buffer (an address range that can exist): together past 2**64, more than any process holds.
+@case(
+    "a stream whose table's columns claim 600 * 2**55 bytes",
+    "MemoryError",
+    "arrays read so far hold",
+)
+def _huge_columns():
+    columns, rows = 600, 2**55
+    data = _held(np.zeros(64, np.int8))
+    schema = _schema(b"+s", [_schema(b"c") for _ in range(columns)])
+    leaves = [_array(rows, [None, data.ctypes.data]) for _ in range(columns)]
+    asdlpack(_Stream(schema, _array(rows, [None], leaves)).capsule)
+
+
 def main(names: list[str]) -> int:
     for name in names or list(CASES):
-        raises, _, call = CASES[name]
+        raises, _, call = CASES.get(name) or SHARED[name]
         try:
             call()
         except BaseException as exc:  # noqa: BLE001 - PanicException is a BaseException

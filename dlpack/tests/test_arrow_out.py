@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import re
 import textwrap
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -440,3 +441,144 @@ def test_rows_past_arrows_list_size_are_a_value_error_and_misaligned_memory_a_co
     assert misaligned.ctypes.data % 8 != 0
     assert pa.array(asdlpack(misaligned)).to_pylist() == [0.5, 1.5, 2.5, 3.5, 4.5]
     assert pa.chunked_array(asdlpack(misaligned)).to_pylist() == [0.5, 1.5, 2.5, 3.5, 4.5]
+
+
+# ---------------------------------------------------------------------------
+# Empty arrays, and the requested fixed-shape tensor type
+# ---------------------------------------------------------------------------
+
+EMPTY_SHAPES = ((0,), (3, 0), (0, 2))
+EMPTY_DTYPES = ("int8", "uint16", "int32", "int64", "float16", "float32", "float64")
+
+
+def empty_arrays(dtypes=EMPTY_DTYPES):
+    """(label, array) of empty arrays of torch (whose data pointer is NULL), numpy and JAX."""
+    torch = need("torch")
+    jnp = need("jax.numpy")
+    for dtype in dtypes:
+        for shape in EMPTY_SHAPES:
+            yield f"torch {dtype} {shape}", torch.empty(shape, dtype=getattr(torch, dtype))
+            yield f"numpy {dtype} {shape}", np.empty(shape, dtype)
+            yield f"jax {dtype} {shape}", jnp.zeros(shape, dtype)
+
+
+def test_empty_arrays_reach_every_arrow_consumer(x64):
+    for name in ("polars", "nanoarrow", "duckdb", "torch", "jax.numpy"):
+        need(name)
+    check_empty_arrays_in_arrow_consumers(EMPTY_DTYPES)
+    for _, source in empty_arrays(("complex128",)):
+        with pytest.raises(TypeError, match="complex128 has no Arrow type"):
+            pa.array(asdlpack(source))
+    # Booleans in a child: bits packed from no bytes at NULL (torch's) may crash.
+    done = run_python(
+        "-c",
+        "from dlpack.tests.test_arrow_out import check_empty_arrays_in_arrow_consumers as check\n"
+        "check(('bool',))\n"
+        "print('checked')",
+    )
+    assert done.returncode == 0 and done.stdout.endswith("checked\n"), done.stderr[-3000:]
+
+
+def check_empty_arrays_in_arrow_consumers(dtypes):
+    pl = need("polars")
+    na = need("nanoarrow")
+    duckdb = need("duckdb")
+    for label, source in empty_arrays(dtypes):
+        shape, dtype = tuple(source.shape), np.dtype(str(source.dtype).removeprefix("torch."))
+        rows = shape[0]
+        obj = asdlpack(source)
+        leaf = pa.from_numpy_dtype(dtype)
+        expected = leaf if len(shape) == 1 else pa.fixed_shape_tensor(leaf, list(shape[1:]))
+        for read in (pa.array, pa.chunked_array):
+            out = read(obj)
+            assert out.type == expected and len(out) == rows, (label, read, out.type)
+            out.validate(full=True)
+        column = pa.array(obj)
+        values = column if len(shape) == 1 else column.storage.values
+        # Aligned for the elements (booleans are bits), an address however few bytes.
+        address = values.buffers()[1].address
+        assert address != 0 and address % dtype.itemsize == 0, (label, address)
+        assert len(na.Array(obj)) == rows, label
+        assert len(na.ArrayStream(obj).read_all()) == rows, label
+        if shape[1:] != (0,):  # polars panics on fixed-size lists of size 0, from pyarrow too
+            assert pl.Series(obj).len() == rows, label
+        if dtype != np.float16:  # DuckDB has no half floats
+            assert duckdb.sql("SELECT count(*) FROM obj").fetchall() == [(rows,)], label
+
+
+def fixed_shape_tensor_of(obj, wanted, method="__arrow_c_array__"):
+    """What ``method`` gives for ``wanted`` as requested_schema, read by pyarrow."""
+    out = getattr(obj, method)(wanted.__arrow_c_schema__())
+    if method == "__arrow_c_array__":
+        return pa.Array._import_from_c_capsule(*out)
+    if method == "__arrow_c_device_array__":
+        return pa.Array._import_from_c_device_capsule(*out)
+    return pa.ChunkedArray._import_from_c_capsule(out).combine_chunks()
+
+
+def test_a_requested_fixed_shape_tensor_is_given_or_refused_naming_both_types():
+    a = np.arange(6.0).reshape(2, 3)
+    obj = asdlpack(a)
+    methods = ("__arrow_c_array__", "__arrow_c_device_array__", "__arrow_c_stream__")
+    # Its own element type, and a shape that is the array's last dimensions (the dimensions
+    # before them are the rows) or all their elements in one list: given as asked.
+    for wanted, rows in (
+        (pa.fixed_shape_tensor(pa.float64(), [3]), a),
+        (pa.fixed_shape_tensor(pa.float64(), [2, 3]), a[None]),
+        (pa.fixed_shape_tensor(pa.float64(), [6]), a.reshape(1, 6)),
+        (pa.fixed_shape_tensor(pa.float64(), [3], dim_names=["x"]), a),
+        (pa.fixed_shape_tensor(pa.float64(), [2, 3], permutation=[0, 1]), a[None]),
+    ):
+        for method in methods:
+            out = fixed_shape_tensor_of(obj, wanted, method)
+            assert out.type == wanted, (wanted, method, out.type)
+            np.testing.assert_array_equal(out.to_numpy_ndarray(), rows)
+    # Rows merging the leading dimensions, of a 3-d array.
+    cube = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+    out = fixed_shape_tensor_of(asdlpack(cube), pa.fixed_shape_tensor(pa.int32(), [4]))
+    np.testing.assert_array_equal(out.to_numpy_ndarray(), cube.reshape(6, 4))
+    # Anything else, a ValueError naming both types, from every method.
+    for wanted, why in (
+        (
+            pa.fixed_shape_tensor(pa.float32(), [3]),
+            "its elements are Float32, this array's Float64",
+        ),
+        (pa.fixed_shape_tensor(pa.int64(), [3]), "its elements are Int64, this array's Float64"),
+        (pa.fixed_shape_tensor(pa.float64(), [2]), r"a row of shape \[2\] is neither"),
+        (pa.fixed_shape_tensor(pa.float64(), [3, 2]), r"a row of shape \[3, 2\] is neither"),
+        (pa.fixed_shape_tensor(pa.float64(), [3, 2], permutation=[1, 0]), r"permuted \(\[1, 0\]\)"),
+    ):
+        for method in (*methods, "__arrow_c_device_stream__"):
+            with pytest.raises(ValueError, match=r"this array is Float64 of shape \[2, 3\]") as err:
+                getattr(obj, method)(wanted.__arrow_c_schema__())
+            assert "arrow.fixed_shape_tensor" in str(err.value), err.value
+            assert re.search(why, str(err.value)), err.value
+
+
+def test_pyarrow_array_with_a_fixed_shape_tensor_type_gets_its_values_or_a_value_error():
+    a = np.arange(6.0).reshape(2, 3)
+    # pyarrow asks for the type (or, as pyarrow 26 does, for its storage, and returns that).
+    for shape, rows in (([3], a), ([2, 3], a.reshape(1, 6))):
+        wanted = pa.fixed_shape_tensor(pa.float64(), shape)
+        for read in (pa.array, pa.chunked_array):
+            out = read(asdlpack(a), type=wanted)
+            assert out.type in (wanted, wanted.storage_type), (shape, out.type)
+            assert out.to_pylist() == rows.tolist() or out.storage.to_pylist() == rows.tolist()
+    for leaf, name in ((pa.float32(), "Float32"), (pa.int64(), "Int64")):
+        for read in (pa.array, pa.chunked_array):
+            with pytest.raises(ValueError, match=f"its elements are {name}, this array's Float64"):
+                read(asdlpack(a), type=pa.fixed_shape_tensor(leaf, [3]))
+
+
+def test_requested_nested_lists_and_columns_follow_the_same_rows():
+    a = np.arange(6, dtype=np.int16).reshape(2, 3)
+    obj = asdlpack(a)
+    nested = pa.list_(pa.list_(pa.int16(), 3), 2)
+    out = pa.array(obj, type=nested)
+    assert out.type == nested and out.to_pylist() == [a.tolist()]
+    out = pa.array(obj, type=pa.list_(pa.int16(), 6))
+    assert out.to_pylist() == [list(range(6))]
+    out = pa.array(obj, type=pa.int16())  # a column: every element, in C order
+    assert out.type == pa.int16() and out.to_pylist() == list(range(6))
+    with pytest.raises(ValueError, match=r"a row of shape \[2\] is neither"):
+        pa.array(obj, type=pa.list_(pa.int16(), 2))

@@ -542,3 +542,29 @@ def test_dlpack_object_still_reports_itself_to_asdlpack():
     assert again is obj and sys.getrefcount(obj) == before + 1  # one new reference, no copy
     del again
     assert sys.getrefcount(obj) == before
+
+
+def test_empty_arrays_have_an_aligned_address_in_every_export(x64):
+    # torch's empty tensors have no address (NULL): the buffer protocol lends one aligned for
+    # every element type; DLPack and the array interface say NULL (0), as torch's own do, and
+    # every consumer reads them.
+    torch = need("torch")
+    jnp = need("jax.numpy")
+    for dtype in ("int8", "float32", "float64", "complex128", "bool"):
+        for shape in ((0,), (3, 0), (0, 2)):
+            for source in (
+                torch.empty(shape, dtype=getattr(torch, dtype)),
+                np.empty(shape, dtype),
+                jnp.zeros(shape, dtype),
+            ):
+                obj = asdlpack(source)
+                expected = np.dtype(dtype)
+                view = memoryview(obj)
+                lent = np.asarray(view)
+                assert lent.ctypes.data != 0 and lent.ctypes.data % expected.itemsize == 0
+                for read in (np.from_dlpack, np.asarray, lambda o: np.asarray(memoryview(o))):
+                    out = read(obj)
+                    assert (out.shape, out.dtype) == (shape, expected), (source, read)
+                back = torch.from_dlpack(obj)
+                assert tuple(back.shape) == shape and str(back.dtype) == f"torch.{expected}"
+                assert jnp.asarray(obj).shape == shape

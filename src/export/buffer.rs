@@ -100,9 +100,10 @@ pub unsafe fn fill(view: *mut Py_buffer, owner: *mut PyObject, tensor: &Tensor, 
     let layout = tensor.layout();
     let ndim = layout.ndim();
     let itemsize = tensor.dtype().itemsize();
-    // An empty tensor may have no address; a buffer should (consumers may check).
+    // An empty tensor may have no address; a buffer should, aligned for its items (consumers
+    // may check).
     let buf = if tensor.data().is_null() {
-        std::ptr::NonNull::<u64>::dangling().as_ptr().cast()
+        empty_elements().as_ptr().cast()
     } else {
         tensor.data()
     };
@@ -157,3 +158,15 @@ const _: () = assert!(
     size_of::<isize>() == size_of::<i64>(),
     "buffer views point into i64 layouts: a 64-bit target is needed"
 );
+
+/// Where an empty export's elements are, for consumers that want an address whatever the size
+/// (Arrow's check a buffer's alignment even when it is empty): aligned for every element type
+/// (Arrow asks 64 bytes at most), never read or written (there are no elements).
+pub fn empty_elements() -> std::ptr::NonNull<u8> {
+    std::ptr::NonNull::from(&EMPTY).cast()
+}
+
+#[repr(C, align(64))]
+struct Empty([u8; 64]);
+
+static EMPTY: Empty = Empty([0; 64]);

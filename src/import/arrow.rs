@@ -188,12 +188,17 @@ struct StreamLimit {
 
 impl StreamLimit {
     fn add(&mut self, arrays: usize, array: &Array) -> Result<()> {
-        let this = array.span_bytes() + size_of::<FFI_ArrowArray>() as u64;
+        // Saturating: a producer's spans can sum past any memory, which is then refused.
+        let this = array
+            .span_bytes()
+            .saturating_add(size_of::<FFI_ArrowArray>() as u64);
         self.bytes = self.bytes.saturating_add(this);
         if self.bytes < self.next_check.max(available::CHECK_FROM) {
             return Ok(());
         }
-        self.next_check = self.bytes + (self.bytes / 8).max(available::CHECK_FROM);
+        self.next_check = self
+            .bytes
+            .saturating_add((self.bytes / 8).max(available::CHECK_FROM));
         match available::available() {
             Some(free) if self.bytes > free.bytes => {
                 Err(Error::Core(dlpack_core::error::Error::memory(format!(
@@ -271,9 +276,13 @@ fn plain_numbers(schema: &Schema, array: &FFI_ArrowArray) -> Option<DType> {
 fn plain_in_place(dtype: DType, array: Array) -> Result<Tensor> {
     let array = array.into_inner();
     let itemsize = dtype.itemsize();
-    // In range: checked with the array (`arrow_check`), and a NULL buffer only when empty.
-    let len = array.len() as i64;
-    let first = array.offset() * itemsize;
+    // In range: checked with the array (`arrow_check`), and a NULL buffer only when empty;
+    // checked again here, as the numbers are the producer's.
+    let len = i64::try_from(array.len()).map_err(|_| unreadable("its length passes 2**63"))?;
+    let first = array
+        .offset()
+        .checked_mul(itemsize)
+        .ok_or_else(|| unreadable("its offset passes the address space"))?;
     let layout = Layout::c_order(&[len], itemsize)?;
     let data = array.buffer(1).wrapping_add(first).cast_mut().cast();
     let storage = host_values(data, dtype);

@@ -4,8 +4,8 @@
 //! offset past the buffer). So every field a later read relies on is checked here first:
 //!
 //! - a schema's tree (`schema`): live, a UTF-8 format and name, its children and dictionary
-//!   present and themselves sound, as many children as its format needs, a bounded depth; then
-//!   its type one this crate carries (numbers, booleans, fixed-size lists of them, tables of
+//!   present and themselves sound, as many children as its format needs, a bounded depth, and
+//!   a tree indeed (each struct reached once: see `Seen`); then its type one this crate carries (numbers, booleans, fixed-size lists of them, tables of
 //!   them), which is all that is ever imported;
 //! - each array against that type (`array`): live, lengths and offsets in range, the buffers
 //!   and children that type has, each child long enough, and every buffer's extent a range of
@@ -14,7 +14,7 @@
 //! What no check can see, that a buffer really holds the bytes the length and offset say,
 //! stays the producer's word.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, c_void};
 
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
@@ -26,6 +26,41 @@ use crate::error::{Error, Result};
 
 /// Deeper trees are refused: real types nest a few levels, and a cycle of children never ends.
 const MAX_DEPTH: usize = 64;
+
+/// The schemas a tree's walk has reached. A struct reached twice (the child of two parents, or
+/// its own descendant) is refused: shared children make a tree of n structs stand for up to
+/// 2^n nodes, which every later walk (arrow-rs's reading of the type, its names, an error
+/// message that prints it) would expand, so the work stays that of the structs the producer
+/// made. No producer shares them: each child is released by its own parent.
+#[derive(Default)]
+struct Seen(HashSet<*const FFI_ArrowSchema>);
+
+impl Seen {
+    /// The tree from `root`: a schema without children or dictionary (the common case) needs
+    /// no set.
+    fn walk(root: &FFI_ArrowSchema) -> Result<()> {
+        let fields = SchemaFields::of(root);
+        let mut seen = Seen::default();
+        if fields.n_children != 0 || !fields.dictionary.is_null() {
+            seen.0.insert(root);
+        }
+        schema_node(root, 0, &mut seen)
+    }
+
+    /// Mark `node` reached, refusing it if it was already.
+    fn reach(&mut self, node: &FFI_ArrowSchema, what: impl std::fmt::Display) -> Result<()> {
+        if self.0.insert(node) {
+            return Ok(());
+        }
+        Err(malformed(
+            "schema",
+            format!(
+                "its {what} is a schema already in the tree (shared with another parent, or its \
+                 own ancestor): each node of a schema must be a struct of its own"
+            ),
+        ))
+    }
+}
 
 /// A schema that passed `schema`: its type, which `array` checks arrays against, and its
 /// metadata (extension types). Its name, which nothing reads, is not copied out.
@@ -50,7 +85,9 @@ impl Schema {
 }
 
 /// An array that passed `array` against a `Schema`'s type, and the bytes its buffers span,
-/// children included (its memory, for limits), as the check found them.
+/// children included (its memory, for limits), as the check found them: their sum, which
+/// saturates (each extent is below the address space, but a tree may have many, and buffers
+/// shared between them are counted each time).
 pub struct Array(FFI_ArrowArray, u64);
 
 impl Array {
@@ -70,7 +107,7 @@ impl Array {
 /// Check a schema's tree, read its field, and refuse types this crate doesn't carry
 /// (`TypeError`, naming the type).
 pub fn schema(schema: &FFI_ArrowSchema) -> Result<Schema> {
-    schema_node(schema, 0)?;
+    Seen::walk(schema)?;
     let data_type = DataType::try_from(schema).map_err(|err| malformed("schema", err))?;
     let metadata = schema.metadata().map_err(|err| malformed("schema", err))?;
     carried(&data_type, "this Arrow array ")?;
@@ -83,11 +120,11 @@ pub fn schema(schema: &FFI_ArrowSchema) -> Result<Schema> {
 /// A schema's tree checked and read as a field, whatever its type (for a consumer's requested
 /// schema, compared with what we give).
 pub fn readable(schema: &FFI_ArrowSchema) -> Result<Field> {
-    schema_node(schema, 0)?;
+    Seen::walk(schema)?;
     Field::try_from(schema).map_err(|err| malformed("schema", err))
 }
 
-fn schema_node(schema: &FFI_ArrowSchema, depth: usize) -> Result<()> {
+fn schema_node(schema: &FFI_ArrowSchema, depth: usize, seen: &mut Seen) -> Result<()> {
     let fields = SchemaFields::of(schema);
     if depth > MAX_DEPTH {
         return Err(malformed(
@@ -129,11 +166,13 @@ fn schema_node(schema: &FFI_ArrowSchema, depth: usize) -> Result<()> {
         let Some(child) = (unsafe { child.as_ref() }) else {
             return Err(malformed("schema", format!("its child {index} is NULL")));
         };
-        schema_node(child, depth + 1)?;
+        seen.reach(child, format_args!("child {index}"))?;
+        schema_node(child, depth + 1, seen)?;
     }
     // SAFETY: the dictionary is NULL or a schema that lives as long as its parent.
     if let Some(dictionary) = unsafe { fields.dictionary.as_ref() } {
-        schema_node(dictionary, depth + 1)?;
+        seen.reach(dictionary, "dictionary")?;
+        schema_node(dictionary, depth + 1, seen)?;
     }
     let needed = children_needed(format);
     if children < needed {
@@ -231,6 +270,8 @@ fn array_node(array: &FFI_ArrowArray, data_type: &DataType) -> Result<u64> {
     let end = end as u64;
     let bitmap = end.div_ceil(8);
     extent(validity, bitmap, fields)?;
+    // A missing bitmap spans nothing: only buffers there (each checked by `extent`) count.
+    let bitmap = if validity.is_null() { 0 } else { bitmap };
     if fields.null_count > 0 && validity.is_null() {
         return Err(malformed(
             "array",
@@ -245,7 +286,7 @@ fn array_node(array: &FFI_ArrowArray, data_type: &DataType) -> Result<u64> {
             let needed = end
                 .checked_mul(*size as u64)
                 .ok_or_else(|| too_large(fields))?;
-            Ok(bitmap + child_node(fields, 0, needed, child.data_type())?)
+            Ok(bitmap.saturating_add(child_node(fields, 0, needed, child.data_type())?))
         }
         DataType::Struct(columns) => {
             let mut bytes = bitmap;
@@ -269,7 +310,7 @@ fn array_node(array: &FFI_ArrowArray, data_type: &DataType) -> Result<u64> {
                 return Err(malformed("array", "its values buffer is NULL"));
             }
             extent(values, bytes, fields)?;
-            Ok(bitmap + bytes)
+            Ok(bitmap.saturating_add(bytes))
         }
     }
 }

@@ -83,11 +83,15 @@ fn values<'a>(data: &'a ArrayData, column: &str) -> Result<Values<'a>> {
         refuse_nulls(node, start, count, column)?;
         match node.data_type() {
             DataType::FixedSizeList(_, size) => {
-                let size = *size as usize;
-                let child = &node.child_data()[0];
+                let size = usize::try_from(*size).map_err(|_| unreadable_sizes())?;
+                let child = node.child_data().first().ok_or_else(unreadable_sizes)?;
                 // `child_data` is the whole child: the list's own offset picks its part.
-                start = (node.offset() + start) * size;
-                count *= size;
+                start = node
+                    .offset()
+                    .checked_add(start)
+                    .and_then(|first| first.checked_mul(size))
+                    .ok_or_else(unreadable_sizes)?;
+                count = count.checked_mul(size).ok_or_else(unreadable_sizes)?;
                 shape.push(size);
                 node = child;
             }
@@ -101,6 +105,15 @@ fn values<'a>(data: &'a ArrayData, column: &str) -> Result<Values<'a>> {
             other => return Err(unsupported(other, column)),
         }
     }
+}
+
+/// Offsets and lengths of nested lists that no memory holds (each is checked where the array is
+/// imported, `arrow_check`: this is the same bound, where the numbers are used).
+#[cold]
+fn unreadable_sizes() -> Error {
+    Error::value(
+        "the Arrow array's lengths and offsets reach past the memory this process can address",
+    )
 }
 
 fn refuse_nulls(data: &ArrayData, start: usize, count: usize, column: &str) -> Result<()> {
@@ -192,17 +205,30 @@ fn in_place(chunk: ArrayData, values: &Values<'_>, tensor: Option<&TensorShape>)
     let leaf = values.leaf;
     let dtype = element_type(leaf.data_type()).ok_or_else(|| unsupported(leaf.data_type(), ""))?;
     let itemsize = dtype.itemsize();
-    let buffer = &leaf.buffers()[0];
-    let first = (leaf.offset() + values.start) * itemsize;
-    let numel: usize = values.shape.iter().product();
-    if numel > 0 && first + numel * itemsize > buffer.len() {
+    let buffer = leaf.buffers().first().ok_or_else(unreadable_sizes)?;
+    let extents = values
+        .shape
+        .iter()
+        .map(|&n| i64::try_from(n).map_err(|_| unreadable_sizes()))
+        .collect::<Result<Vec<i64>>>()?;
+    // The layout checks that the elements' count and bytes fit in an i64.
+    let layout = Layout::c_order(&extents, itemsize)?;
+    let numel = layout.numel() as usize;
+    let first = leaf
+        .offset()
+        .checked_add(values.start)
+        .and_then(|first| first.checked_mul(itemsize))
+        .ok_or_else(unreadable_sizes)?;
+    if numel > 0
+        && first
+            .checked_add(numel * itemsize)
+            .is_none_or(|end| end > buffer.len())
+    {
         return Err(Error::value(
             "the Arrow array's buffer is smaller than its length and offset say",
         ));
     }
     let data = buffer.as_ptr().wrapping_add(first).cast_mut().cast();
-    let extents: Vec<i64> = values.shape.iter().map(|&n| n as i64).collect();
-    let layout = Layout::c_order(&extents, itemsize)?;
     let storage = host_values(data, dtype);
     // SAFETY: read-only host memory of the chunk's values buffer, which the owner keeps alive:
     // the C-ordered layout's `numel` elements from `first` lie within the buffer (checked just
@@ -228,11 +254,50 @@ fn too_large(what: &str) -> Error {
 
 /// The bytes of a C-ordered copy of `shape`; a `MemoryError` for sizes no memory holds.
 fn copy_bytes(shape: &[usize], itemsize: usize) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(itemsize, |bytes, &n| bytes.checked_mul(n))
+    elements(shape)
+        .and_then(|n| n.checked_mul(itemsize))
         .filter(|&bytes| bytes <= isize::MAX as usize)
         .ok_or_else(|| too_large(&format!("the {shape:?} elements")))
+}
+
+/// The elements of `shape`: none where an extent is 0, however large the others; `None` where
+/// the count passes `usize`.
+fn elements(shape: &[usize]) -> Option<usize> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |n, &extent| n.checked_mul(extent))
+}
+
+/// The values buffer of `leaf` and the range of it that `count` elements from element `first`
+/// fill: in bits for booleans, in bytes otherwise. arrow-rs sized the buffer from the lengths
+/// and offsets `arrow_check` bounded, so they are there; checked again where the numbers are
+/// used, a `ValueError` otherwise.
+fn leaf_range(
+    leaf: &ArrayData,
+    first: usize,
+    count: usize,
+    itemsize: usize,
+) -> Result<(&arrow_buffer::Buffer, std::ops::Range<usize>)> {
+    let buffer = leaf.buffers().first().ok_or_else(unreadable_sizes)?;
+    let (unit, size) = if leaf.data_type() == &DataType::Boolean {
+        (1, buffer.len().checked_mul(8))
+    } else {
+        (itemsize, Some(buffer.len()))
+    };
+    let range = first.checked_mul(unit).zip(
+        first
+            .checked_add(count)
+            .and_then(|end| end.checked_mul(unit)),
+    );
+    match (range, size) {
+        (Some((start, end)), Some(size)) if end <= size => Ok((buffer, start..end)),
+        _ => Err(Error::value(
+            "the Arrow array's buffer is smaller than its length and offset say",
+        )),
+    }
 }
 
 /// Copy parts (each with its leaf data) into one C-ordered tensor of `shape`, booleans' bits
@@ -247,18 +312,23 @@ fn gather<'a>(
     let buffer = AlignedBuffer::new(copy_bytes(shape, itemsize)?)?;
     let mut at = 0usize;
     for (part, leaf) in parts {
-        let count: usize = part.shape.iter().product();
-        let first = leaf.offset() + part.start;
+        // At most the copy's elements (`shape` counts every part's rows), so `at` stays in it.
+        let count = elements(&part.shape).ok_or_else(unreadable_sizes)?;
+        let first = leaf
+            .offset()
+            .checked_add(part.start)
+            .ok_or_else(unreadable_sizes)?;
+        let (source, range) = leaf_range(leaf, first, count, itemsize)?;
         let dst = buffer.as_ptr().wrapping_add(at * itemsize);
         if leaf.data_type() == &DataType::Boolean {
-            let bits = arrow_buffer::BooleanBuffer::new(leaf.buffers()[0].clone(), first, count);
+            let bits = arrow_buffer::BooleanBuffer::new(source.clone(), range.start, count);
             for (k, bit) in bits.iter().enumerate() {
                 // SAFETY: `dst` has room for `count` one-byte elements from here (the buffer
                 // holds every part's elements).
                 unsafe { dst.wrapping_add(k).write(u8::from(bit)) };
             }
         } else {
-            let src = &leaf.buffers()[0].as_slice()[first * itemsize..(first + count) * itemsize];
+            let src = &source.as_slice()[range];
             // SAFETY: `dst` has room for `count` elements of `itemsize` bytes (the buffer holds
             // every part's elements), the length of `src`, another allocation's bytes.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
@@ -314,19 +384,24 @@ fn table(columns: &arrow_schema::Fields, chunks: &[ArrayData]) -> Result<Tensor>
             let name = format!("column {:?} ", field.name());
             // A struct's children are whole: the struct's offset picks their rows.
             let part = values(column, &name)?;
-            let first = column.offset() + part.start + chunk.offset();
+            let first = column
+                .offset()
+                .checked_add(part.start)
+                .and_then(|first| first.checked_add(chunk.offset()))
+                .ok_or_else(unreadable_sizes)?;
             let leaf = part.leaf;
+            // The column's rows, checked in its buffer once; the indices below stay in them.
+            let (source, range) = leaf_range(leaf, first, chunk.len(), itemsize)?;
             for i in 0..chunk.len() {
                 let dst = buffer
                     .as_ptr()
                     .wrapping_add(((row0 + i) * ncols + j) * itemsize);
                 if leaf.data_type() == &DataType::Boolean {
-                    let bit =
-                        arrow_buffer::bit_util::get_bit(leaf.buffers()[0].as_slice(), first + i);
+                    let bit = arrow_buffer::bit_util::get_bit(source.as_slice(), range.start + i);
                     // SAFETY: inside the buffer: row < rows, column < ncols.
                     unsafe { dst.write(u8::from(bit)) };
                 } else {
-                    let src = &leaf.buffers()[0].as_slice()[(first + i) * itemsize..][..itemsize];
+                    let src = &source.as_slice()[range.start + i * itemsize..][..itemsize];
                     // SAFETY: `itemsize` bytes inside the buffer (row < rows, column < ncols),
                     // the length of `src`, another allocation's bytes.
                     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, itemsize) };
@@ -341,12 +416,14 @@ fn table(columns: &arrow_schema::Fields, chunks: &[ArrayData]) -> Result<Tensor>
 }
 
 /// The `arrow.fixed_shape_tensor` extension type's tensors: physical shape and permutation.
-struct TensorShape {
-    shape: Vec<usize>,
-    permutation: Option<Vec<usize>>,
+pub struct TensorShape {
+    pub shape: Vec<usize>,
+    pub permutation: Option<Vec<usize>>,
 }
 
-fn fixed_shape_tensor(field: &Field) -> Result<Option<TensorShape>> {
+/// The tensors' shape of a field of the `arrow.fixed_shape_tensor` extension type (`None` for
+/// any other field); a `ValueError` for metadata that doesn't say one.
+pub fn fixed_shape_tensor(field: &Field) -> Result<Option<TensorShape>> {
     let metadata = field.metadata();
     if metadata.get("ARROW:extension:name").map(String::as_str) != Some("arrow.fixed_shape_tensor")
     {

@@ -504,7 +504,7 @@ fn create_type(py: Python<'_>) -> PyResult<*mut PyTypeObject> {
             ml_doc: c"__reduce_ex__($self, protocol, /)\n--\n\nPickle support: host memory is pickled as an out-of-band buffer with protocol 5 (no copy), in-band before; device memory can't be pickled.".as_ptr(),
         },
         arrow_method::<{ Method::Array as u8 }>(
-            c"__arrow_c_array__($self, requested_schema=None, /)\n--\n\nThe Arrow PyCapsule interface: (schema, array) capsules of host memory. 1-D numbers as they are; N-d C-ordered memory as an arrow.fixed_shape_tensor, or nested fixed-size lists when requested; other layouts one C-ordered copy.",
+            c"__arrow_c_array__($self, requested_schema=None, /)\n--\n\nThe Arrow PyCapsule interface: (schema, array) capsules of host memory. 1-D numbers as they are; N-d C-ordered memory as an arrow.fixed_shape_tensor; other layouts one C-ordered copy. A requested_schema of this element type whose rows are the array's last dimensions (a column, nested fixed-size lists, an arrow.fixed_shape_tensor) is given as asked; any other is a ValueError.",
         ),
         arrow_method::<{ Method::Stream as u8 }>(
             c"__arrow_c_stream__($self, requested_schema=None, /)\n--\n\nThe Arrow PyCapsule interface: a stream capsule of host memory, whose one array is the one __arrow_c_array__ gives.",
