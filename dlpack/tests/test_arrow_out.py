@@ -578,7 +578,10 @@ def test_requested_nested_lists_and_columns_follow_the_same_rows():
     assert out.type == nested and out.to_pylist() == [a.tolist()]
     out = pa.array(obj, type=pa.list_(pa.int16(), 6))
     assert out.to_pylist() == [list(range(6))]
-    out = pa.array(obj, type=pa.int16())  # a column: every element, in C order
-    assert out.type == pa.int16() and out.to_pylist() == list(range(6))
+    # a column is a 1-D array's alone: flattening would pass rows off as one dimension
+    with pytest.raises(ValueError, match="a column is 1-D, and this array has 2 dimensions"):
+        pa.array(obj, type=pa.int16())
+    out = pa.array(asdlpack(a[0]), type=pa.int16())
+    assert out.type == pa.int16() and out.to_pylist() == [0, 1, 2]
     with pytest.raises(ValueError, match=r"a row of shape \[2\] is neither"):
         pa.array(obj, type=pa.list_(pa.int16(), 2))

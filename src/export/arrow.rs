@@ -346,6 +346,14 @@ impl Row {
                  cast the array first"
             )));
         }
+        // A column of numbers is a 1-D array's alone: flattening an N-d one would hand its
+        // rows over as if they were one dimension, which pyarrow refuses of numpy too.
+        if matches!(form, Form::Plain) && shape.len() > 1 {
+            return Err(refuse(format!(
+                "a column is 1-D, and this array has {} dimensions: ask for fixed-size lists or                  {FIXED_SHAPE_TENSOR}, or reshape(-1) it first",
+                shape.len()
+            )));
+        }
         // The row is the array's last dimensions, or one list of all their elements.
         let n = shape.len();
         let suffix = (row.len() <= n && shape[n - row.len()..] == row[..]).then_some(row.len());
