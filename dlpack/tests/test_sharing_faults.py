@@ -102,7 +102,8 @@ def test_a_read_only_handle_altered_to_writable_is_refused(peer):
 def test_a_fresh_copy_is_sealed_against_writers():
     # Opened read-write by its path, as /proc allows whatever mode the descriptor lent has.
     handle = dlpack.share(np.arange(1024.0))
-    lent = workers.fields_of(handle)["segment"]["fd"]  # the number of the descriptor lent
+    fields = workers.fields_of(handle)  # pinned for a receiver, as by pickling
+    lent = fields["segment"]["fd"]  # the number of the descriptor lent
     fd = os.open(f"/proc/self/fd/{lent}", os.O_RDWR)
     try:
         with pytest.raises(PermissionError):
@@ -115,6 +116,8 @@ def test_a_fresh_copy_is_sealed_against_writers():
     finally:
         os.close(fd)
     assert (np.asarray(dlpack.asdlpack(handle)) == np.arange(1024.0)).all()
+    # Opened here, its pin is taken back (no pin outlives the test).
+    assert workers.rebuild(workers.pack(fields))[0] == np.arange(1024.0).tobytes()
 
 
 def test_a_writable_handle_still_opens_writable(peer):
