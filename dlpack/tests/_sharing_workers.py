@@ -174,6 +174,107 @@ def pack(fields: dict) -> bytes:
     return _testing.share_state_pack(fields)
 
 
+# -- the runtime's C API, as a C extension calls it (as test_c_api drives it) -----------------
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _View(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("dtype", _DLDataType),
+        ("ndim", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+        ("readonly", ctypes.c_int32),
+        ("shape", ctypes.c_void_p),
+        ("byte_strides", ctypes.c_void_p),
+        ("held", ctypes.c_void_p),
+    ]
+
+
+class _CApi(ctypes.Structure):
+    """The table's head: version, size, ``view`` and ``release_view``."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint32),
+        ("size", ctypes.c_uint32),
+        (
+            "view",
+            ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint32, ctypes.c_void_p),
+        ),
+        ("release_view", ctypes.PYFUNCTYPE(None, ctypes.c_void_p)),
+    ]
+
+
+VIEW_MUTABLE = 1
+
+
+def c_api_views(objects: list, flags: list[int]) -> list[str]:
+    """Borrow views of ``objects`` one after another through the runtime's C API, with
+    ``flags``, holding each while the next is asked for: "granted", or the error's type and
+    message; all given back after."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    get.restype = ctypes.c_void_p
+    api = _CApi.from_address(get(dlpack._dlpack._C_API, b"dlpack._dlpack._C_API"))
+    held, outcomes = [], []
+    try:
+        for obj, flag in zip(objects, flags, strict=True):
+            view = _View()
+            try:
+                api.view(obj, flag, ctypes.addressof(view))
+            except Exception as exc:  # noqa: BLE001 - the test checks what it was
+                outcomes.append(f"{type(exc).__name__}: {exc}")
+            else:
+                held.append(view)
+                outcomes.append("granted")
+    finally:
+        for view in held:
+            api.release_view(ctypes.addressof(view))
+    return outcomes
+
+
+def one_memory(first: bytes, second: bytes) -> dict:
+    """Open two pickled handles of one segment, one read-only and one writable (in this order),
+    keeping both: what this process sees of them."""
+    opened = [dlpack.asdlpack(pickle.loads(first)), dlpack.asdlpack(pickle.loads(second))]
+    _kept.extend(opened)
+    read_only, writable = sorted(opened, key=lambda view: not view.readonly)
+    values = np.asarray(read_only)
+    np.asarray(writable)[0] = 42.0
+    try:
+        values[1] = 1.0
+        numpy_writes = "written"
+    except ValueError as exc:
+        numpy_writes = str(exc)
+    return {
+        "readonly": (read_only.readonly, writable.readonly),
+        "same address": read_only.data_ptr == writable.data_ptr,
+        "numpy": (values.flags.writeable, numpy_writes),
+        "seen through the read-only view": float(values[0]),
+        "shared then mutable": c_api_views([read_only, writable], [0, VIEW_MUTABLE]),
+        "mutable then shared": c_api_views([writable, read_only], [VIEW_MUTABLE, 0]),
+        "segments": live_segments(),
+        "mappings": memfd_mappings(),
+    }
+
+
+def write_then_open(read_only: bytes, writable: bytes) -> None:
+    """Open a read-only handle, write into its memory anyway (as torch does, whatever the
+    flag), keep it, and open a writable handle of the same segment."""
+    view = dlpack.asdlpack(pickle.loads(read_only))
+    _kept.append(view)
+    ctypes.memset(view.data_ptr, 0x7F, 8)
+    _kept.append(dlpack.asdlpack(pickle.loads(writable)))
+
+
 def count_resources() -> tuple[int, int]:
     """(open file descriptors, memory mappings) of this process."""
     gc.collect()
@@ -372,3 +473,4 @@ def where_and_doubled(obj) -> tuple[str, tuple[str, str, bool] | None, dlpack.DL
     """What arrived (its type name), the file its memory is mapped from here, and its values
     doubled (a new array, as a DLPackObject)."""
     return type(obj).__name__, mapped_file(obj.data_ptr), doubled_with_numpy(obj)
+

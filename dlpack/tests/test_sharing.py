@@ -192,6 +192,57 @@ def test_read_only_is_the_default_and_holds(peer):
     assert (array == 3).all()
 
 
+def test_read_only_and_writable_handles_of_one_segment_map_once(peer):
+    """A process maps a segment once, whichever of its handles arrive, in either order: a
+    read-only handle's memory and a writable one's have one address, so the runtime's registry
+    of borrowed memory (keyed by address) refuses a mutable C API view of the one while a shared
+    view of the other is held (two mappings had let both be granted: a `&[u8]` and a `&mut [u8]`
+    over the same pages); the read-only views stay read-only (their flag)."""
+    array = np.asarray(dlpack.empty_shared(4096, "float64"))  # several pages
+    refused = "BufferError: this memory is"
+    for order in ("read-only first", "writable first"):
+        array[:] = 1.0
+        read_only = pickle.dumps(dlpack.share(array))
+        writable = pickle.dumps(dlpack.share(array, writable=True))
+        first, second = (
+            (read_only, writable) if order == "read-only first" else (writable, read_only)
+        )
+        seen = peer.call("one_memory", first, second)
+        shared_then_mutable = seen.pop("shared then mutable")
+        mutable_then_shared = seen.pop("mutable then shared")
+        assert seen == {
+            "readonly": (True, False),
+            "same address": True,
+            "numpy": (False, "assignment destination is read-only"),
+            "seen through the read-only view": 42.0,
+            "segments": 1,
+            "mappings": 1,
+        }, order
+        assert shared_then_mutable[0] == "granted", order
+        assert shared_then_mutable[1].startswith(refused), (order, shared_then_mutable)
+        assert mutable_then_shared[0] == "granted", order
+        assert mutable_then_shared[1].startswith(refused), (order, mutable_then_shared)
+        assert array[0] == 42.0 and (array[1:] == 1.0).all(), order  # the writable one's write
+        assert peer.call("drop_all") == 0
+
+
+def test_a_writable_handle_wont_open_over_written_read_only_pages(peer):
+    """A process that wrote into its read-only view (pages of its own, copy-on-write) can't
+    open a writable handle of the same segment while that view lives: turning its one mapping
+    shared would replace the pages it wrote."""
+    array = np.asarray(dlpack.empty_shared(16, "float64"))
+    read_only = pickle.dumps(dlpack.share(array))
+    writable = pickle.dumps(dlpack.share(array, writable=True))
+    with pytest.raises(workers.PeerError, match="wrote into its read-only view") as raised:
+        peer.call("write_then_open", read_only, writable)
+    assert raised.value.type_name == "BufferError"
+    assert not array.any()  # the producer's memory untouched
+    assert peer.call("drop_all") == 0
+    # Once those views are gone, it opens.
+    peer.call("add_one", pickle.loads(writable))
+    assert (array == 1.0).all()
+
+
 def test_writable_needs_memory_shared_already():
     with pytest.raises(ValueError, match="empty_shared"):
         dlpack.share(np.zeros(4), writable=True)

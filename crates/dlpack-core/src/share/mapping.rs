@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
 use rustix::io::Errno;
-use rustix::mm::{self, Advice, MapFlags, ProtFlags};
+use rustix::mm::{self, Advice, MapFlags, MremapFlags, ProtFlags};
 
 use super::memfd::SealedFile;
 use crate::error::{Error, Result};
@@ -62,6 +62,48 @@ impl Mapping {
 
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
+    }
+
+    /// Make this mapping (a private one, see `Writes::Private`) a shared one of `file`, opened
+    /// for writing, at the same address: writes through it reach the file from now on.
+    ///
+    /// A private mapping can't be turned shared in place (`mprotect` changes rights, not how
+    /// writes land, and a shared mapping of a read-only descriptor can't be made writable), so
+    /// `file` is mapped anew elsewhere first, which checks everything the kernel checks of a
+    /// mapping (and on failure leaves this one as it was), then moved over this one's pages in
+    /// one `mremap`: under the address-space lock, so no thread sees a hole. A move fails
+    /// after unmapping this mapping's pages only where the kernel can't allocate a few bytes
+    /// for it, which it refuses only to a process the OOM killer is ending.
+    ///
+    /// # Safety
+    /// `file` must be the file this mapping maps, and no page of this mapping may hold this
+    /// process's own copy (`private_pages_written`): then every byte reads the same before and
+    /// after, so whatever addresses the memory meanwhile sees no change.
+    pub unsafe fn share_writes(&self, file: &SealedFile) -> Result<()> {
+        if usize::try_from(file.size()) != Ok(self.len) {
+            return Err(Error::buffer("not the file this mapping maps"));
+        }
+        let fresh = Mapping::new(file, Writes::Shared, false)?;
+        // SAFETY: `fresh` is a whole mapping of `len` bytes of ours, moved onto this one's `len`
+        // bytes, which it replaces with the same file's bytes (the caller's contract); the
+        // ranges can't overlap (both are live mappings). On success `fresh`'s address holds
+        // nothing any more: it is forgotten, not unmapped.
+        let moved = unsafe {
+            mm::mremap_fixed(
+                fresh.ptr.as_ptr().cast(),
+                self.len,
+                self.len,
+                MremapFlags::MAYMOVE,
+                self.ptr.as_ptr().cast(),
+            )
+        };
+        match moved {
+            Ok(_) => {
+                std::mem::forget(fresh);
+                Ok(())
+            }
+            Err(errno) => Err(Error::os("mremap")(errno)), // `fresh` unmapped where it is
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -222,6 +264,30 @@ mod tests {
         assert_eq!(unsafe { *last_word }, 8);
         // A shared mapping of a read-only descriptor is refused by the kernel.
         assert!(Mapping::new(&reader, Writes::Shared, false).is_err());
+    }
+
+    #[test]
+    fn a_private_mapping_shares_its_writes_at_the_same_address() {
+        let file = SealedFile::create(c"test", 2 * 4096).unwrap();
+        let writer = Mapping::new(&file, Writes::Shared, false).unwrap();
+        writer.write_word(4096, 11);
+        let private = Mapping::new(&file.reopen(false).unwrap(), Writes::Private, false).unwrap();
+        let address = private.as_ptr();
+        assert_eq!(private.read_word(4096), 11);
+        let other = SealedFile::create(c"test", 4096).unwrap();
+        // SAFETY: refused before anything is mapped (another size).
+        assert!(unsafe { private.share_writes(&other) }.is_err());
+        // SAFETY: refused by the kernel (a read-only descriptor), the mapping left as it was.
+        assert!(unsafe { private.share_writes(&file.reopen(false).unwrap()) }.is_err());
+        assert_eq!(private.read_word(4096), 11);
+        // SAFETY: the same file, and no page of `private` was written.
+        unsafe { private.share_writes(&file.reopen(true).unwrap()) }.unwrap();
+        assert_eq!((private.as_ptr(), private.read_word(4096)), (address, 11));
+        private.write_word(0, 5);
+        assert_eq!(writer.read_word(0), 5);
+        writer.write_word(8, 6);
+        assert_eq!(private.read_word(8), 6);
+        assert!(!private_pages_written(address as usize, private.len()));
     }
 
     #[test]
