@@ -8,6 +8,7 @@ use rustix::io::Errno;
 use rustix::mm::{self, Advice, MapFlags, MremapFlags, ProtFlags};
 
 use super::memfd::SealedFile;
+use crate::available::human;
 use crate::error::{Error, Result};
 
 /// How writes through a mapping land.
@@ -52,7 +53,10 @@ impl Mapping {
         // SAFETY: a new mapping where the kernel chooses (no fixed address), so it replaces
         // nothing; the file can't shrink, so every page of it stays backed.
         let ptr = unsafe { mm::mmap(std::ptr::null_mut(), len, prot, flags, file.fd(), 0) }
-            .map_err(Error::os("mmap"))?;
+            .map_err(|errno| match errno {
+                Errno::NOMEM => unmappable(file.size(), writes),
+                errno => Error::os("mmap")(errno),
+            })?;
         let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(Error::Os {
             call: "mmap",
             errno: Errno::NOMEM,
@@ -189,6 +193,29 @@ impl Mapping {
         }
         Ok(())
     }
+}
+
+/// The `MemoryError` of a mapping of `bytes` bytes the kernel refused for want of memory: of
+/// address space under `RLIMIT_AS` (named with what is left, as `available::check` names it
+/// where memory is allocated), else of map entries or, for a private mapping (which may come to
+/// hold a copy of every page), of the commit limit.
+#[cold]
+fn unmappable(bytes: u64, writes: Writes) -> Error {
+    let why = match crate::available::address_space() {
+        Some(free) if free.bytes < bytes => {
+            format!("only {} can be had ({})", human(free.bytes), free.source)
+        }
+        _ if writes == Writes::Private => "the kernel refused the address space (the \
+             vm.max_map_count sysctl), or the commit its copy-on-write pages could take \
+             (vm.overcommit_memory)"
+            .to_owned(),
+        _ => "the kernel refused the address space (the vm.max_map_count sysctl)".to_owned(),
+    };
+    Error::Memory(format!(
+        "can't map {bytes} bytes ({}) of shared memory (mmap: {}): {why}",
+        human(bytes),
+        crate::error::describe(Errno::NOMEM),
+    ))
 }
 
 /// Whether any page of the `len` bytes at `addr` (in a private mapping of a file, this
