@@ -30,7 +30,7 @@ use super::registry::{Entry, Registry};
 use super::segment::{Segment, TRAILER, file_size, new_generation};
 use dlpack_core::available;
 use dlpack_core::error::{Error, Result};
-use dlpack_core::share::{FileId, Mapping, SealedFile, Writes, lock, private_pages_written};
+use dlpack_core::share::{FileId, Mapping, SealedFile, Writes, lock, private_pages};
 
 #[derive(Debug)]
 pub struct Mapped {
@@ -193,7 +193,15 @@ impl Mapped {
             ));
         }
         let (base, len) = (self.base(), self.mapping.len());
-        if private_pages_written(base, len) {
+        let written = private_pages(base, len).ok_or_else(|| {
+            Error::buffer(
+                "a writable handle to this memory can't open here: this process maps it from a \
+                 read-only handle, and /proc/self/pagemap, which tells whether it wrote into \
+                 that view (pages the segment's would replace), can't be read. Let go of the \
+                 arrays of the read-only handle first, or open the writable handle before it",
+            )
+        })?;
+        if written {
             return Err(Error::buffer(
                 "this process wrote into its read-only view of this memory (pages of its own, \
                  copy-on-write, which the segment never saw: torch writes so, whatever the \

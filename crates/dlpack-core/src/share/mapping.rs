@@ -225,36 +225,37 @@ fn unmappable(bytes: u64, writes: Writes) -> Error {
 /// private copies swap; the file's pages are shared memory), is one. True when pagemap can't be
 /// read (nothing known: assume written).
 pub fn private_pages_written(addr: usize, len: usize) -> bool {
+    private_pages(addr, len).unwrap_or(true)
+}
+
+/// `private_pages_written`, `None` when pagemap can't be read.
+pub fn private_pages(addr: usize, len: usize) -> Option<bool> {
     const PRESENT: u64 = 1 << 63;
     const SWAPPED: u64 = 1 << 62;
     const FILE_OR_SHARED: u64 = 1 << 61;
     use std::os::unix::fs::FileExt;
     if len == 0 {
-        return false;
+        return Some(false);
     }
     let page = super::system::page_size();
     let (first, last) = (addr / page, (addr + (len - 1)) / page);
-    let Ok(pagemap) = std::fs::File::open("/proc/self/pagemap") else {
-        return true;
-    };
+    let pagemap = std::fs::File::open("/proc/self/pagemap").ok()?;
     let mut entries = vec![0u8; 8 * 4096];
     let mut page_index = first;
     while page_index <= last {
         let count = (last - page_index + 1).min(4096);
         let bytes = &mut entries[..8 * count];
-        if pagemap.read_exact_at(bytes, 8 * page_index as u64).is_err() {
-            return true;
-        }
+        pagemap.read_exact_at(bytes, 8 * page_index as u64).ok()?;
         let written = bytes.chunks_exact(8).any(|entry| {
             let entry = u64::from_ne_bytes(entry.try_into().expect("8 bytes"));
             entry & SWAPPED != 0 || (entry & PRESENT != 0 && entry & FILE_OR_SHARED == 0)
         });
         if written {
-            return true;
+            return Some(true);
         }
         page_index += count;
     }
-    false
+    Some(false)
 }
 
 impl Drop for Mapping {
