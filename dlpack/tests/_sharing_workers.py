@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import errno
 import gc
 import os
 import pickle
@@ -172,6 +173,107 @@ def fields_of(handle) -> dict:
 def pack(fields: dict) -> bytes:
     """The state ``fields`` spell, whatever they say."""
     return _testing.share_state_pack(fields)
+
+
+# -- the runtime's C API, as a C extension calls it (as test_c_api drives it) -----------------
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _View(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("dtype", _DLDataType),
+        ("ndim", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+        ("readonly", ctypes.c_int32),
+        ("shape", ctypes.c_void_p),
+        ("byte_strides", ctypes.c_void_p),
+        ("held", ctypes.c_void_p),
+    ]
+
+
+class _CApi(ctypes.Structure):
+    """The table's head: version, size, ``view`` and ``release_view``."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint32),
+        ("size", ctypes.c_uint32),
+        (
+            "view",
+            ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint32, ctypes.c_void_p),
+        ),
+        ("release_view", ctypes.PYFUNCTYPE(None, ctypes.c_void_p)),
+    ]
+
+
+VIEW_MUTABLE = 1
+
+
+def c_api_views(objects: list, flags: list[int]) -> list[str]:
+    """Borrow views of ``objects`` one after another through the runtime's C API, with
+    ``flags``, holding each while the next is asked for: "granted", or the error's type and
+    message; all given back after."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    get.restype = ctypes.c_void_p
+    api = _CApi.from_address(get(dlpack._dlpack._C_API, b"dlpack._dlpack._C_API"))
+    held, outcomes = [], []
+    try:
+        for obj, flag in zip(objects, flags, strict=True):
+            view = _View()
+            try:
+                api.view(obj, flag, ctypes.addressof(view))
+            except Exception as exc:  # noqa: BLE001 - the test checks what it was
+                outcomes.append(f"{type(exc).__name__}: {exc}")
+            else:
+                held.append(view)
+                outcomes.append("granted")
+    finally:
+        for view in held:
+            api.release_view(ctypes.addressof(view))
+    return outcomes
+
+
+def one_memory(first: bytes, second: bytes) -> dict:
+    """Open two pickled handles of one segment, one read-only and one writable (in this order),
+    keeping both: what this process sees of them."""
+    opened = [dlpack.asdlpack(pickle.loads(first)), dlpack.asdlpack(pickle.loads(second))]
+    _kept.extend(opened)
+    read_only, writable = sorted(opened, key=lambda view: not view.readonly)
+    values = np.asarray(read_only)
+    np.asarray(writable)[0] = 42.0
+    try:
+        values[1] = 1.0
+        numpy_writes = "written"
+    except ValueError as exc:
+        numpy_writes = str(exc)
+    return {
+        "readonly": (read_only.readonly, writable.readonly),
+        "same address": read_only.data_ptr == writable.data_ptr,
+        "numpy": (values.flags.writeable, numpy_writes),
+        "seen through the read-only view": float(values[0]),
+        "shared then mutable": c_api_views([read_only, writable], [0, VIEW_MUTABLE]),
+        "mutable then shared": c_api_views([writable, read_only], [VIEW_MUTABLE, 0]),
+        "segments": live_segments(),
+        "mappings": memfd_mappings(),
+    }
+
+
+def write_then_open(read_only: bytes, writable: bytes) -> None:
+    """Open a read-only handle, write into its memory anyway (as torch does, whatever the
+    flag), keep it, and open a writable handle of the same segment."""
+    view = dlpack.asdlpack(pickle.loads(read_only))
+    _kept.append(view)
+    ctypes.memset(view.data_ptr, 0x7F, 8)
+    _kept.append(dlpack.asdlpack(pickle.loads(writable)))
 
 
 def count_resources() -> tuple[int, int]:
@@ -347,6 +449,11 @@ def open_under(pickles: list[bytes], connection, uid: int | None, open_files: in
     connection.send((*failure, then))
 
 
+def open_under_as(pickles: list[bytes], uid: int | None, open_files: int | None, connection):
+    """``open_under``, its connection last."""
+    open_under(pickles, connection, uid, open_files)
+
+
 def produce_as(uid: int, count: int, connection) -> None:
     """A producer running as user ``uid``: send the pickled handles of ``count`` fresh copies,
     then wait for the word to exit."""
@@ -372,3 +479,111 @@ def where_and_doubled(obj) -> tuple[str, tuple[str, str, bool] | None, dlpack.DL
     """What arrived (its type name), the file its memory is mapped from here, and its values
     doubled (a new array, as a DLPackObject)."""
     return type(obj).__name__, mapped_file(obj.data_ptr), doubled_with_numpy(obj)
+
+
+def outcome(call) -> tuple:
+    """``("ok", result)``, or the failure as (type name, errno, message)."""
+    try:
+        return ("ok", call())
+    except Exception as exc:  # noqa: BLE001 - the test checks what it was
+        return (type(exc).__name__, getattr(exc, "errno", None), str(exc))
+
+
+def mapped_bytes() -> int:
+    """Bytes this process maps (its address space, as RLIMIT_AS counts it)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[0]) * resource.getpagesize()
+
+
+def open_under_address_limit(pickles: list[bytes], headroom: int, connection) -> None:
+    """Open each pickled handle with only ``headroom`` bytes of address space left (RLIMIT_AS):
+    what each open gave, as :func:`outcome` says it."""
+    limit = mapped_bytes() + headroom
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+    connection.send([outcome(lambda d=data: first_element(pickle.loads(d))) for data in pickles])
+
+
+def fill_descriptors(limit: int) -> list[int]:
+    """Lower the soft limit of open files to ``limit`` and open descriptors until no more can
+    be: the ones opened (close them to have room again)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    filler = []
+    try:
+        while True:
+            filler.append(os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC))
+    except OSError as exc:
+        assert exc.errno == errno.EMFILE, exc
+    return filler
+
+
+def lend_at_limit(connection, limit: int) -> None:
+    """A producer at its limit of open files, its lender started: sends the states of two
+    handles of an array of 3.0s whose descriptor number is forged to one no process has, so
+    that receivers claim the segment from the lender instead of opening it through /proc.
+    Then, on request: ``"wakeups"`` (its lender thread's), ``"room"`` (close the filling
+    descriptors), ``None`` (exit)."""
+    array = np.asarray(dlpack.empty_shared(16, "float64"))
+    array[:] = 3.0
+    states = []
+    for _ in range(2):
+        fields = fields_of(dlpack.share(array))
+        fields["segment"]["fd"] = 1 << 20
+        states.append(pack(fields))
+    filler = fill_descriptors(limit)
+    connection.send(states)
+    while (request := connection.recv()) is not None:
+        if request == "wakeups":
+            connection.send(_testing.share_counts()[3])
+        elif request == "room":
+            for fd in filler:
+                os.close(fd)
+            filler.clear()
+            connection.send("done")
+
+
+def open_at_the_last_descriptor(pickles: list[bytes], connection) -> None:
+    """Open the first of ``pickles`` (fresh copies of one producer) with one descriptor left
+    (its segment takes it: neither its producer's release board nor a connection to it can be
+    had, to release its token); then with room again, the second. Sends both first elements,
+    and how many release boards this process holds then."""
+    # What opening a handle reads once per process (modules, the boot id), read now.
+    first_element(pickle.loads(pickle.dumps(dlpack.share(np.zeros(4)))))
+    own_board = _boards()  # its own lender's
+    filler = fill_descriptors(len(os.listdir("/proc/self/fd")) + 8)
+    os.close(filler.pop())
+    first = first_element(pickle.loads(pickles[0]))
+    for fd in filler:
+        os.close(fd)
+    second = first_element(pickle.loads(pickles[1]))
+    connection.send((first, second, _boards() - own_board))
+
+
+def _boards() -> int:
+    """How many lenders' release boards this process holds."""
+    boards = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            boards += "dlpack-lender-board" in os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # the descriptor listdir itself used, closed since
+            pass
+    return boards
+
+
+def produce_at_limit(limit: int, connection) -> None:
+    """A producer at its limit of open files (``limit``), its lender started and an
+    ``empty_shared`` array kept: what allocating, sharing (a fresh copy) and pickling a handle
+    each gave, as :func:`outcome` says it, and then, with room again, the last."""
+    kept = np.asarray(dlpack.empty_shared(4, "float64"))
+    pickle.dumps(dlpack.share(np.zeros(4)))  # the lender runs
+    filler = fill_descriptors(limit)
+    cases = {
+        "allocate shared memory": lambda: dlpack.empty_shared(4, "float64"),
+        "share this memory": lambda: dlpack.share(np.arange(4.0)),
+        "pickle this handle": lambda: pickle.dumps(dlpack.share(kept)),
+    }
+    outcomes = {doing: outcome(call) for doing, call in cases.items()}
+    for fd in filler:
+        os.close(fd)
+    outcomes["then"] = outcome(lambda: len(pickle.dumps(dlpack.share(kept))) > 0)
+    connection.send(outcomes)

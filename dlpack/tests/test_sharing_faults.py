@@ -15,10 +15,12 @@ import pickle
 import signal
 import sys
 import textwrap
+import time
 
 import pytest
 
 import dlpack
+from dlpack._sharing import handles
 
 from . import _sharing_workers as workers
 from ._helpers import need, run_python
@@ -102,7 +104,8 @@ def test_a_read_only_handle_altered_to_writable_is_refused(peer):
 def test_a_fresh_copy_is_sealed_against_writers():
     # Opened read-write by its path, as /proc allows whatever mode the descriptor lent has.
     handle = dlpack.share(np.arange(1024.0))
-    lent = workers.fields_of(handle)["segment"]["fd"]  # the number of the descriptor lent
+    fields = workers.fields_of(handle)  # pinned for a receiver, as by pickling
+    lent = fields["segment"]["fd"]  # the number of the descriptor lent
     fd = os.open(f"/proc/self/fd/{lent}", os.O_RDWR)
     try:
         with pytest.raises(PermissionError):
@@ -115,6 +118,8 @@ def test_a_fresh_copy_is_sealed_against_writers():
     finally:
         os.close(fd)
     assert (np.asarray(dlpack.asdlpack(handle)) == np.arange(1024.0)).all()
+    # Opened here, its pin is taken back (no pin outlives the test).
+    assert workers.rebuild(workers.pack(fields))[0] == np.arange(1024.0).tobytes()
 
 
 def test_a_writable_handle_still_opens_writable(peer):
@@ -174,23 +179,26 @@ as_root = pytest.mark.skipif(
 )
 
 
-def receive_under(pickles, *, uid=None, open_files=None):
-    """What ``workers.open_under`` reports from a spawned receiver (a fresh interpreter: it
+def spawned(target, *args):
+    """What ``target(*args, connection)`` sends from a spawned process (a fresh interpreter: it
     inherits none of this process's mappings)."""
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    receiver = context.Process(
-        target=workers.open_under, args=(pickles, theirs, uid, open_files), daemon=True
-    )
-    receiver.start()
+    child = context.Process(target=target, args=(*args, theirs), daemon=True)
+    child.start()
     theirs.close()
     try:
-        assert ours.poll(120), "the receiver did not answer"
+        assert ours.poll(120), "the child did not answer"
         return ours.recv()
     finally:
-        receiver.kill()
-        receiver.join()
+        child.kill()
+        child.join()
         ours.close()
+
+
+def receive_under(pickles, *, uid=None, open_files=None):
+    """What ``workers.open_under`` reports from a spawned receiver."""
+    return spawned(workers.open_under_as, pickles, uid, open_files)
 
 
 @pytest.fixture
@@ -263,3 +271,75 @@ def test_a_receiver_at_its_limit_of_open_files_is_told_so_by_the_lender_too():
         producer.kill()
         producer.join()
     check_out_of_descriptors(outcome, limit, count)
+
+
+def test_a_receiver_gives_tokens_back_once_it_has_room_again(fresh_pickles):
+    # Its segment takes the receiver's last descriptor: neither this process's release board
+    # nor a connection to it can be had to give the token back. With room again (the next
+    # handle), the board is had, and both tokens go back on it.
+    pickles = fresh_pickles(2)
+    pinned = workers.pinned()
+    first, second, boards = spawned(workers.open_at_the_last_descriptor, pickles)
+    assert (first, second, boards) == (0.0, 1.0, 1)
+    assert workers.pinned() == pinned - 2
+
+
+def test_a_lender_at_its_limit_of_open_files_refuses_and_waits():
+    # Receivers that claim from its lender (here: the descriptor named is one /proc can't
+    # open) are told why at once, and the lender does not spin on the connection it can't
+    # take; with room again, it lends.
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    producer = context.Process(target=workers.lend_at_limit, args=(theirs, 64), daemon=True)
+    producer.start()
+    theirs.close()
+    try:
+        assert ours.poll(120), "the producer did not answer"
+        states = ours.recv()
+        with pytest.raises(BufferError) as raised:
+            handles._rebuild(states[0])
+        message = str(raised.value)
+        assert f"(pid {producer.pid}) is at its limit of open files" in message, message
+        assert "(RLIMIT_NOFILE, soft limit 64)" in message, message
+        ours.send("wakeups")
+        before = ours.recv()
+        time.sleep(1)
+        ours.send("wakeups")
+        # Nothing to do but its look at its board each second (a lender that polls a listener
+        # it can't accept from wakes without end).
+        assert ours.recv() - before <= 3
+        ours.send("room")
+        assert ours.recv() == "done"
+        assert workers.elements(handles._rebuild(states[1]))[0] == np.full(16, 3.0).tobytes()
+        ours.send(None)
+    finally:
+        producer.join(30)
+        producer.kill()
+        producer.join()
+        ours.close()
+
+
+# -- errors alike on both sides ------------------------------------------------------------------
+
+
+def test_a_producer_at_its_limit_of_open_files_is_told_so():
+    limit = 64
+    outcomes = spawned(workers.produce_at_limit, limit)
+    assert outcomes.pop("then") == ("ok", True)
+    calls = {"allocate shared memory": "memfd_create", "share this memory": "memfd_create"}
+    for doing, (kind, code, message) in outcomes.items():
+        assert (kind, code) == ("OSError", errno.EMFILE), (doing, message)
+        call = calls.get(doing, "open")
+        assert f"too many open files to {doing} ({call}: Too many open files)" in message, message
+        assert f"RLIMIT_NOFILE, soft limit {limit} (hard limit " in message, message
+        assert "Raise the soft limit" in message, message
+
+
+def test_a_receiver_short_of_address_space_gets_a_memory_error():
+    # As a producer short of memory gets one, naming the size and what can be had.
+    array = np.asarray(dlpack.empty_shared(256 << 20, "uint8"))
+    pickles = [pickle.dumps(dlpack.share(array)), pickle.dumps(dlpack.share(array, writable=True))]
+    for kind, _code, message in spawned(workers.open_under_address_limit, pickles, 64 << 20):
+        assert kind == "MemoryError", message
+        assert "can't map 268435464 bytes (256.0 MiB) of shared memory" in message, message
+        assert "can be had (RLIMIT_AS: limit " in message, message

@@ -5,13 +5,14 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rustix::io::Errno;
 
 use super::board::Board;
 use super::lender::{
-    ANSWER_TIMEOUT, Address, CLAIM, GRANTED, REFUSED, RELEASE, TOKEN_BYTES, slot_of,
+    ANSWER_TIMEOUT, Address, CLAIM, GRANTED, REFUSED, RELEASE, TOKEN_BYTES, Token, slot_of,
 };
 use super::per_process::PerProcess;
 use dlpack_core::error::describe;
@@ -28,6 +29,16 @@ static CONNECTIONS: PerProcess<HashMap<Address, Arc<Connection>>> = PerProcess::
 
 /// Producers' boards, `None` where one can't be had (no /proc of theirs here).
 static BOARDS: PerProcess<HashMap<Address, Option<Arc<Board>>>> = PerProcess::new(HashMap::new);
+
+/// Releases that could not be given for want of descriptors, given with the next release.
+static PENDING: PerProcess<Vec<(Address, Token)>> = PerProcess::new(Vec::new);
+
+/// Whether releases wait (so that a release looks at `PENDING` only then).
+static WAITING: AtomicBool = AtomicBool::new(false);
+
+/// At most this many releases wait: beyond, they are dropped (their segments stay pinned in
+/// their producers until those exit, as for a pickle never opened).
+const MAX_PENDING: usize = 4096;
 
 /// No lender listens at the address (connecting is refused): its random id names one process's
 /// lender, so the producer is gone, or runs in another network namespace.
@@ -126,9 +137,24 @@ pub fn claim(address: Address, token: &[u8]) -> Result<OwnedFd> {
         let mut answer = [0u8; 4096];
         let received = {
             let stream = connection.0.lock().unwrap_or_else(PoisonError::into_inner);
-            stream
+            match stream
                 .send(&request, None)
                 .and_then(|()| stream.receive(&mut answer))
+            {
+                // Closed by the lender (the kernel says so first, before what was sent): it
+                // may have said why before closing (a lender at its limit of open files takes
+                // a connection only to refuse it).
+                Err(
+                    err @ Error::Os {
+                        errno: Errno::PIPE | Errno::CONNRESET,
+                        ..
+                    },
+                ) => match stream.receive(&mut answer) {
+                    Ok(said @ (1.., _)) => Ok(said),
+                    _ => Err(err),
+                },
+                other => other,
+            }
         };
         match received {
             Ok((len @ 1.., fd)) => match (answer[0], fd) {
@@ -176,15 +202,28 @@ pub fn claim(address: Address, token: &[u8]) -> Result<OwnedFd> {
     )))
 }
 
-/// The board of the lender at `address`, mapped once.
+/// Whether `err` is a lack of something that may come back (descriptors, memory): what failed
+/// is tried again later, not given up on for the rest of the process.
+fn transient(err: &Error) -> bool {
+    matches!(err, Error::Memory(_))
+        || matches!(
+            err.errno(),
+            Some(Errno::MFILE | Errno::NFILE | Errno::NOMEM | Errno::AGAIN | Errno::INTR)
+        )
+}
+
+/// The board of the lender at `address`, mapped once; `None` where it can't be had (for good,
+/// or only for now: then not remembered, so a later release maps it).
 fn board(address: Address) -> Option<Arc<Board>> {
     let mut boards = BOARDS.lock();
     if let Some(board) = boards.get(&address) {
         return board.clone();
     }
-    let board = Board::open(address.pid, address.board_fd, address.id)
-        .ok()
-        .map(Arc::new);
+    let board = match Board::open(address.pid, address.board_fd, address.id) {
+        Ok(board) => Some(Arc::new(board)),
+        Err(err) if transient(&err) => return None,
+        Err(_) => None,
+    };
     if boards.len() >= MAX_PRODUCERS {
         boards.clear();
     }
@@ -194,16 +233,47 @@ fn board(address: Address) -> Option<Arc<Board>> {
 
 /// Give `token` back to the lender at `address` without waiting for it: on its board, or else
 /// by a message sent only if the socket has room (nothing to do when the producer is gone: its
-/// pins went with it).
+/// pins went with it). Where neither can be had for want of descriptors, it is given with a
+/// later release.
 pub fn release(address: Address, token: &[u8]) {
+    if give(address, token) {
+        if WAITING.load(Ordering::Acquire) {
+            give_waiting();
+        }
+        return;
+    }
+    let mut pending = PENDING.lock();
+    if pending.len() < MAX_PENDING
+        && let Ok(token) = Token::try_from(token)
+    {
+        pending.push((address, token));
+        WAITING.store(true, Ordering::Release);
+    }
+}
+
+/// Give the releases that wait, keeping those that still can't be given.
+fn give_waiting() {
+    let waiting = std::mem::take(&mut *PENDING.lock());
+    let still: Vec<(Address, Token)> = waiting
+        .into_iter()
+        .filter(|(address, token)| !give(*address, token))
+        .collect();
+    let mut pending = PENDING.lock();
+    pending.extend(still);
+    WAITING.store(!pending.is_empty(), Ordering::Release);
+}
+
+/// `release`, once: false where it could not be given for want of descriptors.
+fn give(address: Address, token: &[u8]) -> bool {
     if let Some((slot, nonce)) = slot_of(token)
         && let Some(board) = board(address)
     {
         board.release(slot, nonce); // false: released already
-        return;
+        return true;
     }
-    let Ok(connection) = connection(address) else {
-        return;
+    let connection = match connection(address) {
+        Ok(connection) => connection,
+        Err(err) => return !transient(&err),
     };
     // Never waiting: a stopped producer (SIGSTOP, a debugger, a long call holding its GIL)
     // must not stall receivers. A release its full buffer can't take is dropped: the segment
@@ -215,6 +285,7 @@ pub fn release(address: Address, token: &[u8]) {
     if sent.is_err() {
         forget(address, &connection);
     }
+    true
 }
 
 /// In a forked child: the parent's connections are the parent's; the child closes its copies.
@@ -225,4 +296,5 @@ pub fn renew_in_child() {
     if let Some(mut old) = BOARDS.renew() {
         old.clear();
     }
+    drop(PENDING.renew()); // the parent's to give
 }

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
+use super::limits::explained;
 use super::state;
 use crate::error::Result;
 use crate::object::{register_stand_in, tensor_of};
@@ -170,7 +171,8 @@ impl SharedHandle {
             .expect("registered with the class")
             .clone_ref(py);
         let handle = slf.get();
-        let state = state::write(handle.view.bind(py), handle.writable)?;
+        let state = state::write(handle.view.bind(py), handle.writable)
+            .map_err(|err| explained(err, "pickle this handle"))?;
         Ok((rebuild, (state,)))
     }
 }

@@ -20,10 +20,12 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use rustix::io::Errno;
 
 use super::board::{Board, SLOTS};
 use super::per_process::PerProcess;
@@ -278,10 +280,11 @@ fn started() -> Result<Arc<Lender>> {
         }),
         descriptors: Mutex::new(descriptors),
     });
+    let reserve = Reserve::take(&lender, &listener);
     let serving = lender.clone();
     std::thread::Builder::new()
         .name("dlpack-share-lender".into())
-        .spawn(move || serve(&serving, &listener))
+        .spawn(move || serve(&serving, &listener, reserve))
         .map_err(|err| Error::buffer(format!("can't start the lender thread: {err}")))?;
     *slot = Some(lender.clone());
     Ok(lender)
@@ -289,21 +292,31 @@ fn started() -> Result<Arc<Lender>> {
 
 /// The lender's thread: accept connections, answer claims, take releases, read the board while
 /// tokens are pinned, forever (it ends with the process).
-fn serve(lender: &Lender, listener: &Listener) {
+fn serve(lender: &Lender, listener: &Listener, mut reserve: Reserve) {
     let mut connections: Vec<Stream> = Vec::new();
+    // Whether the listener is left out of the next poll (see `accept`).
+    let mut backing_off = false;
     loop {
-        let timeout = (!lender.pins().by_token.is_empty()).then_some(&SWEEP_EVERY);
+        WAKEUPS.fetch_add(1, Ordering::Relaxed);
+        let pinned = !lender.pins().by_token.is_empty();
+        let timeout = (pinned || backing_off).then_some(&SWEEP_EVERY);
+        let listening = !std::mem::take(&mut backing_off);
         let ready: Vec<(usize, bool)> = {
             let mut fds: Vec<PollFd<'_>> = std::iter::once(listener.fd())
                 .chain(connections.iter().map(Stream::fd))
                 .map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN))
                 .collect();
-            if poll(&mut fds, timeout).is_err() {
+            let polled = if listening {
+                &mut fds[..]
+            } else {
+                &mut fds[1..]
+            };
+            if poll(polled, timeout).is_err() {
                 continue; // interrupted
             }
             fds.iter()
                 .enumerate()
-                .filter(|(_, fd)| !fd.revents().is_empty())
+                .filter(|(k, fd)| (*k > 0 || listening) && !fd.revents().is_empty())
                 .map(|(k, fd)| (k, fd.revents().intersects(PollFlags::IN)))
                 .collect()
         };
@@ -311,9 +324,13 @@ fn serve(lender: &Lender, listener: &Listener) {
         // Later connections first, so that closing one doesn't shift those still to serve.
         for &(k, readable) in ready.iter().rev() {
             if k == 0 {
-                if let Ok(Some(stream)) = listener.accept(ANSWER_TIMEOUT) {
-                    lender.descriptors().push(stream.fd().as_raw_fd());
-                    connections.push(stream);
+                match accept(lender, listener, &mut reserve) {
+                    Accepted::Connection(stream) => {
+                        lender.descriptors().push(stream.fd().as_raw_fd());
+                        connections.push(stream);
+                    }
+                    Accepted::Nothing => {}
+                    Accepted::BackOff => backing_off = true,
                 }
                 continue;
             }
@@ -325,6 +342,110 @@ fn serve(lender: &Lender, listener: &Listener) {
             }
         }
     }
+}
+
+/// How many times lenders' threads in this process woke (for tests: a lender that can't
+/// accept must not spin).
+static WAKEUPS: AtomicU64 = AtomicU64::new(0);
+
+pub fn wakeups() -> u64 {
+    WAKEUPS.load(Ordering::Relaxed)
+}
+
+/// A spare descriptor the lender holds, to have one to accept a connection with at this
+/// process's limit of open files (and refuse it, saying why): a connection accept can't take
+/// stays queued, and the listener readable. Taken before the lender's thread starts, so that
+/// a process that fills its descriptors right after its first share still has it.
+struct Reserve {
+    fd: Option<OwnedFd>,
+}
+
+impl Reserve {
+    /// A spare descriptor (listed among the lender's), if one can be had.
+    fn take(lender: &Lender, listener: &Listener) -> Reserve {
+        let mut reserve = Reserve { fd: None };
+        reserve.refill(lender, listener);
+        reserve
+    }
+
+    /// Take a spare descriptor again, if there is none and one can be had.
+    fn refill(&mut self, lender: &Lender, listener: &Listener) {
+        if self.fd.is_some() {
+            return;
+        }
+        // A copy of the listener's descriptor: any would do, and this one is always open.
+        let Ok(fd) = rustix::io::fcntl_dupfd_cloexec(listener.fd(), 0) else {
+            return;
+        };
+        lender.descriptors().push(fd.as_raw_fd());
+        self.fd = Some(fd);
+    }
+
+    /// Close the spare descriptor (for accept to take its number): whether there was one.
+    fn spend(&mut self, lender: &Lender) -> bool {
+        let Some(fd) = self.fd.take() else {
+            return false;
+        };
+        lender.descriptors().retain(|&kept| kept != fd.as_raw_fd());
+        drop(fd);
+        true
+    }
+}
+
+enum Accepted {
+    Connection(Stream),
+    /// None to serve (another user's, refused, or gone).
+    Nothing,
+    /// A connection is still queued that can't be taken now: leave the listener alone a while
+    /// rather than spin on it.
+    BackOff,
+}
+
+/// Accept the next connection. At this process's limit of open files, the connection is taken
+/// with the spare descriptor and refused, saying why (the receiver hears it at once, instead of
+/// waiting for an answer that can't come), the spare taken again after; without a spare, or on
+/// another failure that leaves the connection queued, back off.
+fn accept(lender: &Lender, listener: &Listener, reserve: &mut Reserve) -> Accepted {
+    let err = match listener.accept(ANSWER_TIMEOUT) {
+        Ok(Some(stream)) => return Accepted::Connection(stream),
+        Ok(None) => return Accepted::Nothing,
+        Err(err) => err,
+    };
+    let out_of_files = matches!(err.errno(), Some(Errno::MFILE | Errno::NFILE));
+    if !(out_of_files && reserve.spend(lender)) {
+        // ECONNABORTED and the like: the connection is gone from the queue; other failures
+        // (memory) may leave it there.
+        let gone = matches!(
+            err.errno(),
+            Some(Errno::CONNABORTED | Errno::PROTO | Errno::PERM)
+        );
+        return if gone {
+            Accepted::Nothing
+        } else {
+            Accepted::BackOff
+        };
+    }
+    if let Ok(Some(stream)) = listener.accept(ANSWER_TIMEOUT) {
+        let mut refusal = vec![REFUSED];
+        refusal.extend_from_slice(out_of_files_here(lender).as_bytes());
+        let _ = stream.try_send(&refusal); // a new connection's buffer has room
+    }
+    reserve.refill(lender, listener);
+    Accepted::Nothing
+}
+
+/// What a receiver is told when this process is at its limit of open files.
+fn out_of_files_here(lender: &Lender) -> String {
+    let (soft, _) = system::open_files_limit();
+    let soft = soft.map_or("unlimited".to_owned(), |n| n.to_string());
+    format!(
+        "the process that shared this memory (pid {}) is at its limit of open files \
+         (RLIMIT_NOFILE, soft limit {soft}), so it can't take the connection this handle is \
+         lent through (this process can't open the producer's descriptors through /proc): \
+         raise that process's limit (resource.setrlimit(resource.RLIMIT_NOFILE, ...), ulimit \
+         -n), or let it hold fewer descriptors",
+        lender.address.pid
+    )
 }
 
 /// Answer one message on `stream`; false at end of file (the receiver closed or died), on a

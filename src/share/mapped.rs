@@ -5,10 +5,23 @@
 //!
 //! Every process that maps a segment it did not make holds a shared lock on it (`os::lock`),
 //! on a description of its own; its maker reuses it only once it can take the exclusive lock.
+//!
+//! A process maps a segment once (`one_of`), however many handles to it arrive, read-only or
+//! writable: views of one memory then have one address, as the registry of borrowed memory
+//! (keyed by address) needs to tell that a shared view and a mutable one alias. A read-only
+//! handle's mapping is private (see `Writes::Private`); a writable handle of the same segment
+//! arriving later turns it shared at the same address (`share_writes`), its read-only views
+//! staying read-only by their flag, as the views of read-only handles are in a process that
+//! maps the segment writable from the start (its maker's, or one that opened the writable
+//! handle first). The alternatives fail: mapping every handle's memory shared and writable at
+//! once needs a writable descriptor, which read-only handles never lend; a second, writable
+//! mapping aliases the first at another address; and refusing the writable handle would make
+//! the order handles arrive in matter.
 
 use std::mem::ManuallyDrop;
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
 use super::lender;
 use super::per_process::PerProcess;
@@ -17,18 +30,26 @@ use super::registry::{Entry, Registry};
 use super::segment::{Segment, TRAILER, file_size, new_generation};
 use dlpack_core::available;
 use dlpack_core::error::{Error, Result};
-use dlpack_core::share::{FileId, Mapping, SealedFile, Writes, lock};
+use dlpack_core::share::{FileId, Mapping, SealedFile, Writes, lock, private_pages};
 
 #[derive(Debug)]
 pub struct Mapped {
     /// Taken only when the mapping dies (kept with a frozen segment's files, or unmapped).
     mapping: ManuallyDrop<Mapping>,
-    /// Whether writes through it reach the segment, or are this process's own.
-    writes: Writes,
+    /// Whether writes through it reach the segment (`Writes::Shared`), or are this process's
+    /// own; once true, for good.
+    shared: AtomicBool,
+    /// The segment as first mapped.
     segment: Arc<Segment>,
+    /// The segment as a writable handle opened it, where that turned the mapping shared.
+    writable: OnceLock<Arc<Segment>>,
 }
 
 static REGISTRY: PerProcess<Registry<Mapped>> = PerProcess::new(Registry::default);
+
+/// Held while a segment is found mapped or mapped (`one_of`), so that two threads opening
+/// handles of one segment at once map it once.
+static OPENING: PerProcess<()> = PerProcess::new(|| ());
 
 /// Why a descriptor received for a handle was not adopted.
 #[derive(Debug)]
@@ -62,8 +83,12 @@ impl Entry for Mapped {
         self.mapping.len() - TRAILER as usize
     }
 
-    fn key(&self) -> (FileId, bool) {
-        (self.segment.id(), self.segment.writable())
+    fn file(&self) -> FileId {
+        self.segment.id()
+    }
+
+    fn writable(&self) -> bool {
+        !self.is_private()
     }
 }
 
@@ -128,22 +153,71 @@ impl Mapped {
             return Err(Refused::Stale); // its maker is reusing it for other data right now
         }
         let segment = Segment::new(Files::new(file, false), generation, writable);
-        let mapped = Mapped::new(segment, false)?;
-        if mapped.mapping.read_word(mapped.trailer()) != generation {
-            return Err(Refused::Stale);
-        }
-        Ok(mapped.registered())
+        Mapped::one_of(&segment)
     }
 
-    /// This process's mapping of `segment`: the live one, or a new one.
+    /// This process's mapping of `segment` (one its lender pinned).
     pub fn of(segment: &Arc<Segment>) -> Result<Arc<Mapped>> {
-        let live = REGISTRY.lock().named(segment.id(), segment.writable());
-        if let Some(mapped) = live
-            && Arc::ptr_eq(&mapped.segment, segment)
-        {
-            return Ok(mapped);
+        Mapped::one_of(segment).map_err(|refused| match refused {
+            Refused::Stale => stale(),
+            Refused::Other(err) => err,
+        })
+    }
+
+    /// This process's one mapping of `segment`'s file (see the module's doc), checked to hold
+    /// its generation: the live one, made shared first if `segment` is writable and it is not,
+    /// or else a new one.
+    fn one_of(segment: &Arc<Segment>) -> std::result::Result<Arc<Mapped>, Refused> {
+        let _opening = OPENING.lock();
+        let live = REGISTRY.lock().named(segment.id(), false);
+        let mapped = match live {
+            Some(live) => live,
+            None => Mapped::new(segment.clone(), false)?.registered(),
+        };
+        if mapped.mapping.read_word(mapped.trailer()) != segment.generation() {
+            return Err(Refused::Stale);
         }
-        Ok(Mapped::new(segment.clone(), false)?.registered())
+        if segment.writable() && mapped.is_private() {
+            mapped.share_writes(segment)?;
+        }
+        Ok(mapped)
+    }
+
+    /// Turn this private mapping shared, at the same address, for `segment` (its file open for
+    /// writing): refused where this process wrote into its read-only views, whose pages of its
+    /// own the segment's would replace.
+    fn share_writes(&self, segment: &Arc<Segment>) -> Result<()> {
+        if !segment.writable() || segment.files().frozen() {
+            return Err(Error::buffer(
+                "a writable mapping needs the segment open for writing",
+            ));
+        }
+        let (base, len) = (self.base(), self.mapping.len());
+        let written = private_pages(base, len).ok_or_else(|| {
+            Error::buffer(
+                "a writable handle to this memory can't open here: this process maps it from a \
+                 read-only handle, and /proc/self/pagemap, which tells whether it wrote into \
+                 that view (pages the segment's would replace), can't be read. Let go of the \
+                 arrays of the read-only handle first, or open the writable handle before it",
+            )
+        })?;
+        if written {
+            return Err(Error::buffer(
+                "this process wrote into its read-only view of this memory (pages of its own, \
+                 copy-on-write, which the segment never saw: torch writes so, whatever the \
+                 read-only flag), so a writable handle to the same memory can't open here while \
+                 those arrays live: their writes would be lost. Let go of the arrays of the \
+                 read-only handle first, or open the writable handle before it",
+            ));
+        }
+        // SAFETY: `segment` is the file this mapping maps (`one_of` found it by its identity,
+        // and the trailer holds its generation), and no page of the mapping is this process's
+        // own (just checked): every byte reads the same before and after. A thread writing
+        // into a read-only view meanwhile, against its flag, may lose that write.
+        unsafe { self.mapping.share_writes(segment.files().file()) }?;
+        let _ = self.writable.set(segment.clone()); // only here, under `OPENING`
+        self.shared.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// The live mapping whose elements hold the addresses `[low, high)`.
@@ -167,20 +241,21 @@ impl Mapped {
         let (mapping, writes) = segment.map(populate)?;
         Ok(Mapped {
             mapping: ManuallyDrop::new(mapping),
-            writes,
+            shared: AtomicBool::new(writes == Writes::Shared),
             segment,
+            writable: OnceLock::new(),
         })
     }
 
     /// Whether writes through this mapping are this process's own (copy-on-write).
     pub fn is_private(&self) -> bool {
-        self.writes == Writes::Private
+        !self.shared.load(Ordering::Acquire)
     }
 
     /// Seal the segment against writes from now on (a fresh copy, written): this mapping
     /// still writes (and is kept for the segment's reuse), no new one can.
     pub fn freeze(&self) -> Result<()> {
-        self.segment.files().freeze()
+        self.segment().files().freeze()
     }
 
     fn registered(self) -> Arc<Mapped> {
@@ -198,8 +273,9 @@ impl Mapped {
             .write_word(self.trailer(), self.segment.generation());
     }
 
+    /// The segment as this process may use it: writable if a writable handle opened it.
     pub fn segment(&self) -> &Arc<Segment> {
-        &self.segment
+        self.writable.get().unwrap_or(&self.segment)
     }
 
     /// The address of the mapping.
@@ -221,8 +297,8 @@ impl Drop for Mapped {
         REGISTRY.lock().remove(self);
         // SAFETY: taken once, here, and the field is not used after.
         let mapping = unsafe { ManuallyDrop::take(&mut self.mapping) };
-        if self.writes == Writes::Shared && self.segment.files().frozen() {
-            self.segment.files().keep_writer(mapping); // unmapped there unless reusable
+        if !self.is_private() && self.segment().files().frozen() {
+            self.segment().files().keep_writer(mapping); // unmapped there unless reusable
         }
         // Handles of the segment released since the lender last looked no longer keep it.
         lender::sweep();
@@ -232,6 +308,7 @@ impl Drop for Mapped {
 /// In a forked child: a registry of its own, empty; the mappings the parent's held at the fork
 /// (for `hold_in_child`).
 pub fn renew_in_child() -> Vec<Weak<Mapped>> {
+    drop(OPENING.renew());
     REGISTRY.renew().map_or_else(Vec::new, |old| old.entries())
 }
 
@@ -248,35 +325,81 @@ pub fn hold_in_child(inherited: Vec<Weak<Mapped>>) {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd;
+
     use super::*;
 
     #[test]
     fn adopting_checks_generation_and_lock() {
         let mapped = Mapped::create(100, false).unwrap();
-        let made = mapped.segment();
-        assert_eq!((made.size(), made.capacity()), (112, 104));
-        let fd = || made.fd_for(false).unwrap().try_clone_to_owned().unwrap();
-        let (id, generation) = (made.id(), made.generation());
+        let (id, generation) = (mapped.segment().id(), mapped.segment().generation());
+        assert_eq!(
+            (mapped.segment().size(), mapped.segment().capacity()),
+            (112, 104)
+        );
+        // The maker's descriptors, which keep the file once its mapping is gone.
+        let writer = mapped
+            .segment()
+            .files()
+            .file()
+            .fd()
+            .try_clone_to_owned()
+            .unwrap();
+        let reader = mapped
+            .segment()
+            .fd_for(false)
+            .unwrap()
+            .try_clone_to_owned()
+            .unwrap();
+        let fd = || reader.try_clone().unwrap();
+        let adopt =
+            |fd, generation, writable| Mapped::adopt(fd, id, 112, generation, writable, false);
 
-        let opened = Mapped::adopt(fd(), id, 112, generation, false, false).unwrap();
-        assert!(!opened.segment().writable());
+        // In its maker's process, a segment's one mapping serves every handle of it.
+        assert!(Arc::ptr_eq(
+            &adopt(fd(), generation, false).unwrap(),
+            &mapped
+        ));
+        drop(mapped);
+
+        let opened = adopt(fd(), generation, false).unwrap();
+        assert!(!opened.segment().writable() && opened.is_private());
         assert!(Arc::ptr_eq(&Mapped::named(id, false).unwrap(), &opened));
-        assert!(!lock::try_exclusive(made.files().file().fd()).unwrap()); // the reader's lock
+        assert!(Mapped::named(id, true).is_none());
+        assert!(!lock::try_exclusive(writer.as_fd()).unwrap()); // the reader's lock
 
         let old = generation.wrapping_add(1);
+        assert!(matches!(adopt(fd(), old, false), Err(Refused::Stale)));
         assert!(matches!(
-            Mapped::adopt(fd(), id, 112, old, false, false),
-            Err(Refused::Stale)
-        ));
-        assert!(matches!(
-            Mapped::adopt(fd(), id, 112, generation, true, false),
+            adopt(fd(), generation, true),
             Err(Refused::Other(Error::Buffer(_)))
         ));
+
+        // A writable handle of it turns the one mapping shared, at its address...
+        let base = opened.base();
+        let writable = adopt(writer.try_clone().unwrap(), generation, true).unwrap();
+        assert!(Arc::ptr_eq(&writable, &opened));
+        assert!(opened.segment().writable() && !opened.is_private());
+        assert!(Arc::ptr_eq(&Mapped::named(id, true).unwrap(), &opened));
+        assert_eq!(opened.base(), base);
+        opened.mapping.write_word(0, 7);
+        let private = adopt(fd(), generation, false).unwrap();
+        assert_eq!(private.mapping.read_word(0), 7);
+        drop((writable, private, opened));
+
+        // ... unless this process wrote into its copy-on-write pages.
+        let opened = adopt(fd(), generation, false).unwrap();
+        opened.mapping.write_word(0, 9);
+        let refused = adopt(writer.try_clone().unwrap(), generation, true);
+        assert!(matches!(refused, Err(Refused::Other(Error::Buffer(m))) if m.contains("wrote")));
+        assert!(opened.is_private());
+        assert_eq!(opened.mapping.read_word(0), 9);
+
         drop(opened);
-        assert!(lock::try_exclusive(made.files().file().fd()).unwrap());
+        assert!(lock::try_exclusive(writer.as_fd()).unwrap());
         // Locked exclusively, as while its maker rewrites it: refused.
         assert!(matches!(
-            Mapped::adopt(fd(), id, 112, generation, false, false),
+            adopt(fd(), generation, false),
             Err(Refused::Stale)
         ));
     }

@@ -12,6 +12,7 @@
 //! board        a lender's release board: one word per pinned token, cleared by receivers
 //! lender       this process's lender thread: tokens pinning segments for receivers
 //! client       other processes' lenders: boards to release on, connections to claim on
+//! limits       the errors of sharing at a limit of open files
 //! open         a handle's segment where it arrives (mapped already, /proc, or claimed)
 //! per_process  process-wide state a forked child starts afresh
 //! views        segments as DLPackObjects; what share and empty_shared make
@@ -24,6 +25,7 @@ mod board;
 mod client;
 mod handle;
 mod lender;
+mod limits;
 pub mod mapped;
 mod open;
 mod per_process;

@@ -9,9 +9,9 @@ use rustix::io::Errno;
 
 use super::client;
 use super::lender::{self, Address};
+use super::limits::out_of_files;
 use super::mapped::{Mapped, Refused, stale};
 use super::segment::Segment;
-use dlpack_core::error::describe;
 use dlpack_core::error::{Error, Result};
 use dlpack_core::share::memfd::{open_peer, size_mismatch};
 use dlpack_core::share::{FileId, system};
@@ -64,42 +64,7 @@ pub fn open_mapped(named: &Named<'_>) -> Result<Option<Arc<Mapped>>> {
 pub fn open_lent(named: &Named<'_>) -> Result<Arc<Mapped>> {
     let opened = open_or_claim(named);
     client::release(named.address, named.token);
-    opened.map_err(out_of_files)
-}
-
-/// `err`, where it is a lack of descriptors, as the error that names the limit reached and what
-/// sharing holds of it here.
-fn out_of_files(err: Error) -> Error {
-    let Error::Os { call, errno } = err else {
-        return err;
-    };
-    let what = format!("{call}: {}", describe(errno));
-    let msg = match errno {
-        Errno::MFILE => {
-            let (soft, hard) = system::open_files_limit();
-            let count =
-                |limit: Option<u64>| limit.map_or("unlimited".to_owned(), |n| n.to_string());
-            format!(
-                "too many open files to open this handle ({what}): RLIMIT_NOFILE, soft limit {} \
-                 (hard limit {}), is reached. A handle holds a descriptor for its segment as \
-                 long as arrays of it live here (handles of views of one array, or of one \
-                 empty_shared array, share it; {} segments are mapped here now), and producers' \
-                 release boards and connections hold {}. Raise the soft limit \
-                 (resource.setrlimit(resource.RLIMIT_NOFILE, ...), ulimit -n) or let go of \
-                 arrays received",
-                count(soft),
-                count(hard),
-                Mapped::live(),
-                client::descriptors(),
-            )
-        }
-        Errno::NFILE => format!(
-            "too many open files in the system to open this handle ({what}): the system-wide \
-             limit (the fs.file-max sysctl) is reached"
-        ),
-        _ => return Error::Os { call, errno },
-    };
-    Error::Limit { errno, msg }
+    opened.map_err(|err| out_of_files(err, "open this handle"))
 }
 
 /// `segment`, checked to be the one `named` names as it was then.

@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBool;
 
 use super::handle::{self, SharedHandle};
+use super::limits::explained;
 use super::mapped::{self, Mapped};
 use super::views;
 use super::{client, lender, pool};
@@ -42,7 +43,8 @@ fn _share<'py>(
     // The memory as `asdlpack` would see it, without making the object.
     let read = object::read(obj)?;
     let tensor = read.tensor();
-    if let Some(view) = views::share_host(py, tensor, writable)? {
+    let shared = views::share_host(py, tensor, writable);
+    if let Some(view) = shared.map_err(|err| explained(err, "share this memory"))? {
         return SharedHandle::new(view, writable);
     }
     let device = tensor.device().get()?;
@@ -64,7 +66,7 @@ fn _share<'py>(
 /// A writable, zero-filled, C-ordered array in new shared memory.
 #[pyfunction]
 fn _share_empty<'py>(py: Python<'py>, shape: Vec<i64>, dtype: &str) -> Result<Bound<'py, PyAny>> {
-    views::empty(py, &shape, dtype)
+    views::empty(py, &shape, dtype).map_err(|err| explained(err, "allocate shared memory"))
 }
 
 /// In a forked child: sharing's per-process state starts afresh (the parent's lender, pool and
@@ -79,10 +81,11 @@ fn _share_after_fork() {
     mapped::hold_in_child(inherited);
 }
 
-/// ``(segments mapped, segments kept for reuse, tokens pinned)`` in this process.
-pub fn counts() -> (usize, usize, usize) {
+/// ``(segments mapped, segments kept for reuse, tokens pinned, times the lender's thread woke)``
+/// in this process.
+pub fn counts() -> (usize, usize, usize, u64) {
     let pinned = lender::pinned(); // first: it lets go of what was released
-    (Mapped::live(), pool::kept(), pinned)
+    (Mapped::live(), pool::kept(), pinned, lender::wakeups())
 }
 
 /// Close the segments kept for reuse, returning their memory.

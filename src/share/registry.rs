@@ -1,7 +1,7 @@
 //! Registries of mappings: by address, so that memory already in a segment is shared without a
-//! copy, and by file (and writability), so that a process maps each segment once, however many
-//! handles to it arrive. Entries are weak: a mapping lives while its views do, and leaves its
-//! registry as it dies.
+//! copy, and by file, so that a process maps each segment once, however many handles to it
+//! arrive, read-only or writable. Entries are weak: a mapping lives while its views do, and
+//! leaves its registry as it dies.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
@@ -14,13 +14,15 @@ pub trait Entry {
     fn base(&self) -> usize;
     /// The bytes from `base` that elements may take.
     fn capacity(&self) -> usize;
-    /// The file mapped, and whether writes through the mapping reach it.
-    fn key(&self) -> (FileId, bool);
+    /// The file mapped.
+    fn file(&self) -> FileId;
+    /// Whether writes through the mapping reach the file (it may change, from false to true).
+    fn writable(&self) -> bool;
 }
 
 pub struct Registry<T> {
     by_base: BTreeMap<usize, Weak<T>>,
-    by_file: HashMap<(FileId, bool), Weak<T>>,
+    by_file: HashMap<FileId, Weak<T>>,
 }
 
 impl<T> Default for Registry<T> {
@@ -39,7 +41,7 @@ impl<T: Entry> Registry<T> {
     pub fn insert(&mut self, entry: &Arc<T>) {
         let weak = Arc::downgrade(entry);
         self.by_base.insert(entry.base(), weak.clone());
-        self.by_file.insert(entry.key(), weak);
+        self.by_file.insert(entry.file(), weak);
     }
 
     /// Remove `entry`, which is dying (its entries, if they are still its own).
@@ -49,9 +51,9 @@ impl<T: Entry> Registry<T> {
         if self.by_base.get(&base).is_some_and(is_it) {
             self.by_base.remove(&base);
         }
-        let key = entry.key();
-        if self.by_file.get(&key).is_some_and(is_it) {
-            self.by_file.remove(&key);
+        let file = entry.file();
+        if self.by_file.get(&file).is_some_and(is_it) {
+            self.by_file.remove(&file);
         }
     }
 
@@ -62,13 +64,11 @@ impl<T: Entry> Registry<T> {
         weak.upgrade()
     }
 
-    /// The live entry of the file `id`, writable if asked (a read-only handle is served by
-    /// either).
+    /// The live entry of the file `id`, only if it is writable when `writable` is asked (a
+    /// read-only handle is served by either).
     pub fn named(&self, id: FileId, writable: bool) -> Option<Arc<T>> {
-        let modes: &[bool] = if writable { &[true] } else { &[false, true] };
-        modes
-            .iter()
-            .find_map(|&mode| self.by_file.get(&(id, mode))?.upgrade())
+        let entry = self.by_file.get(&id)?.upgrade()?;
+        (!writable || entry.writable()).then_some(entry)
     }
 
     /// How many entries are alive.
@@ -98,8 +98,11 @@ mod tests {
         fn capacity(&self) -> usize {
             100
         }
-        fn key(&self) -> (FileId, bool) {
-            (self.1, true)
+        fn file(&self) -> FileId {
+            self.1
+        }
+        fn writable(&self) -> bool {
+            false
         }
     }
 
@@ -112,6 +115,7 @@ mod tests {
         assert!(registry.at(999).is_none());
         assert_eq!(registry.at(1050).unwrap().base(), 1000);
         assert!(registry.named(id, false).is_some());
+        assert!(registry.named(id, true).is_none()); // a read-only mapping serves no writer
         assert!(registry.named(FileId { dev: 1, ino: 3 }, true).is_none());
         assert_eq!(registry.live(), 1);
 

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! footprint           bytes behind our objects, for the memory report (bench_memory.py)
-//! share_counts        segments mapped, kept for reuse and pinned in this process (Linux)
+//! share_counts        segments mapped, kept for reuse and pinned in this process, and the
+//!                     lender thread's wake-ups (Linux)
 //! share_state_fields  a handle's pickled state as a dict, and share_state_pack back (Linux),
 //!                     for tests that forge handles
 //! ```
@@ -42,9 +43,10 @@ fn footprint(ndim: usize) -> Vec<(&'static str, usize)> {
     crate::object::footprint(ndim)
 }
 
-/// ``(segments mapped, segments kept for reuse, tokens pinned)`` in this process.
+/// ``(segments mapped, segments kept for reuse, tokens pinned, times the lender's thread
+/// woke)`` in this process.
 #[cfg(target_os = "linux")]
 #[pyfunction]
-fn share_counts() -> (usize, usize, usize) {
+fn share_counts() -> (usize, usize, usize, u64) {
     crate::share::counts()
 }

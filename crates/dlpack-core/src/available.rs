@@ -60,7 +60,7 @@ pub fn available() -> Option<Available> {
                 consider(found);
             }
         }
-        if let Some(found) = address_space_headroom() {
+        if let Some(found) = address_space() {
             consider(found);
         }
         least
@@ -77,7 +77,7 @@ fn read(path: &str) -> Option<String> {
 /// Under an address-space limit (`RLIMIT_AS`, which `ulimit -v` sets), what this process can
 /// still map: the limit less what it maps now (`/proc/self/statm`'s size, in pages).
 #[cfg(target_os = "linux")]
-fn address_space_headroom() -> Option<Available> {
+pub fn address_space() -> Option<Available> {
     use rustix::process::{Resource, getrlimit};
     let limit = getrlimit(Resource::As).current?; // None: no limit
     let pages = statm_size(&read("/proc/self/statm")?)?;

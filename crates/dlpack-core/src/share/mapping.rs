@@ -5,9 +5,10 @@ use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
 use rustix::io::Errno;
-use rustix::mm::{self, Advice, MapFlags, ProtFlags};
+use rustix::mm::{self, Advice, MapFlags, MremapFlags, ProtFlags};
 
 use super::memfd::SealedFile;
+use crate::available::human;
 use crate::error::{Error, Result};
 
 /// How writes through a mapping land.
@@ -52,7 +53,10 @@ impl Mapping {
         // SAFETY: a new mapping where the kernel chooses (no fixed address), so it replaces
         // nothing; the file can't shrink, so every page of it stays backed.
         let ptr = unsafe { mm::mmap(std::ptr::null_mut(), len, prot, flags, file.fd(), 0) }
-            .map_err(Error::os("mmap"))?;
+            .map_err(|errno| match errno {
+                Errno::NOMEM => unmappable(file.size(), writes),
+                errno => Error::os("mmap")(errno),
+            })?;
         let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(Error::Os {
             call: "mmap",
             errno: Errno::NOMEM,
@@ -62,6 +66,48 @@ impl Mapping {
 
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
+    }
+
+    /// Make this mapping (a private one, see `Writes::Private`) a shared one of `file`, opened
+    /// for writing, at the same address: writes through it reach the file from now on.
+    ///
+    /// A private mapping can't be turned shared in place (`mprotect` changes rights, not how
+    /// writes land, and a shared mapping of a read-only descriptor can't be made writable), so
+    /// `file` is mapped anew elsewhere first, which checks everything the kernel checks of a
+    /// mapping (and on failure leaves this one as it was), then moved over this one's pages in
+    /// one `mremap`: under the address-space lock, so no thread sees a hole. A move fails
+    /// after unmapping this mapping's pages only where the kernel can't allocate a few bytes
+    /// for it, which it refuses only to a process the OOM killer is ending.
+    ///
+    /// # Safety
+    /// `file` must be the file this mapping maps, and no page of this mapping may hold this
+    /// process's own copy (`private_pages_written`): then every byte reads the same before and
+    /// after, so whatever addresses the memory meanwhile sees no change.
+    pub unsafe fn share_writes(&self, file: &SealedFile) -> Result<()> {
+        if usize::try_from(file.size()) != Ok(self.len) {
+            return Err(Error::buffer("not the file this mapping maps"));
+        }
+        let fresh = Mapping::new(file, Writes::Shared, false)?;
+        // SAFETY: `fresh` is a whole mapping of `len` bytes of ours, moved onto this one's `len`
+        // bytes, which it replaces with the same file's bytes (the caller's contract); the
+        // ranges can't overlap (both are live mappings). On success `fresh`'s address holds
+        // nothing any more: it is forgotten, not unmapped.
+        let moved = unsafe {
+            mm::mremap_fixed(
+                fresh.ptr.as_ptr().cast(),
+                self.len,
+                self.len,
+                MremapFlags::MAYMOVE,
+                self.ptr.as_ptr().cast(),
+            )
+        };
+        match moved {
+            Ok(_) => {
+                std::mem::forget(fresh);
+                Ok(())
+            }
+            Err(errno) => Err(Error::os("mremap")(errno)), // `fresh` unmapped where it is
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -149,6 +195,29 @@ impl Mapping {
     }
 }
 
+/// The `MemoryError` of a mapping of `bytes` bytes the kernel refused for want of memory: of
+/// address space under `RLIMIT_AS` (named with what is left, as `available::check` names it
+/// where memory is allocated), else of map entries or, for a private mapping (which may come to
+/// hold a copy of every page), of the commit limit.
+#[cold]
+fn unmappable(bytes: u64, writes: Writes) -> Error {
+    let why = match crate::available::address_space() {
+        Some(free) if free.bytes < bytes => {
+            format!("only {} can be had ({})", human(free.bytes), free.source)
+        }
+        _ if writes == Writes::Private => "the kernel refused the address space (the \
+             vm.max_map_count sysctl), or the commit its copy-on-write pages could take \
+             (vm.overcommit_memory)"
+            .to_owned(),
+        _ => "the kernel refused the address space (the vm.max_map_count sysctl)".to_owned(),
+    };
+    Error::Memory(format!(
+        "can't map {bytes} bytes ({}) of shared memory (mmap: {}): {why}",
+        human(bytes),
+        crate::error::describe(Errno::NOMEM),
+    ))
+}
+
 /// Whether any page of the `len` bytes at `addr` (in a private mapping of a file, this
 /// process's) holds this process's own copy, written since it was mapped (copy-on-write),
 /// instead of the file's: such memory, shared as the file, would not be what this process sees.
@@ -156,36 +225,37 @@ impl Mapping {
 /// private copies swap; the file's pages are shared memory), is one. True when pagemap can't be
 /// read (nothing known: assume written).
 pub fn private_pages_written(addr: usize, len: usize) -> bool {
+    private_pages(addr, len).unwrap_or(true)
+}
+
+/// `private_pages_written`, `None` when pagemap can't be read.
+pub fn private_pages(addr: usize, len: usize) -> Option<bool> {
     const PRESENT: u64 = 1 << 63;
     const SWAPPED: u64 = 1 << 62;
     const FILE_OR_SHARED: u64 = 1 << 61;
     use std::os::unix::fs::FileExt;
     if len == 0 {
-        return false;
+        return Some(false);
     }
     let page = super::system::page_size();
     let (first, last) = (addr / page, (addr + (len - 1)) / page);
-    let Ok(pagemap) = std::fs::File::open("/proc/self/pagemap") else {
-        return true;
-    };
+    let pagemap = std::fs::File::open("/proc/self/pagemap").ok()?;
     let mut entries = vec![0u8; 8 * 4096];
     let mut page_index = first;
     while page_index <= last {
         let count = (last - page_index + 1).min(4096);
         let bytes = &mut entries[..8 * count];
-        if pagemap.read_exact_at(bytes, 8 * page_index as u64).is_err() {
-            return true;
-        }
+        pagemap.read_exact_at(bytes, 8 * page_index as u64).ok()?;
         let written = bytes.chunks_exact(8).any(|entry| {
             let entry = u64::from_ne_bytes(entry.try_into().expect("8 bytes"));
             entry & SWAPPED != 0 || (entry & PRESENT != 0 && entry & FILE_OR_SHARED == 0)
         });
         if written {
-            return true;
+            return Some(true);
         }
         page_index += count;
     }
-    false
+    Some(false)
 }
 
 impl Drop for Mapping {
@@ -222,6 +292,30 @@ mod tests {
         assert_eq!(unsafe { *last_word }, 8);
         // A shared mapping of a read-only descriptor is refused by the kernel.
         assert!(Mapping::new(&reader, Writes::Shared, false).is_err());
+    }
+
+    #[test]
+    fn a_private_mapping_shares_its_writes_at_the_same_address() {
+        let file = SealedFile::create(c"test", 2 * 4096).unwrap();
+        let writer = Mapping::new(&file, Writes::Shared, false).unwrap();
+        writer.write_word(4096, 11);
+        let private = Mapping::new(&file.reopen(false).unwrap(), Writes::Private, false).unwrap();
+        let address = private.as_ptr();
+        assert_eq!(private.read_word(4096), 11);
+        let other = SealedFile::create(c"test", 4096).unwrap();
+        // SAFETY: refused before anything is mapped (another size).
+        assert!(unsafe { private.share_writes(&other) }.is_err());
+        // SAFETY: refused by the kernel (a read-only descriptor), the mapping left as it was.
+        assert!(unsafe { private.share_writes(&file.reopen(false).unwrap()) }.is_err());
+        assert_eq!(private.read_word(4096), 11);
+        // SAFETY: the same file, and no page of `private` was written.
+        unsafe { private.share_writes(&file.reopen(true).unwrap()) }.unwrap();
+        assert_eq!((private.as_ptr(), private.read_word(4096)), (address, 11));
+        private.write_word(0, 5);
+        assert_eq!(writer.read_word(0), 5);
+        writer.write_word(8, 6);
+        assert_eq!(private.read_word(8), 6);
+        assert!(!private_pages_written(address as usize, private.len()));
     }
 
     #[test]

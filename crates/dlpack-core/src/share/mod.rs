@@ -20,6 +20,6 @@ pub mod memfd;
 pub mod socket;
 pub mod system;
 
-pub use mapping::{Mapping, Writes, private_pages_written};
+pub use mapping::{Mapping, Writes, private_pages, private_pages_written};
 pub use memfd::{FileId, SealedFile};
 pub use socket::{Listener, Stream};
