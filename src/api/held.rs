@@ -79,7 +79,11 @@ impl Held {
         } else if unsafe { import::import_known_into(obj, imported) } {
             None
         } else {
-            let tensor = import::import_in_place(obj)?.tensor;
+            // The object's protocols run Python code: attached through PyO3, so that the
+            // references dropped on the way (a producer kept for device memory, errors of
+            // protocols tried and passed over) are released now rather than queued (see
+            // `at_c_boundary`).
+            let tensor = Python::attach(|_| import::import_in_place(obj).map(|i| i.tensor))?;
             // SAFETY: `imported` is valid for writes of a `Tensor` (the contract), and
             // `import_known_into` declined, leaving it unwritten.
             unsafe { imported.write(tensor) };
