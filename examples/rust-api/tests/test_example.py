@@ -271,6 +271,20 @@ def _run_child(code, tmp_path):
     )
 
 
+# A runtime whose table is only the version and size: 8 bytes, where this crate reads more.
+_SMALL_TABLE = """
+import ctypes
+
+__version__ = "0.0.2"
+_NAME = b"dlpack._dlpack._C_API"
+_table = (ctypes.c_uint32 * 2)(1, 8)
+_new = ctypes.pythonapi.PyCapsule_New
+_new.restype = ctypes.py_object
+_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_C_API = _new(ctypes.addressof(_table), _NAME, None)
+"""
+
+
 @pytest.mark.parametrize(
     "fake, message",
     [
@@ -279,8 +293,13 @@ def _run_child(code, tmp_path):
             "__version__ = '0.0.1'\n",
             "C API version 1 or later; the installed dlpack 0.0.1 has no C API",
         ),
+        (
+            _SMALL_TABLE,
+            "the installed dlpack 0.0.2 has C API version 1, a table of 8 bytes "
+            r"\(this crate reads \d+\)",
+        ),
     ],
-    ids=["missing", "too-old"],
+    ids=["missing", "too-old", "smaller-table"],
 )
 def test_a_missing_or_too_old_dlpack_is_an_import_error(tmp_path, fake, message):
     """The crate finds the runtime on first use: without one (an empty dlpack package first on
