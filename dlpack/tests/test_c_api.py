@@ -259,6 +259,33 @@ def test_copy_from_needs_a_mutable_view_and_copies_need_the_exact_size():
     assert not dst.any()
 
 
+@pytest.mark.parametrize("n", [8, 2 << 20], ids=["64 B", "16 MiB"])
+def test_copies_between_a_view_and_its_own_memory_read_all_then_write(n):
+    """A buffer overlapping the view's own memory gets what a copy made first would give
+    (numpy's copy of the source, then the write), in both directions."""
+    a = np.arange(n, dtype=np.int64)
+    with Viewed(a[::-1]) as view:
+        API.copy_to(ctypes.byref(view), a.ctypes.data, a.nbytes)
+    np.testing.assert_array_equal(a, np.arange(n)[::-1])
+    a = np.arange(n, dtype=np.int64)
+    with Viewed(a[1:]) as view:  # one element further on: a memmove backwards
+        API.copy_to(ctypes.byref(view), a.ctypes.data, a.nbytes - 8)
+    np.testing.assert_array_equal(a, np.r_[np.arange(1, n), n - 1])
+    a = np.arange(n, dtype=np.int64)
+    with Viewed(a[::-1], VIEW_MUTABLE) as view:
+        API.copy_from(ctypes.byref(view), a.ctypes.data, a.nbytes)
+    np.testing.assert_array_equal(a, np.arange(n)[::-1])
+    a = np.arange(n, dtype=np.int64)
+    with Viewed(a[1:], VIEW_MUTABLE) as view:  # a memmove forwards
+        API.copy_from(ctypes.byref(view), a.ctypes.data, a.nbytes - 8)
+    np.testing.assert_array_equal(a, np.r_[0, np.arange(n - 1)])
+    # Swapped elements written over their own bytes: the values, now in native order.
+    a = np.arange(n, dtype=">i8")
+    with Viewed(a[::-1]) as view:
+        API.copy_to(ctypes.byref(view), a.ctypes.data, a.nbytes)
+    np.testing.assert_array_equal(a.view(np.int64), np.arange(n)[::-1])
+
+
 _FAILING_CALLS = """
 import ctypes
 import os

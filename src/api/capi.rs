@@ -143,7 +143,7 @@ unsafe extern "C" fn copy_to(view: *const View, dst: *mut c_void, bytes: usize) 
             ));
         }
         // SAFETY: the caller's `dst` is writable for `bytes` bytes (the elements' size,
-        // checked), apart from the view's memory, as `copy_to` asks of it.
+        // checked), as `copy_to` asks of it; it may overlap the view's memory.
         unsafe { host::write_c_order(py, tensor, dst.cast(), bytes) }?;
         Ok(0)
     })
@@ -169,8 +169,9 @@ unsafe extern "C" fn copy_from(view: *const View, src: *const c_void, bytes: usi
             ));
         }
         // SAFETY: the caller's `src` is readable for `bytes` bytes (the elements' size,
-        // checked); the view holds its writable host memory alone (exclusive borrow), whose
-        // elements share no bytes (checked).
+        // checked), and may overlap the view's memory; the view holds its writable host memory
+        // alone (exclusive borrow: no other view reads or writes it), whose elements share no
+        // bytes (checked).
         unsafe { host::read_c_order(py, tensor, src.cast(), bytes) }?;
         Ok(0)
     })

@@ -84,10 +84,11 @@ pub struct CApi {
     /// Give a view back: its borrow ends and the source may go. Once per filled view.
     pub release_view: unsafe extern "C" fn(view: *mut View),
     /// Copy the view's elements, C-ordered and in native byte order, to `dst` (`bytes` long:
-    /// exactly the elements' size). 0 or -1.
+    /// exactly the elements' size). `dst` may overlap the view's memory: the result is what
+    /// reading every element before writing any gives. 0 or -1.
     pub copy_to: unsafe extern "C" fn(view: *const View, dst: *mut c_void, bytes: usize) -> c_int,
-    /// Write `src`'s C-ordered elements (`bytes` long) into a mutable view's memory, any layout.
-    /// 0 or -1.
+    /// Write `src`'s C-ordered elements (`bytes` long) into a mutable view's memory, any layout;
+    /// `src` may overlap that memory, with the same result as `copy_to`'s. 0 or -1.
     pub copy_from:
         unsafe extern "C" fn(view: *const View, src: *const c_void, bytes: usize) -> c_int,
     /// A new `DLPackObject` over `memory` (a new reference), or NULL with an exception set; on
