@@ -4,6 +4,7 @@ views of any array through the runtime's importers, one registry of borrowed mem
 
 import ctypes
 import gc
+import re
 import sys
 import threading
 
@@ -257,6 +258,45 @@ def test_copy_from_needs_a_mutable_view_and_copies_need_the_exact_size():
         with pytest.raises(ValueError, match="take 24 bytes, the buffer given 23"):
             API.copy_to(ctypes.byref(view), out, 23)
     assert not dst.any()
+
+
+def _chunked():
+    chunked = need("pyarrow").chunked_array([[1.0, 2.0], [3.0]])
+    return chunked, chunked.to_numpy()
+
+
+def _arrow_table():
+    table = need("pyarrow").table({"a": [1.0, 2.0], "b": [3.0, 4.0]})
+    return table, np.column_stack([column.to_numpy() for column in table.columns])
+
+
+def _arrow_booleans():
+    booleans = need("pyarrow").array([True, False, True])
+    return booleans, booleans.to_numpy(zero_copy_only=False)
+
+
+def _data_frame():
+    frame = need("pandas").DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]})
+    return frame, frame.to_numpy()
+
+
+@pytest.mark.parametrize(
+    "make", [_chunked, _arrow_table, _arrow_booleans, _data_frame], ids=lambda f: f.__name__[1:]
+)
+def test_a_mutable_view_of_a_copy_is_refused_naming_why(make):
+    """Memory an import had to copy (chunks joined, columns gathered, bits made bytes) is not
+    the object's: a write through a mutable view would never reach it, so the view is refused
+    with the object's ``copy_reason``, as ``copyto`` refuses it; a shared view reads it."""
+    src, expected = make()
+    reason = asdlpack(src).copy_reason
+    assert reason
+    for obj in (src, asdlpack(src)):
+        with pytest.raises(BufferError, match=re.escape(reason)):
+            Viewed(obj, VIEW_MUTABLE)
+    with Viewed(src) as view:
+        out = np.empty(expected.shape, expected.dtype)  # C order, as copy_to writes
+        API.copy_to(ctypes.byref(view), out.ctypes.data, out.nbytes)
+    np.testing.assert_array_equal(out, expected)
 
 
 @pytest.mark.parametrize("n", [8, 2 << 20], ids=["64 B", "16 MiB"])

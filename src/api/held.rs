@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use super::borrows::Borrow;
 use crate::error::{Error, Result};
 use crate::ffi::python::GilCell;
-use crate::import;
+use crate::import::{self, array_interface::type_name};
 use crate::object::tensor_of;
 use crate::tensor::Tensor;
 
@@ -121,6 +121,9 @@ impl Held {
         let tensor = self.tensor(obj.py());
         if self.source.exclusive {
             host_memory(tensor)?;
+            if let Some(why) = tensor.copied() {
+                return Err(a_copy(obj, why));
+            }
             if tensor.readonly() || import::is_immutable(obj) {
                 return Err(Error::buffer(
                     "this array's memory is read-only, so it can't be viewed mutably; \
@@ -216,6 +219,17 @@ fn host_memory(tensor: &Tensor) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The refusal of a mutable view of memory an import copied (chunks joined, columns gathered,
+/// bits made bytes): the writes would land in the copy, never in the object.
+#[cold]
+fn a_copy(obj: &Bound<'_, PyAny>, why: &str) -> Error {
+    Error::buffer(format!(
+        "this {}'s memory could only be read as a copy ({why}), so it can't be viewed mutably: \
+         the writes would never reach it",
+        type_name(obj)
+    ))
 }
 
 #[cold]

@@ -39,8 +39,10 @@ pub fn view<'py>(obj: &Bound<'py, PyAny>) -> PyResult<ArrayView<'py>> {
     ArrayView::new(obj, 0)
 }
 
-/// A mutable view of `obj`'s memory, which must be writable host memory that no other view
-/// holds: a `BufferError` otherwise (read-only memory, an immutable JAX array, device memory,
+/// A mutable view of `obj`'s memory, which must be writable host memory of `obj`'s own that no
+/// other view holds: a `BufferError` otherwise (read-only memory, an immutable JAX array, device
+/// memory, memory an import had to copy so that writes would never reach `obj` (a chunked Arrow
+/// array, a table or data frame, Arrow booleans: the error says why, as `copy_reason` does),
 /// memory another view holds, in this extension or any other).
 pub fn view_mut<'py>(obj: &Bound<'py, PyAny>) -> PyResult<ArrayViewMut<'py>> {
     Ok(ArrayViewMut {

@@ -11,6 +11,8 @@ import dlpack_example as ex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pytest
 import torch
 
@@ -124,6 +126,26 @@ def test_read_only_memory_is_never_written():
     with pytest.raises(BufferError, match="share memory"):
         ex.fill_counting(shared)
     assert cell[0] == 0
+
+
+def test_writes_into_a_copy_are_refused_naming_why():
+    """An object whose memory can only be read as a copy (chunks joined, columns gathered) is
+    never written through a copy that would be thrown away: the mutable view is refused with the
+    object's copy_reason, typed argument or not, and the object keeps its values."""
+    chunked = pa.chunked_array([[1.0, 2.0], [3.0]])
+    reason = dlpack.asdlpack(chunked).copy_reason
+    with pytest.raises(TypeError, match="expected a writable array of float64") as info:
+        ex.add_in_place(chunked, 5.0)
+    assert isinstance(info.value.__cause__, BufferError)
+    assert reason in str(info.value.__cause__)
+    assert chunked.to_pylist() == [1.0, 2.0, 3.0]
+    frame = pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]}, dtype=np.float32)
+    table = pa.table({"a": [1.0, 2.0], "b": [3.0, 4.0]})
+    for obj, write in ((frame, lambda x: ex.scale(x, 2.0)), (table, ex.fill_counting)):
+        with pytest.raises(BufferError, match=re.escape(dlpack.asdlpack(obj).copy_reason)):
+            write(obj)
+    assert frame.to_numpy().tolist() == [[1, 3], [2, 4]]
+    assert table.to_pydict() == {"a": [1.0, 2.0], "b": [3.0, 4.0]}
 
 
 def test_device_memory_is_refused_naming_the_device():
