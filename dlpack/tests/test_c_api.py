@@ -326,6 +326,44 @@ def test_copies_between_a_view_and_its_own_memory_read_all_then_write(n):
     np.testing.assert_array_equal(a.view(np.int64), np.arange(n)[::-1])
 
 
+def test_sizes_past_the_address_space_are_refused_not_wrapped():
+    """A broadcast view may describe more bytes than a size_t counts (2**62 complex128: 2**66
+    bytes): its copies are refused by size, never a wrapped count that a buffer could match."""
+    torch = need("torch")
+    huge = torch.zeros(1, dtype=torch.complex128).expand(2**62)
+    out = np.zeros(2)
+    with Viewed(huge) as view:
+        assert _dims(view.shape, 1) == (2**62,)
+        for claimed in (2**63 - 1, 2**64 - 1, 0, 16):
+            with pytest.raises(ValueError, match=f"take {2**66} bytes"):
+                API.copy_to(ctypes.byref(view), out.ctypes.data, claimed)
+
+
+def test_layouts_outside_the_address_space_are_refused():
+    """Memory whose elements would lie outside the address space (a foreign pointer and layout)
+    is refused where it comes in, and by a view, whose registry compares address ranges that
+    must not wrap (a wrapped one looked empty, and two mutable views of it were granted)."""
+    owned = Owned([0.0] * 4, (4,))
+    owned.memory.data = 2**64 - 16
+    with pytest.raises(ValueError, match="outside the address space"):
+        API.from_memory(ctypes.byref(owned.memory))
+    gc.collect()
+    assert owned.released == []
+
+    class BelowZero:  # the last element 3 * 2**61 bytes before the first, at 4096
+        __array_interface__ = {
+            "shape": (4,),
+            "typestr": "<f8",
+            "strides": (-(2**61),),
+            "data": (4096, False),
+            "version": 3,
+        }
+
+    for flags in (0, VIEW_MUTABLE):
+        with pytest.raises(ValueError, match="outside the address space"):
+            Viewed(BelowZero(), flags)
+
+
 _FAILING_CALLS = """
 import ctypes
 import os

@@ -9,10 +9,14 @@
 //! lock's two atomic operations per view cost more than the rest of the registry (a
 //! free-threaded build would need the lock back).
 
+use std::ffi::c_void;
+
+use dlpack_core::layout::Layout;
 use pyo3::Python;
 
 use crate::error::{Error, Result};
 use crate::ffi::python::GilCell;
+use crate::tensor::Tensor;
 
 /// A held range; equal entries are interchangeable, so an entry is found by its value.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -23,6 +27,31 @@ struct Entry {
 }
 
 static HELD: GilCell<Vec<Entry>> = GilCell::new(Vec::new());
+
+/// The addresses `start..end` a tensor's elements span, as the registry compares them; a
+/// `ValueError` for a layout that would run past either end of the address space from its
+/// first element (a foreign pointer and layout, which no memory could hold).
+pub fn range_of(tensor: &Tensor) -> Result<(usize, usize)> {
+    span(tensor.data(), tensor.layout(), tensor.dtype().itemsize())
+}
+
+/// `range_of` for the elements of `layout` (items of `itemsize` bytes) from `first` on.
+pub fn span(first: *const c_void, layout: &Layout, itemsize: usize) -> Result<(usize, usize)> {
+    let (low, high) = layout.byte_extent(itemsize)?;
+    let first = first as usize;
+    let at = |offset: i64| {
+        isize::try_from(offset)
+            .ok()
+            .and_then(|offset| first.checked_add_signed(offset))
+    };
+    match (at(low), at(high)) {
+        (Some(start), Some(end)) => Ok((start, end)),
+        _ => Err(Error::value(format!(
+            "this memory's layout spans bytes {low}..{high} from its first element at {first:#x}, \
+             outside the address space"
+        ))),
+    }
+}
 
 /// A held range of host memory, given back by `give_back` (or on drop, which attaches to the
 /// interpreter first).

@@ -10,7 +10,7 @@ use std::mem::MaybeUninit;
 use dlpack_core::layout::{SelfOverlap, self_overlap};
 use pyo3::prelude::*;
 
-use super::borrows::Borrow;
+use super::borrows::{self, Borrow};
 use crate::error::{Error, Result};
 use crate::ffi::python::GilCell;
 use crate::import::{self, array_interface::type_name};
@@ -138,9 +138,7 @@ impl Held {
         if host_memory(tensor).is_err() || tensor.indirect() {
             return Ok(None);
         }
-        let (low, high) = tensor.layout().byte_extent(tensor.dtype().itemsize())?;
-        let start = (tensor.data() as usize).wrapping_add_signed(low as isize);
-        let end = (tensor.data() as usize).wrapping_add_signed(high as isize);
+        let (start, end) = borrows::range_of(tensor)?;
         Borrow::take(obj.py(), start, end, self.source.exclusive)
     }
 

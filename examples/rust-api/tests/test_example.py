@@ -148,6 +148,15 @@ def test_writes_into_a_copy_are_refused_naming_why():
     assert table.to_pydict() == {"a": [1.0, 2.0], "b": [3.0, 4.0]}
 
 
+def test_sizes_past_the_address_space_are_a_memory_error():
+    """A broadcast view of 2**62 float64 describes 2**65 bytes, more than a usize counts: a copy
+    of it is a MemoryError naming the size, never a wrapped size or a Rust panic."""
+    huge = torch.zeros(1, dtype=torch.float64).expand(2**62)
+    assert ex.describe(huge)[:2] == ([2**62], [0])
+    with pytest.raises(MemoryError, match=f"{2**65} bytes"):
+        ex.total(huge)
+
+
 def test_device_memory_is_refused_naming_the_device():
     # A DLPack producer of CUDA memory (never read: the view only describes it).
     class OnCuda:
