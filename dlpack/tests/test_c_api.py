@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from dlpack import _dlpack, asdlpack
+from dlpack import _dlpack, asdlpack, copyto
 
 from ._helpers import NUMPY_NATIVE_DTYPES, DLDataType, DLDevice, need, run_python
 
@@ -324,6 +324,27 @@ def test_copies_between_a_view_and_its_own_memory_read_all_then_write(n):
     with Viewed(a[::-1]) as view:
         API.copy_to(ctypes.byref(view), a.ctypes.data, a.nbytes)
     np.testing.assert_array_equal(a.view(np.int64), np.arange(n)[::-1])
+
+
+def test_copyto_refuses_memory_a_view_holds():
+    """``copyto`` writes only memory no view holds: a shared view reads memory that must not
+    change under it, a mutable one holds it alone; whoever hands the memory over (numpy, torch
+    over the same memory), and disjoint memory is written."""
+    a = np.zeros(8)
+    with Viewed(a[2:5]):
+        for dst in (a, a[4:], a[::-1]):
+            with pytest.raises(BufferError, match="borrowed by a view"):
+                copyto(dst, np.ones(dst.shape))
+        torch = need("torch")
+        with pytest.raises(BufferError, match="borrowed by a view"):
+            copyto(torch.from_numpy(a), torch.ones(8, dtype=torch.float64))
+        copyto(a[5:], np.ones(3))
+    np.testing.assert_array_equal(a, [0, 0, 0, 0, 0, 1, 1, 1])
+    with Viewed(a, VIEW_MUTABLE):
+        with pytest.raises(BufferError, match="borrowed mutably by a view"):
+            copyto(a[:1], np.full(1, 2.0))
+    copyto(a, np.full(8, 2.0))  # given back: free again
+    np.testing.assert_array_equal(a, np.full(8, 2.0))
 
 
 def test_sizes_past_the_address_space_are_refused_not_wrapped():

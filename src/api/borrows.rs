@@ -5,6 +5,9 @@
 //! views of disjoint elements interleaved in one range (`a[::2]` and `a[1::2]`) conflict too:
 //! a refusal where the elements would not have aliased, never the other way round.
 //!
+//! The runtime's own writers (`copyto`) consult it too: memory a view holds, shared or mutably,
+//! is not theirs to write (`check_unheld`).
+//!
 //! The registry is guarded by the GIL, which every C API call holds, instead of a lock: the
 //! lock's two atomic operations per view cost more than the rest of the registry (a
 //! free-threaded build would need the lock back).
@@ -50,6 +53,34 @@ pub fn span(first: *const c_void, layout: &Layout, itemsize: usize) -> Result<(u
             "this memory's layout spans bytes {low}..{high} from its first element at {first:#x}, \
              outside the address space"
         ))),
+    }
+}
+
+/// A `BufferError` if a view holds any of `start..end` (addresses), for `writer`, which would
+/// write there: a shared view reads memory that must not change under it, a mutable one holds
+/// it alone.
+pub fn check_unheld(_py: Python<'_>, start: usize, end: usize, writer: &str) -> Result<()> {
+    if start >= end {
+        return Ok(()); // no bytes written
+    }
+    // SAFETY: the GIL is held (`_py`), and nothing below reaches `HELD` again or runs Python
+    // code while `held` is used.
+    let held = unsafe { HELD.get() };
+    match held.iter().find(|e| e.start < end && start < e.end) {
+        None => Ok(()),
+        Some(other) => Err(Error::buffer(if other.exclusive {
+            format!(
+                "{writer} can't write into this memory: it is borrowed mutably by a view (a Rust \
+                 or C extension's view_mut, through dlpack's C API) that holds it alone; write \
+                 once that view is dropped"
+            )
+        } else {
+            format!(
+                "{writer} can't write into this memory: it is borrowed by a view (a Rust or C \
+                 extension's, through dlpack's C API) that reads it; write once that view is \
+                 dropped"
+            )
+        })),
     }
 }
 

@@ -80,7 +80,8 @@ pub struct CApi {
     /// Fill `out` with a view of `obj`'s memory (anything `dlpack.asdlpack` reads), held shared,
     /// or exclusively with `VIEW_MUTABLE` in `flags` (writable host memory no other view holds,
     /// in any extension, and the object's own: memory an import copied would never pass a
-    /// write on). 0, or -1 with the exception `asdlpack` or the borrow raised.
+    /// write on). 0, or -1 with the exception `asdlpack` or the borrow raised. While the view
+    /// lives, `dlpack.copyto` refuses to write its memory.
     pub view: unsafe extern "C" fn(obj: *mut PyObject, flags: u32, out: *mut View) -> c_int,
     /// Give a view back: its borrow ends and the source may go. Once per filled view.
     pub release_view: unsafe extern "C" fn(view: *mut View),

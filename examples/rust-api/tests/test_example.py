@@ -148,6 +148,23 @@ def test_writes_into_a_copy_are_refused_naming_why():
     assert table.to_pydict() == {"a": [1.0, 2.0], "b": [3.0, 4.0]}
 
 
+def test_copyto_into_memory_a_rust_view_holds_is_refused():
+    """A Rust function holding a view calls back into Python, which writes the same memory with
+    dlpack.copyto: refused as a second mutable view is, so the values the function reads never
+    change under it."""
+    a = np.zeros(4)
+    for dst in (a, a[2:], torch.from_numpy(a)):
+        with pytest.raises(BufferError, match="borrowed by a view"):
+            ex.while_held(a, lambda d=dst: dlpack.copyto(d, np.ones(d.shape)))
+        with pytest.raises(BufferError, match="borrowed mutably by a view"):
+            ex.while_held_mutably(a, lambda d=dst: dlpack.copyto(d, np.ones(d.shape)))
+    assert not a.any()
+    # Other memory, and the same once the view is given back, are written.
+    ex.while_held(a[:2], lambda: dlpack.copyto(a[2:], np.ones(2)))
+    dlpack.copyto(a[:2], np.full(2, 2.0))
+    np.testing.assert_array_equal(a, [2, 2, 1, 1])
+
+
 def test_sizes_past_the_address_space_are_a_memory_error():
     """A broadcast view of 2**62 float64 describes 2**65 bytes, more than a usize counts: a copy
     of it is a MemoryError naming the size, never a wrapped size or a Rust panic."""
