@@ -149,6 +149,12 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// Run a C entry point's `body` attached (`py`): its value; or `failed`, with its error raised,
 /// or a panic raised as a `RuntimeError` naming it (not PyO3's `PanicException`, a
 /// BaseException that `except Exception` misses). Nothing unwinds into C.
+///
+/// The error is raised through PyO3's `Python::attach`: a C caller holds the GIL without PyO3
+/// knowing (`Python::assume_attached` doesn't tell it), so the references an error drops as it
+/// is raised (the exception's type and arguments), and any its body dropped, would wait in PyO3's
+/// queue until this extension next attaches, which a caller of the C API alone never makes
+/// happen. Attaching releases those, and the queue, at once.
 pub fn at_c_boundary<T, E: Into<PyErr>>(
     py: Python<'_>,
     failed: T,
@@ -157,12 +163,18 @@ pub fn at_c_boundary<T, E: Into<PyErr>>(
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(py))) {
         Ok(Ok(value)) => value,
         Ok(Err(err)) => {
-            err.into().restore(py);
+            raise_attached(|| err.into());
             failed
         }
         Err(payload) => {
-            PyRuntimeError::new_err(panic_message(&*payload)).restore(py);
+            raise_attached(|| PyRuntimeError::new_err(panic_message(&*payload)));
             failed
         }
     }
+}
+
+/// Raise the error `make` gives, attached through PyO3 (see `at_c_boundary`).
+#[cold]
+fn raise_attached(make: impl FnOnce() -> PyErr) {
+    Python::attach(|py| make().restore(py));
 }

@@ -4,14 +4,15 @@ views of any array through the runtime's importers, one registry of borrowed mem
 
 import ctypes
 import gc
+import re
 import sys
 import threading
 
 import pytest
 
-from dlpack import _dlpack, asdlpack
+from dlpack import _dlpack, asdlpack, copyto
 
-from ._helpers import NUMPY_NATIVE_DTYPES, DLDataType, DLDevice, need
+from ._helpers import NUMPY_NATIVE_DTYPES, DLDataType, DLDevice, need, run_python
 
 np = need("numpy")
 
@@ -257,6 +258,178 @@ def test_copy_from_needs_a_mutable_view_and_copies_need_the_exact_size():
         with pytest.raises(ValueError, match="take 24 bytes, the buffer given 23"):
             API.copy_to(ctypes.byref(view), out, 23)
     assert not dst.any()
+
+
+def _chunked():
+    chunked = need("pyarrow").chunked_array([[1.0, 2.0], [3.0]])
+    return chunked, chunked.to_numpy()
+
+
+def _arrow_table():
+    table = need("pyarrow").table({"a": [1.0, 2.0], "b": [3.0, 4.0]})
+    return table, np.column_stack([column.to_numpy() for column in table.columns])
+
+
+def _arrow_booleans():
+    booleans = need("pyarrow").array([True, False, True])
+    return booleans, booleans.to_numpy(zero_copy_only=False)
+
+
+def _data_frame():
+    frame = need("pandas").DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]})
+    return frame, frame.to_numpy()
+
+
+@pytest.mark.parametrize(
+    "make", [_chunked, _arrow_table, _arrow_booleans, _data_frame], ids=lambda f: f.__name__[1:]
+)
+def test_a_mutable_view_of_a_copy_is_refused_naming_why(make):
+    """Memory an import had to copy (chunks joined, columns gathered, bits made bytes) is not
+    the object's: a write through a mutable view would never reach it, so the view is refused
+    with the object's ``copy_reason``, as ``copyto`` refuses it; a shared view reads it."""
+    src, expected = make()
+    reason = asdlpack(src).copy_reason
+    assert reason
+    for obj in (src, asdlpack(src)):
+        with pytest.raises(BufferError, match=re.escape(reason)):
+            Viewed(obj, VIEW_MUTABLE)
+    with Viewed(src) as view:
+        out = np.empty(expected.shape, expected.dtype)  # C order, as copy_to writes
+        API.copy_to(ctypes.byref(view), out.ctypes.data, out.nbytes)
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("n", [8, 2 << 20], ids=["64 B", "16 MiB"])
+def test_copies_between_a_view_and_its_own_memory_read_all_then_write(n):
+    """A buffer overlapping the view's own memory gets what a copy made first would give
+    (numpy's copy of the source, then the write), in both directions."""
+    a = np.arange(n, dtype=np.int64)
+    with Viewed(a[::-1]) as view:
+        API.copy_to(ctypes.byref(view), a.ctypes.data, a.nbytes)
+    np.testing.assert_array_equal(a, np.arange(n)[::-1])
+    a = np.arange(n, dtype=np.int64)
+    with Viewed(a[1:]) as view:  # one element further on: a memmove backwards
+        API.copy_to(ctypes.byref(view), a.ctypes.data, a.nbytes - 8)
+    np.testing.assert_array_equal(a, np.r_[np.arange(1, n), n - 1])
+    a = np.arange(n, dtype=np.int64)
+    with Viewed(a[::-1], VIEW_MUTABLE) as view:
+        API.copy_from(ctypes.byref(view), a.ctypes.data, a.nbytes)
+    np.testing.assert_array_equal(a, np.arange(n)[::-1])
+    a = np.arange(n, dtype=np.int64)
+    with Viewed(a[1:], VIEW_MUTABLE) as view:  # a memmove forwards
+        API.copy_from(ctypes.byref(view), a.ctypes.data, a.nbytes - 8)
+    np.testing.assert_array_equal(a, np.r_[0, np.arange(n - 1)])
+    # Swapped elements written over their own bytes: the values, now in native order.
+    a = np.arange(n, dtype=">i8")
+    with Viewed(a[::-1]) as view:
+        API.copy_to(ctypes.byref(view), a.ctypes.data, a.nbytes)
+    np.testing.assert_array_equal(a.view(np.int64), np.arange(n)[::-1])
+
+
+def test_copyto_refuses_memory_a_view_holds():
+    """``copyto`` writes only memory no view holds: a shared view reads memory that must not
+    change under it, a mutable one holds it alone; whoever hands the memory over (numpy, torch
+    over the same memory), and disjoint memory is written."""
+    a = np.zeros(8)
+    with Viewed(a[2:5]):
+        for dst in (a, a[4:], a[::-1]):
+            with pytest.raises(BufferError, match="borrowed by a view"):
+                copyto(dst, np.ones(dst.shape))
+        torch = need("torch")
+        with pytest.raises(BufferError, match="borrowed by a view"):
+            copyto(torch.from_numpy(a), torch.ones(8, dtype=torch.float64))
+        copyto(a[5:], np.ones(3))
+    np.testing.assert_array_equal(a, [0, 0, 0, 0, 0, 1, 1, 1])
+    with Viewed(a, VIEW_MUTABLE):
+        with pytest.raises(BufferError, match="borrowed mutably by a view"):
+            copyto(a[:1], np.full(1, 2.0))
+    copyto(a, np.full(8, 2.0))  # given back: free again
+    np.testing.assert_array_equal(a, np.full(8, 2.0))
+
+
+def test_sizes_past_the_address_space_are_refused_not_wrapped():
+    """A broadcast view may describe more bytes than a size_t counts (2**62 complex128: 2**66
+    bytes): its copies are refused by size, never a wrapped count that a buffer could match."""
+    torch = need("torch")
+    huge = torch.zeros(1, dtype=torch.complex128).expand(2**62)
+    out = np.zeros(2)
+    with Viewed(huge) as view:
+        assert _dims(view.shape, 1) == (2**62,)
+        for claimed in (2**63 - 1, 2**64 - 1, 0, 16):
+            with pytest.raises(ValueError, match=f"take {2**66} bytes"):
+                API.copy_to(ctypes.byref(view), out.ctypes.data, claimed)
+
+
+def test_layouts_outside_the_address_space_are_refused():
+    """Memory whose elements would lie outside the address space (a foreign pointer and layout)
+    is refused where it comes in, and by a view, whose registry compares address ranges that
+    must not wrap (a wrapped one looked empty, and two mutable views of it were granted)."""
+    owned = Owned([0.0] * 4, (4,))
+    owned.memory.data = 2**64 - 16
+    with pytest.raises(ValueError, match="outside the address space"):
+        API.from_memory(ctypes.byref(owned.memory))
+    gc.collect()
+    assert owned.released == []
+
+    class BelowZero:  # the last element 3 * 2**61 bytes before the first, at 4096
+        __array_interface__ = {
+            "shape": (4,),
+            "typestr": "<f8",
+            "strides": (-(2**61),),
+            "data": (4096, False),
+            "version": 3,
+        }
+
+    for flags in (0, VIEW_MUTABLE):
+        with pytest.raises(ValueError, match="outside the address space"):
+            Viewed(BelowZero(), flags)
+
+
+_FAILING_CALLS = """
+import ctypes
+import os
+from dlpack.tests.test_c_api import API, View
+
+view = View()
+target = object()
+
+
+def fail():
+    try:
+        API.view(target, 0, ctypes.byref(view))
+    except TypeError:
+        pass
+    try:
+        API.check_memory(1 << 62)
+    except MemoryError:
+        pass
+
+
+
+
+def rss_kib():
+    # The resident size now: a child's peak (ru_maxrss) starts at its parent's.
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+for _ in range(5_000):
+    fail()
+before = rss_kib()
+for _ in range(100_000):
+    fail()
+print(rss_kib() - before)
+"""
+
+
+def test_failing_calls_leave_nothing_behind():
+    """A failing call's exception is released when the caller is done with it: 10**5 failing
+    views and memory checks (in a child, whose resident size says what stayed) grow it by less than
+    a tenth of the 110-440 bytes a call that left its exception's references queued kept."""
+    out = run_python("-c", _FAILING_CALLS, timeout=600)
+    assert out.returncode == 0, out.stderr
+    grown_kib = int(out.stdout.split()[-1])
+    assert grown_kib < 4 << 10, f"RSS grew by {grown_kib} KiB over 2 x 10**5 failing calls"
 
 
 def test_objects_the_runtime_cannot_read_raise_what_asdlpack_raises():

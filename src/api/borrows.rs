@@ -5,14 +5,21 @@
 //! views of disjoint elements interleaved in one range (`a[::2]` and `a[1::2]`) conflict too:
 //! a refusal where the elements would not have aliased, never the other way round.
 //!
+//! The runtime's own writers (`copyto`) consult it too: memory a view holds, shared or mutably,
+//! is not theirs to write (`check_unheld`).
+//!
 //! The registry is guarded by the GIL, which every C API call holds, instead of a lock: the
 //! lock's two atomic operations per view cost more than the rest of the registry (a
 //! free-threaded build would need the lock back).
 
+use std::ffi::c_void;
+
+use dlpack_core::layout::Layout;
 use pyo3::Python;
 
 use crate::error::{Error, Result};
 use crate::ffi::python::GilCell;
+use crate::tensor::Tensor;
 
 /// A held range; equal entries are interchangeable, so an entry is found by its value.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -23,6 +30,59 @@ struct Entry {
 }
 
 static HELD: GilCell<Vec<Entry>> = GilCell::new(Vec::new());
+
+/// The addresses `start..end` a tensor's elements span, as the registry compares them; a
+/// `ValueError` for a layout that would run past either end of the address space from its
+/// first element (a foreign pointer and layout, which no memory could hold).
+pub fn range_of(tensor: &Tensor) -> Result<(usize, usize)> {
+    span(tensor.data(), tensor.layout(), tensor.dtype().itemsize())
+}
+
+/// `range_of` for the elements of `layout` (items of `itemsize` bytes) from `first` on.
+pub fn span(first: *const c_void, layout: &Layout, itemsize: usize) -> Result<(usize, usize)> {
+    let (low, high) = layout.byte_extent(itemsize)?;
+    let first = first as usize;
+    let at = |offset: i64| {
+        isize::try_from(offset)
+            .ok()
+            .and_then(|offset| first.checked_add_signed(offset))
+    };
+    match (at(low), at(high)) {
+        (Some(start), Some(end)) => Ok((start, end)),
+        _ => Err(Error::value(format!(
+            "this memory's layout spans bytes {low}..{high} from its first element at {first:#x}, \
+             outside the address space"
+        ))),
+    }
+}
+
+/// A `BufferError` if a view holds any of `start..end` (addresses), for `writer`, which would
+/// write there: a shared view reads memory that must not change under it, a mutable one holds
+/// it alone.
+pub fn check_unheld(_py: Python<'_>, start: usize, end: usize, writer: &str) -> Result<()> {
+    if start >= end {
+        return Ok(()); // no bytes written
+    }
+    // SAFETY: the GIL is held (`_py`), and nothing below reaches `HELD` again or runs Python
+    // code while `held` is used.
+    let held = unsafe { HELD.get() };
+    match held.iter().find(|e| e.start < end && start < e.end) {
+        None => Ok(()),
+        Some(other) => Err(Error::buffer(if other.exclusive {
+            format!(
+                "{writer} can't write into this memory: it is borrowed mutably by a view (a Rust \
+                 or C extension's view_mut, through dlpack's C API) that holds it alone; write \
+                 once that view is dropped"
+            )
+        } else {
+            format!(
+                "{writer} can't write into this memory: it is borrowed by a view (a Rust or C \
+                 extension's, through dlpack's C API) that reads it; write once that view is \
+                 dropped"
+            )
+        })),
+    }
+}
 
 /// A held range of host memory, given back by `give_back` (or on drop, which attaches to the
 /// interpreter first).

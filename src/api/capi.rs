@@ -23,12 +23,13 @@ use pyo3::ffi::PyObject;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
+use super::borrows;
 use super::held::{Held, check_disjoint};
 use crate::copy::host;
 use crate::error::{Error, Result, at_c_boundary};
 use crate::ffi::python;
 use crate::object::{Described, new_view, type_object};
-use crate::tensor::Owner;
+use crate::tensor::{Owner, Tensor};
 
 static TABLE: CApi = CApi {
     version: VERSION,
@@ -136,14 +137,14 @@ unsafe extern "C" fn copy_to(view: *const View, dst: *mut c_void, bytes: usize) 
     at_c_boundary(py, -1, |py| {
         // SAFETY: per `copy_to`'s contract, a filled view or null.
         let tensor = unsafe { held(view) }?.tensor(py);
-        exact_size(tensor.nbytes(), bytes)?;
+        exact_size(tensor, bytes)?;
         if dst.is_null() && bytes > 0 {
             return Err(Error::type_(
                 "the dlpack C API's copy_to got a NULL destination",
             ));
         }
         // SAFETY: the caller's `dst` is writable for `bytes` bytes (the elements' size,
-        // checked), apart from the view's memory, as `copy_to` asks of it.
+        // checked), as `copy_to` asks of it; it may overlap the view's memory.
         unsafe { host::write_c_order(py, tensor, dst.cast(), bytes) }?;
         Ok(0)
     })
@@ -161,7 +162,7 @@ unsafe extern "C" fn copy_from(view: *const View, src: *const c_void, bytes: usi
             ));
         }
         let tensor = held.tensor(py);
-        exact_size(tensor.nbytes(), bytes)?;
+        exact_size(tensor, bytes)?;
         check_disjoint(tensor)?;
         if src.is_null() && bytes > 0 {
             return Err(Error::type_(
@@ -169,17 +170,22 @@ unsafe extern "C" fn copy_from(view: *const View, src: *const c_void, bytes: usi
             ));
         }
         // SAFETY: the caller's `src` is readable for `bytes` bytes (the elements' size,
-        // checked); the view holds its writable host memory alone (exclusive borrow), whose
-        // elements share no bytes (checked).
+        // checked), and may overlap the view's memory; the view holds its writable host memory
+        // alone (exclusive borrow: no other view reads or writes it), whose elements share no
+        // bytes (checked).
         unsafe { host::read_c_order(py, tensor, src.cast(), bytes) }?;
         Ok(0)
     })
 }
 
-fn exact_size(elements: i64, bytes: usize) -> Result<()> {
-    if usize::try_from(elements).ok() != Some(bytes) {
+/// A `ValueError` unless `bytes` is exactly the size of the tensor's elements, counted without
+/// wrapping (a broadcast view may describe more bytes than a `size_t` holds).
+fn exact_size(tensor: &Tensor, bytes: usize) -> Result<()> {
+    let elements = u128::try_from(tensor.numel()).unwrap_or(0);
+    let needed = elements * tensor.dtype().itemsize() as u128;
+    if needed != bytes as u128 {
         return Err(Error::value(format!(
-            "the view's elements take {elements} bytes, the buffer given {bytes}"
+            "the view's elements take {needed} bytes, the buffer given {bytes}"
         )));
     }
     Ok(())
@@ -238,6 +244,8 @@ unsafe extern "C" fn from_memory(memory: *const Memory) -> *mut PyObject {
             Some(dims(memory.byte_strides, "byte_strides")?)
         };
         let layout = Layout::from_byte_strides(shape, strides, dtype.itemsize())?;
+        // Addresses no memory could have are refused here, before any view compares them.
+        borrows::span(memory.data, &layout, dtype.itemsize())?;
         type_object(py)?;
         let described = Described {
             data: memory.data,

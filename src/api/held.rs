@@ -10,10 +10,10 @@ use std::mem::MaybeUninit;
 use dlpack_core::layout::{SelfOverlap, self_overlap};
 use pyo3::prelude::*;
 
-use super::borrows::Borrow;
+use super::borrows::{self, Borrow};
 use crate::error::{Error, Result};
 use crate::ffi::python::GilCell;
-use crate::import;
+use crate::import::{self, array_interface::type_name};
 use crate::object::tensor_of;
 use crate::tensor::Tensor;
 
@@ -79,7 +79,11 @@ impl Held {
         } else if unsafe { import::import_known_into(obj, imported) } {
             None
         } else {
-            let tensor = import::import_in_place(obj)?.tensor;
+            // The object's protocols run Python code: attached through PyO3, so that the
+            // references dropped on the way (a producer kept for device memory, errors of
+            // protocols tried and passed over) are released now rather than queued (see
+            // `at_c_boundary`).
+            let tensor = Python::attach(|_| import::import_in_place(obj).map(|i| i.tensor))?;
             // SAFETY: `imported` is valid for writes of a `Tensor` (the contract), and
             // `import_known_into` declined, leaving it unwritten.
             unsafe { imported.write(tensor) };
@@ -117,6 +121,9 @@ impl Held {
         let tensor = self.tensor(obj.py());
         if self.source.exclusive {
             host_memory(tensor)?;
+            if let Some(why) = tensor.copied() {
+                return Err(a_copy(obj, why));
+            }
             if tensor.readonly() || import::is_immutable(obj) {
                 return Err(Error::buffer(
                     "this array's memory is read-only, so it can't be viewed mutably; \
@@ -131,9 +138,7 @@ impl Held {
         if host_memory(tensor).is_err() || tensor.indirect() {
             return Ok(None);
         }
-        let (low, high) = tensor.layout().byte_extent(tensor.dtype().itemsize())?;
-        let start = (tensor.data() as usize).wrapping_add_signed(low as isize);
-        let end = (tensor.data() as usize).wrapping_add_signed(high as isize);
+        let (start, end) = borrows::range_of(tensor)?;
         Borrow::take(obj.py(), start, end, self.source.exclusive)
     }
 
@@ -212,6 +217,17 @@ fn host_memory(tensor: &Tensor) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The refusal of a mutable view of memory an import copied (chunks joined, columns gathered,
+/// bits made bytes): the writes would land in the copy, never in the object.
+#[cold]
+fn a_copy(obj: &Bound<'_, PyAny>, why: &str) -> Error {
+    Error::buffer(format!(
+        "this {}'s memory could only be read as a copy ({why}), so it can't be viewed mutably: \
+         the writes would never reach it",
+        type_name(obj)
+    ))
 }
 
 #[cold]

@@ -1,7 +1,8 @@
 //! What other extensions reach this runtime through: the C API table (`capi`, published as
 //! `dlpack._dlpack._C_API`), views' holds on memory (`held`), and the one registry of borrowed
-//! memory (`borrows`). The `dlpack-adapter` crate is its Rust client.
+//! memory (`borrows`, which the runtime's own writers consult too). The `dlpack-adapter` crate is
+//! its Rust client.
 
-mod borrows;
+pub mod borrows;
 pub mod capi;
 mod held;

@@ -1,11 +1,13 @@
 //! `copyto`: copy a source into an existing, writable destination (numpy's broadcasting, equal
 //! dtypes), after the checks both engines share: host memory on both sides goes to `host`,
-//! CUDA memory on either side to `cuda`.
+//! CUDA memory on either side to `cuda`. Host memory a view of the C API holds (a Rust or C
+//! extension's, in the runtime's registry of borrowed memory) is not written.
 
 use dlpack_core::layout::{SelfOverlap, broadcast_strides, self_overlap};
 use pyo3::prelude::*;
 
 use super::{cuda, host};
+use crate::api::borrows;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -43,7 +45,13 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
              or overlapping view): copyto can't write into it",
         ));
     }
-    if !on_host(dst)? || !on_host(src)? {
+    let dst_on_host = on_host(dst)?;
+    if dst_on_host {
+        // A view reading this memory must not see it change, one writing it holds it alone.
+        let (start, end) = borrows::range_of(dst)?;
+        borrows::check_unheld(py, start, end, "copyto")?;
+    }
+    if !dst_on_host || !on_host(src)? {
         return cuda::copy_into(py, dst, src, stream);
     }
     if let Some(stream) = stream {

@@ -80,12 +80,13 @@ pub fn to_c_order(py: Python<'_>, tensor: &Tensor) -> Result<Tensor> {
     Tensor::host_allocation(buffer, tensor.dtype(), layout)
 }
 
-/// Write a host tensor's elements to `dst` in C order and native byte order.
+/// Write a host tensor's elements to `dst` in C order and native byte order, as if all were read
+/// before any is written: `dst` may overlap the tensor's memory (the elements are then copied
+/// into a buffer of our own first).
 ///
 /// # Safety
 /// `dst` is writable memory of `nbytes` bytes, the tensor's element count times its item size,
-/// which no one else reads or writes during the call and which shares no bytes with the
-/// tensor's.
+/// which no one else reads or writes during the call (it may share bytes with the tensor's).
 pub unsafe fn write_c_order(
     py: Python<'_>,
     tensor: &Tensor,
@@ -94,9 +95,20 @@ pub unsafe fn write_c_order(
 ) -> Result<()> {
     check_host(tensor)?;
     let layout = c_order_in(tensor, nbytes, "destination")?;
-    // SAFETY: our contract gives `dst`'s `nbytes` writable bytes to this call alone, apart
-    // from the tensor's; `c_order_in` just checked they are exactly its elements in C order;
-    // the tensor is host memory (checked above).
+    let itemsize = tensor.dtype().itemsize();
+    let to = strided(dst.cast(), layout.shape(), layout.byte_strides());
+    // Rows behind pointers may lie anywhere, so an indirect buffer is always staged.
+    if tensor.indirect() || may_overlap(&to, &own_memory(tensor).0, itemsize) {
+        let staged = to_c_order(py, tensor)?;
+        let from = strided(staged.data(), layout.shape(), layout.byte_strides());
+        // SAFETY: `dst` holds `layout`'s elements, writable and ours for the call (our
+        // contract); `staged` is our own buffer of the same elements, apart from `dst`.
+        unsafe { run(py, &to, &from, itemsize, None) };
+        return Ok(());
+    }
+    // SAFETY: our contract gives `dst`'s `nbytes` writable bytes to this call alone, and they
+    // share none with the tensor's (checked just above); `c_order_in` checked they are exactly
+    // its elements in C order; the tensor is host memory (checked above).
     unsafe { write_in_layout(py, tensor, dst, nbytes, &layout) }
 }
 
@@ -134,12 +146,13 @@ unsafe fn write_in_layout(
 }
 
 /// Write C-ordered, native-order elements from `src` into a host tensor's memory, wherever its
-/// layout puts them (in its byte order).
+/// layout puts them (in its byte order), as if all were read before any is written: `src` may
+/// overlap the tensor's memory (it is then copied into a buffer of our own first).
 ///
 /// # Safety
-/// `src` holds `nbytes` readable bytes, the tensor's element count times its item size, and
-/// shares no bytes with the tensor's memory; the tensor's memory is writable and nobody else
-/// reads or writes it during the call; no two of its elements share bytes.
+/// `src` holds `nbytes` readable bytes, the tensor's element count times its item size; the
+/// tensor's memory is writable and nobody else reads or writes it during the call (`src` may
+/// share bytes with it); no two of its elements share bytes.
 pub unsafe fn read_c_order(
     py: Python<'_>,
     tensor: &Tensor,
@@ -156,8 +169,24 @@ pub unsafe fn read_c_order(
     let layout = c_order_in(tensor, nbytes, "source")?;
     let from = strided(src.cast_mut().cast(), layout.shape(), layout.byte_strides());
     let (to, swap) = own_memory(tensor);
-    // SAFETY: per the contract: `src` readable and as large as the tensor's elements, the
-    // tensor's memory writable host memory (checked above) sharing no bytes with `src`.
+    let staged;
+    let from = if may_overlap(&to, &from, itemsize) {
+        staged = AlignedBuffer::new(nbytes)?;
+        let copy = strided(
+            staged.as_ptr().cast(),
+            layout.shape(),
+            layout.byte_strides(),
+        );
+        // SAFETY: `src` is readable for its `nbytes` (our contract); `staged` is a buffer of
+        // ours of as many bytes, apart from it.
+        unsafe { run(py, &copy, &from, itemsize, None) };
+        copy
+    } else {
+        from
+    };
+    // SAFETY: per the contract: `from` readable and as large as the tensor's elements (the
+    // caller's `src`, or our copy of it where the two overlapped), the tensor's memory writable
+    // host memory (checked above) sharing no bytes with `from`.
     unsafe { run(py, &to, &from, itemsize, swap) };
     Ok(())
 }

@@ -12,6 +12,7 @@ use crate::tensor::Tensor;
 /// Copy `src` into the existing array `dst`, as `numpy.copyto(dst, src)` does: any supported
 /// source into any writable destination, host or CUDA (broadcasting `src` like numpy; dtypes
 /// must match). Overlapping memory is handled; the GIL is released while large copies run.
+/// Host memory a view of a Rust or C extension holds (through the C API) is not written.
 /// With CUDA memory, `stream` (a CUDA stream handle) queues the copy on that stream instead of
 /// completing it before returning.
 #[pyfunction]

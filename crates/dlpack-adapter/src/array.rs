@@ -9,7 +9,7 @@ use dlpack_core::dtype::DType;
 #[cfg(feature = "ndarray")]
 use dlpack_core::layout::Layout;
 use dlpack_core::layout::{SelfOverlap, self_overlap};
-use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::capi::{self, CApi, VIEW_C_CONTIGUOUS, VIEW_INDIRECT, VIEW_MUTABLE, VIEW_SWAPPED, View};
@@ -39,8 +39,10 @@ pub fn view<'py>(obj: &Bound<'py, PyAny>) -> PyResult<ArrayView<'py>> {
     ArrayView::new(obj, 0)
 }
 
-/// A mutable view of `obj`'s memory, which must be writable host memory that no other view
-/// holds: a `BufferError` otherwise (read-only memory, an immutable JAX array, device memory,
+/// A mutable view of `obj`'s memory, which must be writable host memory of `obj`'s own that no
+/// other view holds: a `BufferError` otherwise (read-only memory, an immutable JAX array, device
+/// memory, memory an import had to copy so that writes would never reach `obj` (a chunked Arrow
+/// array, a table or data frame, Arrow booleans: the error says why, as `copy_reason` does),
 /// memory another view holds, in this extension or any other).
 pub fn view_mut<'py>(obj: &Bound<'py, PyAny>) -> PyResult<ArrayViewMut<'py>> {
     Ok(ArrayViewMut {
@@ -74,8 +76,7 @@ impl<'py> ArrayView<'py> {
             api,
             py,
         };
-        // The runtime's layouts count fewer than 2**63 elements.
-        made.numel = made.shape().iter().product::<i64>() as usize;
+        made.numel = element_count(made.shape())?;
         Ok(made)
     }
 
@@ -194,12 +195,16 @@ impl<'py> ArrayView<'py> {
         self.host_memory()?;
         let len = self.len();
         // A MemoryError before allocating what this process can't have (a broadcast view may
-        // describe more than exists).
+        // describe more than exists, even more bytes than a usize counts).
+        let nbytes = self.nbytes_of::<T>(len)?;
         // SAFETY: the GIL is held.
-        if unsafe { (self.api.check_memory)((len * size_of::<T>()) as u64) } != 0 {
+        if unsafe { (self.api.check_memory)(nbytes as u64) } != 0 {
             return Err(PyErr::fetch(self.py));
         }
-        let mut out = Vec::<T>::with_capacity(len);
+        let mut out = Vec::<T>::new();
+        out.try_reserve_exact(len).map_err(|err| {
+            PyMemoryError::new_err(format!("can't allocate {nbytes} bytes for a copy: {err}"))
+        })?;
         self.copy_out(out.as_mut_ptr(), len)?;
         // SAFETY: `copy_out` wrote all `len` elements, checked valid.
         unsafe { out.set_len(len) };
@@ -240,7 +245,7 @@ impl<'py> ArrayView<'py> {
     /// Write the elements, C-ordered in native byte order, to `len` `T`s at `dst`, and check
     /// they are valid `T`s (`len` is the element count; `dst` writable, apart from the view).
     fn copy_out<T: Element>(&self, dst: *mut T, len: usize) -> PyResult<()> {
-        let nbytes = len * size_of::<T>();
+        let nbytes = self.nbytes_of::<T>(len)?;
         // SAFETY: a filled view; `dst` is writable for `nbytes` bytes (the caller's `Vec` or
         // slice of `len` elements, apart from the view's memory); the GIL is held.
         let status = unsafe { (self.api.copy_to)(&self.view, dst.cast(), nbytes) };
@@ -250,6 +255,21 @@ impl<'py> ArrayView<'py> {
         // SAFETY: just written, whole.
         let bytes = unsafe { std::slice::from_raw_parts(dst.cast::<u8>(), nbytes) };
         check_valid::<T>(bytes)
+    }
+
+    /// The bytes of `len` `T`s, or a `MemoryError` naming them where more than a `usize`
+    /// counts (past any allocation).
+    fn nbytes_of<T>(&self, len: usize) -> PyResult<usize> {
+        len.checked_mul(size_of::<T>())
+            .filter(|&nbytes| nbytes <= isize::MAX as usize)
+            .ok_or_else(|| {
+                PyMemoryError::new_err(format!(
+                    "can't copy this array: its {len} elements of {} take {} bytes, more than \
+                     this process can address",
+                    self.dtype().name(),
+                    len as u128 * size_of::<T>() as u128
+                ))
+            })
     }
 
     /// A `TypeError` unless the elements are of `T`'s type.
@@ -377,6 +397,22 @@ impl ArrayViewMut<'_> {
         }
         Ok(())
     }
+}
+
+/// The number of elements of `shape`, counted without wrapping: the count is the runtime's word,
+/// read across the C API, and becomes a size.
+fn element_count(shape: &[i64]) -> PyResult<usize> {
+    if shape.contains(&0) {
+        return Ok(0);
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |n, &k| n.checked_mul(usize::try_from(k).ok()?))
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "shape {shape:?} counts more elements than a usize holds"
+            ))
+        })
 }
 
 /// A `ValueError` unless `bytes` (whole elements) are all valid `T`s.

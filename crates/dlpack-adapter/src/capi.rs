@@ -7,6 +7,7 @@
 //! called with the GIL held; one that fails returns -1 (or NULL) with a Python exception set.
 
 use std::ffi::{CStr, c_int, c_void};
+use std::mem::offset_of;
 use std::sync::OnceLock;
 
 use dlpack_core::abi::{DLDataType, DLDevice};
@@ -78,15 +79,18 @@ pub struct CApi {
     pub size: u32,
     /// Fill `out` with a view of `obj`'s memory (anything `dlpack.asdlpack` reads), held shared,
     /// or exclusively with `VIEW_MUTABLE` in `flags` (writable host memory no other view holds,
-    /// in any extension). 0, or -1 with the exception `asdlpack` or the borrow raised.
+    /// in any extension, and the object's own: memory an import copied would never pass a
+    /// write on). 0, or -1 with the exception `asdlpack` or the borrow raised. While the view
+    /// lives, `dlpack.copyto` refuses to write its memory.
     pub view: unsafe extern "C" fn(obj: *mut PyObject, flags: u32, out: *mut View) -> c_int,
     /// Give a view back: its borrow ends and the source may go. Once per filled view.
     pub release_view: unsafe extern "C" fn(view: *mut View),
     /// Copy the view's elements, C-ordered and in native byte order, to `dst` (`bytes` long:
-    /// exactly the elements' size). 0 or -1.
+    /// exactly the elements' size). `dst` may overlap the view's memory: the result is what
+    /// reading every element before writing any gives. 0 or -1.
     pub copy_to: unsafe extern "C" fn(view: *const View, dst: *mut c_void, bytes: usize) -> c_int,
-    /// Write `src`'s C-ordered elements (`bytes` long) into a mutable view's memory, any layout.
-    /// 0 or -1.
+    /// Write `src`'s C-ordered elements (`bytes` long) into a mutable view's memory, any layout;
+    /// `src` may overlap that memory, with the same result as `copy_to`'s. 0 or -1.
     pub copy_from:
         unsafe extern "C" fn(view: *const View, src: *const c_void, bytes: usize) -> c_int,
     /// A new `DLPackObject` over `memory` (a new reference), or NULL with an exception set; on
@@ -136,11 +140,69 @@ pub fn api(py: Python<'_>) -> PyResult<&'static CApi> {
         .pointer_checked(Some(CAPSULE_NAME))
         .map_err(|_| too_old("has a _C_API capsule of another name"))?;
     // SAFETY: a capsule of this name holds the runtime's static table, whose first two fields
-    // (the version and size) every version has; the extension module is never unloaded, so
-    // the table lives for the rest of the process.
-    let api: &'static CApi = unsafe { pointer.cast::<CApi>().as_ref() };
-    if api.version < VERSION || (api.size as usize) < size_of::<CApi>() {
-        return Err(too_old(&format!("has C API version {}", api.version)));
-    }
+    // (the version and size) every version has, and which lives for the rest of the process
+    // (the extension module is never unloaded).
+    let api = unsafe { table(pointer.as_ptr()) }.map_err(|why| too_old(&why))?;
     Ok(API.get_or_init(|| api))
+}
+
+/// The table at `table`, once its header (read through the raw pointer) says it is of
+/// `VERSION` or later and holds at least this crate's declaration: only then is a reference
+/// made over that many bytes. Else what the header says, for the error.
+///
+/// # Safety
+/// `table` is readable for the header (the version and size, two `u32`s) and, where the header
+/// says so, for `size` bytes holding a table of that version, alive for the rest of the process.
+unsafe fn table(table: *const c_void) -> Result<&'static CApi, String> {
+    let table = table.cast::<CApi>();
+    let field = |offset: usize| table.cast::<u8>().wrapping_add(offset).cast::<u32>();
+    // SAFETY: a field of the header, readable (the contract); nothing is assumed of the
+    // alignment of a table some other `dlpack` made.
+    let version = unsafe { field(offset_of!(CApi, version)).read_unaligned() };
+    // SAFETY: the header's other field, readable (the contract), read unaligned too.
+    let size = unsafe { field(offset_of!(CApi, size)).read_unaligned() };
+    if version < VERSION || (size as usize) < size_of::<CApi>() {
+        return Err(format!(
+            "has C API version {version}, a table of {size} bytes (this crate reads {})",
+            size_of::<CApi>()
+        ));
+    }
+    if !table.is_aligned() {
+        return Err(format!(
+            "has a C API table at a misaligned address ({table:p})"
+        ));
+    }
+    // SAFETY: the header says the table holds at least `size_of::<CApi>()` bytes of version
+    // `VERSION` or later (whose first fields are this declaration, the table only growing by
+    // appending), aligned (checked), alive for the rest of the process (the contract).
+    Ok(unsafe { &*table })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_smaller_than_this_crates_is_refused_from_its_header() {
+        // An older runtime's table: its header, and nothing of the functions this crate reads.
+        let header = [VERSION, 8u32];
+        // SAFETY: the header is readable; the table is refused before anything past it is read.
+        let refused = unsafe { table(header.as_ptr().cast()) }.err();
+        assert_eq!(
+            refused.as_deref(),
+            Some(
+                format!(
+                    "has C API version 1, a table of 8 bytes (this crate reads {})",
+                    size_of::<CApi>()
+                )
+                .as_str()
+            )
+        );
+        // A version older than this crate's, whatever size it claims.
+        let header = [0u32, 8];
+        // SAFETY: the header is readable, and refused for its version before anything past it
+        // is read.
+        let refused = unsafe { table(header.as_ptr().cast()) }.err();
+        assert!(refused.unwrap().starts_with("has C API version 0"));
+    }
 }

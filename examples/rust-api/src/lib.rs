@@ -32,6 +32,17 @@ fn while_held_mutably<'py>(
     during.call0()
 }
 
+/// Call `during()` while a shared view of `obj` is held, and return what it returns: a mutable
+/// view of that memory meanwhile, or `dlpack.copyto` into it, is a BufferError.
+#[pyfunction]
+fn while_held<'py>(
+    obj: &Bound<'py, PyAny>,
+    during: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let _held = view(obj)?;
+    during.call0()
+}
+
 /// The sum of a contiguous float64 array, read in place.
 #[pyfunction]
 fn total_in_place(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
@@ -147,6 +158,7 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(total, m)?)?;
     m.add_function(wrap_pyfunction!(add_in_place, m)?)?;
     m.add_function(wrap_pyfunction!(while_held_mutably, m)?)?;
+    m.add_function(wrap_pyfunction!(while_held, m)?)?;
     m.add_function(wrap_pyfunction!(total_in_place, m)?)?;
     m.add_function(wrap_pyfunction!(first, m)?)?;
     m.add_function(wrap_pyfunction!(describe, m)?)?;

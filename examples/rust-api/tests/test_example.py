@@ -11,6 +11,8 @@ import dlpack_example as ex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pytest
 import torch
 
@@ -124,6 +126,52 @@ def test_read_only_memory_is_never_written():
     with pytest.raises(BufferError, match="share memory"):
         ex.fill_counting(shared)
     assert cell[0] == 0
+
+
+def test_writes_into_a_copy_are_refused_naming_why():
+    """An object whose memory can only be read as a copy (chunks joined, columns gathered) is
+    never written through a copy that would be thrown away: the mutable view is refused with the
+    object's copy_reason, typed argument or not, and the object keeps its values."""
+    chunked = pa.chunked_array([[1.0, 2.0], [3.0]])
+    reason = dlpack.asdlpack(chunked).copy_reason
+    with pytest.raises(TypeError, match="expected a writable array of float64") as info:
+        ex.add_in_place(chunked, 5.0)
+    assert isinstance(info.value.__cause__, BufferError)
+    assert reason in str(info.value.__cause__)
+    assert chunked.to_pylist() == [1.0, 2.0, 3.0]
+    frame = pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]}, dtype=np.float32)
+    table = pa.table({"a": [1.0, 2.0], "b": [3.0, 4.0]})
+    for obj, write in ((frame, lambda x: ex.scale(x, 2.0)), (table, ex.fill_counting)):
+        with pytest.raises(BufferError, match=re.escape(dlpack.asdlpack(obj).copy_reason)):
+            write(obj)
+    assert frame.to_numpy().tolist() == [[1, 3], [2, 4]]
+    assert table.to_pydict() == {"a": [1.0, 2.0], "b": [3.0, 4.0]}
+
+
+def test_copyto_into_memory_a_rust_view_holds_is_refused():
+    """A Rust function holding a view calls back into Python, which writes the same memory with
+    dlpack.copyto: refused as a second mutable view is, so the values the function reads never
+    change under it."""
+    a = np.zeros(4)
+    for dst in (a, a[2:], torch.from_numpy(a)):
+        with pytest.raises(BufferError, match="borrowed by a view"):
+            ex.while_held(a, lambda d=dst: dlpack.copyto(d, np.ones(d.shape)))
+        with pytest.raises(BufferError, match="borrowed mutably by a view"):
+            ex.while_held_mutably(a, lambda d=dst: dlpack.copyto(d, np.ones(d.shape)))
+    assert not a.any()
+    # Other memory, and the same once the view is given back, are written.
+    ex.while_held(a[:2], lambda: dlpack.copyto(a[2:], np.ones(2)))
+    dlpack.copyto(a[:2], np.full(2, 2.0))
+    np.testing.assert_array_equal(a, [2, 2, 1, 1])
+
+
+def test_sizes_past_the_address_space_are_a_memory_error():
+    """A broadcast view of 2**62 float64 describes 2**65 bytes, more than a usize counts: a copy
+    of it is a MemoryError naming the size, never a wrapped size or a Rust panic."""
+    huge = torch.zeros(1, dtype=torch.float64).expand(2**62)
+    assert ex.describe(huge)[:2] == ([2**62], [0])
+    with pytest.raises(MemoryError, match=f"{2**65} bytes"):
+        ex.total(huge)
 
 
 def test_device_memory_is_refused_naming_the_device():
@@ -271,6 +319,20 @@ def _run_child(code, tmp_path):
     )
 
 
+# A runtime whose table is only the version and size: 8 bytes, where this crate reads more.
+_SMALL_TABLE = """
+import ctypes
+
+__version__ = "0.0.2"
+_NAME = b"dlpack._dlpack._C_API"
+_table = (ctypes.c_uint32 * 2)(1, 8)
+_new = ctypes.pythonapi.PyCapsule_New
+_new.restype = ctypes.py_object
+_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_C_API = _new(ctypes.addressof(_table), _NAME, None)
+"""
+
+
 @pytest.mark.parametrize(
     "fake, message",
     [
@@ -279,8 +341,13 @@ def _run_child(code, tmp_path):
             "__version__ = '0.0.1'\n",
             "C API version 1 or later; the installed dlpack 0.0.1 has no C API",
         ),
+        (
+            _SMALL_TABLE,
+            "the installed dlpack 0.0.2 has C API version 1, a table of 8 bytes "
+            r"\(this crate reads \d+\)",
+        ),
     ],
-    ids=["missing", "too-old"],
+    ids=["missing", "too-old", "smaller-table"],
 )
 def test_a_missing_or_too_old_dlpack_is_an_import_error(tmp_path, fake, message):
     """The crate finds the runtime on first use: without one (an empty dlpack package first on
@@ -301,3 +368,44 @@ def test_a_missing_or_too_old_dlpack_is_an_import_error(tmp_path, fake, message)
     out = _run_child(code, tmp_path)
     assert out.returncode == 0, out.stderr
     assert re.search(message, out.stdout), out.stdout
+
+
+_FAILING_CALLS = """
+import os
+import dlpack_example as ex
+
+target = object()
+
+
+def fail():
+    try:
+        ex.total_in_place(target)
+    except TypeError:
+        pass
+
+
+
+
+def rss_kib():
+    # The resident size now: a child's peak (ru_maxrss) starts at its parent's.
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+for _ in range(5_000):
+    fail()
+before = rss_kib()
+for _ in range(100_000):
+    fail()
+print(rss_kib() - before)
+"""
+
+
+def test_failing_calls_leave_nothing_behind(tmp_path):
+    """Each failing view's exception is released once handled: 10**5 failing calls (in a child,
+    whose resident size says what stayed) grow it by less than a tenth of what calls leaving their
+    exception's references queued in the runtime kept (about 440 bytes each)."""
+    out = _run_child(_FAILING_CALLS, tmp_path)
+    assert out.returncode == 0, out.stderr
+    grown_kib = int(out.stdout.split()[-1])
+    assert grown_kib < 4 << 10, f"RSS grew by {grown_kib} KiB over 10**5 failing calls"
