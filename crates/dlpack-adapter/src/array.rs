@@ -346,8 +346,10 @@ impl ArrayViewMut<'_> {
         self.view.as_slice::<T>()?;
         self.check_disjoint()?;
         let data = self.view.element_ptr::<T>();
-        // SAFETY: as `as_slice` vouched, plus: writable memory (`view_mut`) this view alone
-        // holds (the runtime's registry, exclusive; `&mut self` for the result's life).
+        // SAFETY: `len` aligned elements of `T`'s type, contiguous, in host memory this view
+        // keeps alive (`as_slice` checked all that just above), writable (`view_mut`) and held
+        // by this view alone (the runtime's registry, exclusive; `&mut self` for the result's
+        // life), no two elements sharing bytes (`check_disjoint`).
         Ok(unsafe { std::slice::from_raw_parts_mut(data, self.view.len()) })
     }
 
@@ -374,8 +376,10 @@ impl ArrayViewMut<'_> {
         self.view.as_array::<T>()?;
         let (ptr, shape, reversed) =
             crate::ndarray::lowest_first::<T>(&self.view.layout()?, self.view.element_ptr::<T>())?;
-        // SAFETY: as `as_array` vouched, plus: writable memory (`view_mut`) this view alone
-        // holds (exclusive; `&mut self` for the result's life), no two elements sharing bytes.
+        // SAFETY: `ptr` and `shape` address the elements of `T`'s type (aligned, native order,
+        // host memory this view keeps alive: `as_array` checked it just above), writable
+        // (`view_mut`) and held by this view alone (exclusive; `&mut self` for the result's
+        // life), no two elements sharing bytes (`check_disjoint`).
         let mut array = unsafe { ::ndarray::ArrayViewMutD::from_shape_ptr(shape, ptr) };
         reversed.restore(&mut array);
         Ok(array)
