@@ -78,12 +78,27 @@ fn byte_values(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     view(obj)?.to_vec::<u8>()
 }
 
-/// Copy a float64 array into a Rust buffer of the caller's (any layout).
+/// Copy a float64 array into a Rust buffer (any layout). `to_vec` asks the runtime whether the
+/// buffer can be had before allocating it: a buffer made by hand (`vec![0.0; v.len()]`) would
+/// panic, or meet the OOM killer, for a broadcast view of 2**62 elements.
 #[pyfunction]
 fn copy_out(obj: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    view(obj)?.to_vec::<f64>()
+}
+
+/// Copy a float64 array into the first `v.len()` elements of a buffer the caller keeps (any
+/// layout); `copy_to_slice` takes a slice of exactly the array's length.
+#[pyfunction]
+fn copy_into_prefix(obj: &Bound<'_, PyAny>, capacity: usize) -> PyResult<Vec<f64>> {
     let v = view(obj)?;
-    let mut buffer = vec![0.0; v.len()];
-    v.copy_to_slice(&mut buffer)?;
+    let mut buffer = vec![-1.0; capacity];
+    let Some(prefix) = buffer.get_mut(..v.len()) else {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{} elements don't fit a buffer of {capacity}",
+            v.len()
+        )));
+    };
+    v.copy_to_slice(prefix)?;
     Ok(buffer)
 }
 
@@ -164,6 +179,7 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(describe, m)?)?;
     m.add_function(wrap_pyfunction!(byte_values, m)?)?;
     m.add_function(wrap_pyfunction!(copy_out, m)?)?;
+    m.add_function(wrap_pyfunction!(copy_into_prefix, m)?)?;
     m.add_function(wrap_pyfunction!(scale, m)?)?;
     m.add_function(wrap_pyfunction!(fill_counting, m)?)?;
     m.add_function(wrap_pyfunction!(axpy, m)?)?;

@@ -172,6 +172,15 @@ def test_sizes_past_the_address_space_are_a_memory_error():
     assert ex.describe(huge)[:2] == ([2**62], [0])
     with pytest.raises(MemoryError, match=f"{2**65} bytes"):
         ex.total(huge)
+    with pytest.raises(MemoryError, match=f"{2**65} bytes"):
+        ex.copy_out(huge)
+
+
+def test_copy_to_slice_fills_a_slice_of_the_arrays_length():
+    a = np.arange(6.0).reshape(2, 3).T  # any layout: C order out
+    assert ex.copy_into_prefix(a, 8) == [0.0, 3.0, 1.0, 4.0, 2.0, 5.0, -1.0, -1.0]
+    with pytest.raises(ValueError, match="6 elements don't fit a buffer of 4"):
+        ex.copy_into_prefix(a, 4)
 
 
 def test_device_memory_is_refused_naming_the_device():
