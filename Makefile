@@ -137,7 +137,8 @@ py-test:
 # The interop tests again with JAX's 64-bit types on (JAX_ENABLE_X64=1, as many JAX users run):
 # 64-bit arrays stay 64-bit there instead of narrowing, and the tests expect what JAX holds.
 INTEROP_TESTS := dlpack.tests.test_interop dlpack.tests.test_interop_functions \
-	dlpack.tests.test_interop_faults dlpack.tests.test_interop_states
+	dlpack.tests.test_interop_faults dlpack.tests.test_interop_states \
+	dlpack.tests.test_interop_copyto_jax
 py-test-x64:
 	JAX_ENABLE_X64=1 DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) $(PY) -P -m pytest --pyargs $(INTEROP_TESTS) -q -ra -p no:cacheprovider
 

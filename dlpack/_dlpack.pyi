@@ -109,7 +109,8 @@ def copyto(dst: Any, src: Any, *, stream: int | None = None) -> None:
     like numpy. Without ``stream`` the copy is complete on return; with a CUDA stream handle it
     is queued on that stream (after the arrays' producers' streams). Raises TypeError for
     different dtypes, ValueError for read-only or immutable destinations, shapes that don't
-    broadcast and bad streams.
+    broadcast and bad streams. JAX arrays are immutable: :func:`dlpack.interop.copyto_jax`
+    refills one through JAX's buffer donation.
     """
 
 # Sharing (``dlpack.sharing``; Linux only).
