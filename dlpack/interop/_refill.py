@@ -15,7 +15,7 @@ from ._jax import (
     _warn_from_caller,
 )
 from ._leaves import _dlpack_to_jax, _dlpack_to_numpy, _dtype_name
-from ._pytree import _JAX, _KINDS, _NUMPY, _TORCH, _TRACER, _classify
+from ._pytree import _JAX, _KINDS, _TORCH, _TRACER, _classify
 from ._request import _AS_IS, _HOST, _parse_device, _Request, _require
 from ._torch import _torch_source
 
@@ -155,9 +155,19 @@ def _source(dst: jax.Array, src: Any, devices: set[jax.Device]) -> tuple[Any, bo
         src, _ = _torch_source(src, None)  # detached; a lazy conjugate resolved
     obj = src if type(src) is DLPackObject else asdlpack(src)
     _check(dst, _dtype_name(obj.dtype), obj.shape)
-    index = _broadcast_index(obj)
     import numpy as np
 
+    shape = obj.shape
+    if (  # the common case, checked first: C-ordered host memory in native byte order
+        obj.c_contiguous
+        and obj.copy_reason is None
+        and obj.device == _HOST
+        and not (shape and shape[0] == 1)
+        and len(devices) == 1
+        and (dst.committed or next(iter(devices)) == _default_device())
+    ):
+        return (src if type(src) is np.ndarray else np.asarray(obj)), True
+    index = _broadcast_index(obj)
     if obj.device != _HOST:
         if index is not None and kind == _TORCH:
             obj, index = asdlpack(src[index]), None
@@ -171,7 +181,7 @@ def _source(dst: jax.Array, src: Any, devices: set[jax.Device]) -> tuple[Any, bo
         # A sharded destination takes host memory (below), which JAX splits between devices.
         host = _dlpack_to_numpy(obj, _AS_IS, immutable=False)
     else:
-        host = src if kind == _NUMPY else np.asarray(obj)
+        host = src if type(src) is np.ndarray else np.asarray(obj)
     if index is not None:
         host = host[index]
     if host.ndim and host.shape[0] == 1:

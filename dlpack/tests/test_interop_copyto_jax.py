@@ -79,6 +79,10 @@ SOURCES = {
             bytearray(b"\0" + np.arange(12, dtype=np.float32).tobytes()), np.float32, offset=1
         ).reshape(3, 4),
     ),
+    "numpy masked array, nothing masked": (
+        (3, 4),
+        lambda: np.ma.masked_array(np.arange(12, dtype=np.float32).reshape(3, 4), mask=False),
+    ),
     "DLPackObject": ((3, 4), lambda: asdlpack(np.arange(12, dtype=np.float32).reshape(3, 4))),
     "memoryview": (
         (3, 4),
