@@ -15,7 +15,7 @@ from dlpack import asdlpack, copyto
 from dlpack.interop import DonationWarning, copyto_jax
 
 from ._helpers import need, run_python
-from ._interop_helpers import aligned_numpy, jax_ptr
+from ._interop_helpers import aligned_numpy, jax_ptr, needs_cuda
 
 np = need("numpy")
 torch = need("torch")
@@ -38,7 +38,7 @@ def _refilled(dst, src):
 
 def _expected(src, shape):
     """The source's values as the source library gives them, broadcast as numpy does."""
-    values = src.detach().numpy() if isinstance(src, torch.Tensor) else np.asarray(src)
+    values = src.detach().cpu().numpy() if isinstance(src, torch.Tensor) else np.asarray(src)
     extra = max(values.ndim - len(shape), 0)
     return np.broadcast_to(values.reshape(values.shape[extra:]), shape)
 
@@ -231,6 +231,33 @@ def test_copyto_names_copyto_jax_for_jax_destinations():
     with pytest.raises(ValueError, match=r"immutable.*dlpack\.interop\.copyto_jax"):
         copyto(dst, np.ones(4, np.float32))
     assert np.asarray(dst).tolist() == [0.0] * 4
+
+
+@needs_cuda
+class TestCuda:
+    """A JAX array on the GPU refilled from torch CUDA memory (read in place, or broadcast in
+    the compiled function) and from host memory (moved by JAX); a CPU one from CUDA memory."""
+
+    def test_gpu_destination(self):
+        gpu = next(d for d in jax.devices() if d.platform == "gpu")
+        dst = jax.device_put(jnp.zeros((64, 32), jnp.float32), gpu)
+        sources = [
+            torch.arange(2048.0, device="cuda").reshape(64, 32),
+            torch.arange(2048.0, device="cuda").reshape(32, 64).T,
+            torch.arange(32.0, device="cuda").expand(64, 32),
+            torch.arange(2048.0).reshape(64, 32),
+            np.arange(2048, dtype=np.float32).reshape(32, 64).T,
+        ]
+        for src in sources:
+            dst = _refilled(dst, src)
+            assert dst.devices() == {gpu}
+            np.testing.assert_array_equal(np.asarray(dst), _expected(src, (64, 32)))
+
+    def test_cpu_destination_from_cuda_memory(self):
+        dst = jax.device_put(jnp.zeros((8, 4), jnp.float32), jax.devices("cpu")[0])
+        src = torch.arange(32.0, device="cuda").reshape(8, 4)
+        out = _refilled(dst, src)
+        np.testing.assert_array_equal(np.asarray(out), src.cpu().numpy())
 
 
 # ---------------------------------------------------------------------------------------------
