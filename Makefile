@@ -138,7 +138,8 @@ py-test:
 
 # The interop tests again with JAX's 64-bit types on (JAX_ENABLE_X64=1, as many JAX users run):
 # 64-bit arrays stay 64-bit there instead of narrowing, and the tests expect what JAX holds.
-INTEROP_TESTS := test_interop test_interop_functions test_interop_faults test_interop_states
+INTEROP_TESTS := test_interop test_interop_functions test_interop_faults test_interop_states \
+	test_interop_copyto_jax
 py-test-x64:
 	JAX_ENABLE_X64=1 DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) $(PY) -P -m dlpack.tests $(INTEROP_TESTS) -q -ra -p no:cacheprovider
 
@@ -265,10 +266,13 @@ bench: deps
 clean:
 	rm -rf dist dist-checked dist-example dist-bench target $(VENV) $(MIXED_VENV) $(PYTHONS_VENVS)
 
-# The documentation site, built with warnings as errors, and every Python example in README.md and
-# docs/ run (tools/check_doc_examples.py). Needs `pip install "dlpack-adapter[docs]"`, dlpack built
-# and installed (make build) and the libraries the examples use (the test extra).
+# The documentation site, built with warnings as errors, every Python example in README.md and
+# docs/ run (tools/check_doc_examples.py), and every figure in README.md tied to its row of
+# docs/benchmarks.md (tools/check_readme_figures.py). Needs `pip install "dlpack-adapter[docs]"`,
+# dlpack built and installed (make build) and the libraries the examples use (the test extra).
 docs:
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	$(PY) tools/check_doc_examples.py
 	$(PY) -P tools/check_import_order.py
+	$(PY) tools/check_readme_figures.py --self-test
+	$(PY) tools/check_readme_figures.py

@@ -15,7 +15,13 @@ Cases, on the CPU:
 - one 64 MiB float32 tensor, ours against ``jax.dlpack.from_dlpack`` and ``torch.from_dlpack``
   (goal: ours at most 1.1x their time). ``to_torch`` copies JAX arrays by default (they are
   immutable and torch can't mark a tensor read-only); the zero-copy row passes
-  ``share_readonly=True``, which is what ``torch.from_dlpack`` does.
+  ``share_readonly=True``, which is what ``torch.from_dlpack`` does;
+- refilling a JAX array from a torch tensor with ``copyto_jax``: 64 MiB float32 against making
+  a new JAX array, ``jnp.asarray(np.asarray(t))`` (goal: at most 1.0x its time); the peak
+  resident memory one refill adds, measured in a fresh process (``/proc/self/status`` VmHWM
+  after resetting it through ``/proc/self/clear_refs``; goal: under 1 MiB, no second buffer);
+  and a 4 KiB refill against the jitted ``dst.at[...].set(src)`` with donation called directly
+  on the tensor's numpy view (goal: at most 2x its time), and on a JAX array made beforehand.
 
 Each pair is timed with ``timeit``: ``Timer.autorange()`` picks the loop count, then the two
 timers' ``Timer.repeat`` runs alternate, one repeat at a time, so both see the same machine noise.
@@ -26,10 +32,12 @@ equal values before timing. A row whose library is missing is skipped with a pri
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import timeit
 import warnings
@@ -46,10 +54,11 @@ def _guard_sys_path() -> None:
 _guard_sys_path()
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from dlpack.interop import to_jax, to_torch  # noqa: E402
+from dlpack.interop import copyto_jax, to_jax, to_torch  # noqa: E402
 
 try:
     with warnings.catch_warnings():
@@ -180,9 +189,11 @@ def main() -> int:
             "",
         ),
     ]
+    native += refill_cases()
     for case, anchor, ours, theirs, goal in native:
         ours_times, theirs_times = timings(ours, theirs, repeats)
         rows.append((case, anchor, ours_times, theirs_times, "ratio", goal))
+    peak = refill_peak()
 
     print()
     print("| case | ours best | ours median | against | its best | its median | ratio | goal |")
@@ -207,7 +218,116 @@ def main() -> int:
         f"{repeats} repeats each, interleaved; 'x faster' = their best / our best, "
         "'x' = our best / their best (lower is better)."
     )
+    print()
+    print("| peak resident memory added, 64 MiB float32 refill from torch | MiB | goal |")
+    print("|---|---:|---|")
+    for case, mib, goal in peak:
+        verdict = f"{goal}: {'met' if mib < 1 else 'missed'}" if goal else ""
+        print(f"| {case} | {mib:.2f} | {verdict} |")
     return 0
+
+
+def refill_cases() -> list[tuple[str, str, Callable[[], object], Callable[[], object], str]]:
+    """copyto_jax against a new array at 64 MiB, and against the jitted donating
+    ``at[].set`` it calls, at 4 KiB."""
+    from dlpack.interop._refill import _refill_jit
+
+    big = torch.randn(BIG_BYTES // 4)
+    small = torch.randn(1024)
+    small_jax = jnp.asarray(small.numpy().copy())
+    state = {
+        "big": jnp.zeros(big.shape, jnp.float32),
+        "small": jnp.zeros(small.shape, jnp.float32),
+    }
+    refill = _refill_jit()
+
+    def ours(key: str, src: torch.Tensor) -> Callable[[], object]:
+        def call() -> None:
+            state[key] = copyto_jax(state[key], src)
+
+        return call
+
+    def direct(src: object) -> Callable[[], object]:
+        def call() -> None:
+            state["small"] = refill(state["small"], src).block_until_ready()
+
+        return call
+
+    for key, src in (("big", big), ("small", small)):
+        before = state[key].unsafe_buffer_pointer()
+        ours(key, src)()
+        assert state[key].unsafe_buffer_pointer() == before, "the refill was not in place"
+        check_same(state[key], src)
+    return [
+        (
+            "64 MiB float32, copyto_jax(dst, t) (refill)",
+            "jnp.asarray(np.asarray(t)) (new)",
+            ours("big", big),
+            lambda: jnp.asarray(np.asarray(big)).block_until_ready(),
+            "<= 1.0x",
+        ),
+        (
+            "4 KiB float32, copyto_jax(dst, t)",
+            "jitted donating at[].set(t.numpy())",
+            ours("small", small),
+            direct(small.numpy()),
+            "<= 2x",
+        ),
+        (
+            "4 KiB float32, copyto_jax(dst, t)",
+            "the same on a JAX array made before",
+            ours("small", small),
+            direct(small_jax),
+            "",
+        ),
+    ]
+
+
+# One 64 MiB refill from a torch tensor in a fresh process: the peak resident memory added by
+# the first (which compiles) and by the second, in MiB.
+PEAK = """
+import json, sys
+import jax.numpy as jnp, torch
+from dlpack.interop import copyto_jax
+
+def status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) / 1024
+
+def added(refill):
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the high-water mark starts again from what is resident now
+    start = status("VmRSS")
+    refill()
+    return status("VmHWM") - start
+
+state = {"dst": jnp.zeros(BYTES // 4, jnp.float32).block_until_ready()}
+src = torch.randn(BYTES // 4)
+
+def refill():
+    state["dst"] = copyto_jax(state["dst"], src)
+
+print(json.dumps([added(refill), added(refill)]))
+"""
+
+
+def refill_peak() -> list[tuple[str, float, str]]:
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        print("skipped the peak memory rows: /proc/self/clear_refs is not writable here")
+        return []
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", PEAK.replace("BYTES", str(BIG_BYTES))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    first, second = json.loads(done.stdout.splitlines()[-1])
+    return [
+        ("the first refill in a process (compiles)", first, ""),
+        ("one refill", second, "< 1 MiB"),
+    ]
 
 
 def _dist_version(name: str) -> str:

@@ -109,7 +109,9 @@ def copyto(dst: Any, src: Any, *, stream: int | None = None) -> None:
     like numpy. Without ``stream`` the copy is complete on return; with a CUDA stream handle it
     is queued on that stream (after the arrays' producers' streams). Raises TypeError for
     different dtypes, ValueError for read-only or immutable destinations, shapes that don't
-    broadcast and bad streams, BufferError for memory a Rust or C extension's view holds.
+    broadcast and bad streams, BufferError for memory a Rust or C extension's view holds. JAX
+    arrays are immutable: :func:`dlpack.interop.copyto_jax` refills one through JAX's buffer
+    donation.
     """
 
 # Sharing (``dlpack.sharing``; Linux only).

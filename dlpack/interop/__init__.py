@@ -7,6 +7,11 @@ Conversions (zero-copy wherever the consumer can take the memory, built on ``asd
   every container's exact type and every non-array leaf as it is. :func:`is_array` says which
   leaves count as arrays.
 
+Refilling a JAX array:
+
+- :func:`copyto_jax` copies any array into an existing JAX array's memory, through JAX's own
+  buffer donation (:class:`DonationWarning` where JAX can't donate it).
+
 Functions and autograd:
 
 - :func:`torch_callable` makes a JAX function callable with torch tensors, torch autograd
@@ -30,12 +35,15 @@ from ._jax import DtypeNarrowingWarning
 from ._jax_calls_torch import jax_callable
 from ._modules import module_to_jax
 from ._pytree import is_array
+from ._refill import DonationWarning, copyto_jax
 from ._request import DeviceLike as DeviceLike
 from ._torch_calls_jax import torch_callable
 
 __all__ = [
+    "DonationWarning",
     "DtypeNarrowingWarning",
     "JaxModule",  # noqa: F822 - created by the module's __getattr__, as it imports torch
+    "copyto_jax",
     "is_array",
     "jax_callable",
     "module_to_jax",

@@ -239,14 +239,15 @@ def _is_compact(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bool
     return True
 
 
-def _import_host_capsule(capsule: Any) -> jax.Array:
-    """A JAX array on the CPU reading a host DLPack capsule in place."""
+def _import_host_capsule(capsule: Any, device: jax.Device | None = None) -> jax.Array:
+    """A JAX array on a CPU device (the first by default) reading a host DLPack capsule in
+    place."""
     import jax
 
     _Jaxlib.ensure_checked()
     if _Jaxlib.import_capsule is not None:
         try:
-            return _Jaxlib.import_capsule(capsule, _jax_cpu_device())
+            return _Jaxlib.import_capsule(capsule, device or _jax_cpu_device())
         except TypeError:
             _Jaxlib.give_up()  # jaxlib changed its signature: from now on, the public API
-    return jax.dlpack.from_dlpack(asdlpack(capsule))
+    return jax.dlpack.from_dlpack(asdlpack(capsule), device=device)

@@ -34,7 +34,7 @@ pub fn copyto(
     }
     if import::is_immutable(dst) {
         return Err(Error::value(format!(
-            "{} objects are immutable; copyto can't write into them",
+            "{} objects are immutable (to refill a JAX array, use dlpack.interop.copyto_jax)",
             type_name(dst)
         ))
         .into());
