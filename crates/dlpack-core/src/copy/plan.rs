@@ -169,31 +169,33 @@ pub fn split_dim(
 /// Cut loop `dim` of `plan` into at most `pieces` consecutive ranges (multiples of `granule`
 /// steps, the last one takes the rest); each piece is a plan of its own.
 pub fn split(plan: &Plan, dim: usize, granule: usize, pieces: usize) -> Vec<Plan> {
-    let d = plan.dims[dim];
+    let n = plan.dims[dim].n;
     let granule = granule.max(1);
-    let units = d.n.div_ceil(granule);
+    let units = n.div_ceil(granule);
     let pieces = pieces.clamp(1, units.max(1));
     let mut out = Vec::with_capacity(pieces);
     let mut start_unit = 0;
     for p in 0..pieces {
         let end_unit = units * (p + 1) / pieces;
-        let start = (start_unit * granule).min(d.n);
-        let end = (end_unit * granule).min(d.n);
+        let start = (start_unit * granule).min(n);
+        let end = (end_unit * granule).min(n);
         start_unit = end_unit;
-        if end <= start {
-            continue;
+        if end > start {
+            out.push(slice(plan, dim, start..end));
         }
-        let mut piece = plan.clone();
-        piece.dims[dim].n = end - start;
-        piece.dst_offset = piece
-            .dst_offset
-            .wrapping_add((start as isize).wrapping_mul(d.dst));
-        piece.src_offset = piece
-            .src_offset
-            .wrapping_add((start as isize).wrapping_mul(d.src));
-        out.push(piece);
     }
     out
+}
+
+/// Steps `range` of loop `dim` of `plan` (inside `0..n`), as a plan of its own.
+pub fn slice(plan: &Plan, dim: usize, range: std::ops::Range<usize>) -> Plan {
+    let d = plan.dims[dim];
+    let mut piece = plan.clone();
+    piece.dims[dim].n = range.end.min(d.n).saturating_sub(range.start);
+    let start = range.start as isize;
+    piece.dst_offset = piece.dst_offset.wrapping_add(start.wrapping_mul(d.dst));
+    piece.src_offset = piece.src_offset.wrapping_add(start.wrapping_mul(d.src));
+    piece
 }
 
 #[cfg(test)]

@@ -6,12 +6,20 @@ use super::elem::Elem;
 use super::tiles::{Loops, Options, tiles};
 use crate::copy::plan::{Dim, Kernel, Plan};
 
-/// One row: `n` elements, `d` and `s` bytes apart in the destination and the source.
+/// One row: `n` elements, `d` and `s` bytes apart in the destination and the source;
+/// `streaming`: a row contiguous on both sides is written with streaming stores.
 ///
 /// # Safety
 /// Every element address of the row is valid (source readable, destination writable).
 #[inline(always)]
-unsafe fn row<E: Elem>(e: E, dst: *mut u8, src: *const u8, n: usize, d: isize, s: isize) {
+unsafe fn row<E: Elem>(
+    e: E,
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+    (d, s): (isize, isize),
+    streaming: bool,
+) {
     let size = e.size();
     let z = size as isize;
     // Element `i` of a side that steps `step` bytes; each branch passes its constant step.
@@ -20,6 +28,14 @@ unsafe fn row<E: Elem>(e: E, dst: *mut u8, src: *const u8, n: usize, d: isize, s
     if d == z {
         if s == z {
             if e.plain() {
+                #[cfg(target_arch = "x86_64")]
+                if streaming {
+                    // SAFETY: the whole row, contiguous on both sides, which the caller keeps
+                    // apart.
+                    return unsafe { super::simd::copy_streaming(dst, src, n * size) };
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = streaming; // no streaming copy elsewhere
                 // SAFETY: the whole row, contiguous on both sides, which the caller keeps
                 // apart.
                 return unsafe { std::ptr::copy_nonoverlapping(src, dst, n * size) };
@@ -69,11 +85,18 @@ unsafe fn row<E: Elem>(e: E, dst: *mut u8, src: *const u8, n: usize, d: isize, s
 /// # Safety
 /// Every element address of the two loops is valid.
 #[inline(always)]
-unsafe fn rows<E: Elem>(e: E, dst: *mut u8, src: *const u8, outer: Dim, inner: Dim) {
+unsafe fn rows<E: Elem>(
+    e: E,
+    dst: *mut u8,
+    src: *const u8,
+    outer: Dim,
+    inner: Dim,
+    streaming: bool,
+) {
     if inner.n == 1 {
         // SAFETY: a column: the outer loop's elements, each one valid (this function's `# Safety`:
         // every element address of the loops is).
-        return unsafe { row(e, dst, src, outer.n, outer.dst, outer.src) };
+        return unsafe { row(e, dst, src, outer.n, (outer.dst, outer.src), streaming) };
     }
     for i in 0..outer.n as isize {
         let (d, s) = (
@@ -81,7 +104,7 @@ unsafe fn rows<E: Elem>(e: E, dst: *mut u8, src: *const u8, outer: Dim, inner: D
             src.wrapping_offset(i * outer.src),
         );
         // SAFETY: row i, valid per the contract.
-        unsafe { row(e, d, s, inner.n, inner.dst, inner.src) };
+        unsafe { row(e, d, s, inner.n, (inner.dst, inner.src), streaming) };
     }
 }
 
@@ -141,7 +164,7 @@ pub unsafe fn run<E: Elem>(
             // `last` rows are element addresses of the plan, valid per this function's contract.
             (
                 outer.to_vec(),
-                Box::new(move |d, s| unsafe { rows(e, d, s, mid, last) }),
+                Box::new(move |d, s| unsafe { rows(e, d, s, mid, last, options.streaming) }),
             )
         }
     };
