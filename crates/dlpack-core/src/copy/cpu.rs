@@ -17,7 +17,7 @@ mod tests;
 #[cfg(test)]
 mod throughput;
 mod tiles;
+pub mod tune;
 
-pub use engine::{
-    PARALLEL_THRESHOLD, STREAMING_THRESHOLD, Strided, byte_span, copy_strided, may_overlap,
-};
+pub use engine::{Strided, byte_span, calibrate_now, copy_strided, may_overlap};
+pub use tune::{PARALLEL_THRESHOLD, STREAMING_THRESHOLD};

@@ -1,10 +1,11 @@
 //! The engine itself: thread and kernel choice for one strided copy, and the overlap checks.
 
-use std::sync::OnceLock;
+use std::time::Instant;
 
 use super::elem::{Dyn, Plain, Swapped};
 use super::kernels;
 use super::tiles::{self, Isa, Options};
+use super::tune::{self, Band, Choice, Class, Limits, Lookup, ONE_THREAD, Tuner};
 use crate::copy::plan::{self, Kernel, Plan};
 use crate::layout::strides_nest;
 
@@ -16,48 +17,34 @@ pub struct Strided {
     pub strides: Vec<isize>,
 }
 
-/// Copies of at least this many bytes use several threads.
-pub const PARALLEL_THRESHOLD: usize = 4 << 20;
-/// Each thread gets at least this many bytes.
-const MIN_BYTES_PER_THREAD: usize = 2 << 20;
-/// Copies of at least this many bytes write transposed tiles with streaming (non-temporal)
-/// stores: the destination would not stay in cache anyway, and this saves reading it first.
-pub const STREAMING_THRESHOLD: usize = 16 << 20;
-/// The most threads one copy uses.
-const MAX_THREADS: usize = 8;
-
-/// How a copy may use threads.
-#[derive(Clone, Copy, Debug)]
+/// How a copy chooses its threads and stores, and which block kernels it may use.
+#[derive(Clone, Copy)]
 pub(super) struct Config {
-    pub(super) threads: usize,
-    pub(super) threshold: usize,
-    pub(super) min_bytes_per_thread: usize,
-    pub(super) streaming_threshold: usize,
+    /// The choices measured per class and band (the process's, but in tests).
+    pub(super) tuner: &'static Tuner,
+    /// This choice whatever the size instead (tests and benchmarks): exactly its threads,
+    /// where the copy can be cut into that many pieces.
+    pub(super) forced: Option<Choice>,
     pub(super) isa: Isa,
 }
 
 impl Config {
+    /// The process's: measured choices, the CPU's instructions.
     pub(super) fn new() -> Self {
-        static THREADS: OnceLock<usize> = OnceLock::new();
-        let threads = *THREADS.get_or_init(|| {
-            std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .min(MAX_THREADS)
-        });
         Config {
-            threads,
-            threshold: PARALLEL_THRESHOLD,
-            min_bytes_per_thread: MIN_BYTES_PER_THREAD,
-            streaming_threshold: STREAMING_THRESHOLD,
+            tuner: Tuner::process(),
+            forced: None,
             isa: Isa::detect(),
         }
     }
 
-    pub(super) fn threads_for(&self, bytes: usize) -> usize {
-        if bytes < self.threshold {
-            return 1;
+    /// `threads` and `streaming` for every copy.
+    #[cfg(test)]
+    pub(super) fn fixed(threads: usize, streaming: bool) -> Self {
+        Config {
+            forced: Some(Choice { threads, streaming }),
+            ..Config::new()
         }
-        (bytes / self.min_bytes_per_thread.max(1)).clamp(1, self.threads.max(1))
     }
 }
 
@@ -83,8 +70,10 @@ impl SendPtr {
 /// temporary otherwise), except that `src` may be exactly `dst` (same pointer and strides): an
 /// in-place byte swap. A destination whose elements may overlap one another is written by one
 /// thread, in plan order (callers refuse the ones known to overlap). Shapes or stride lists
-/// that don't match copy nothing. Above [`PARALLEL_THRESHOLD`] bytes the work is split between
-/// threads. Never touches Python and never panics.
+/// that don't match copy nothing. From [`PARALLEL_THRESHOLD`](super::PARALLEL_THRESHOLD)
+/// bytes up the work may be split between threads, and from
+/// [`STREAMING_THRESHOLD`](super::STREAMING_THRESHOLD) up written with streaming stores, as
+/// measured on this machine ([`super::tune`]). Never touches Python and never panics.
 ///
 /// # Safety
 /// Every byte of every element the two layouts address is readable (`src`) or writable (`dst`)
@@ -100,7 +89,20 @@ pub unsafe fn copy_strided(
     unsafe { copy_strided_with(dst, src, itemsize, swap_unit, Config::new()) }
 }
 
-/// [`copy_strided`] with an explicit threading configuration.
+/// One copy's plan and how to run its pieces.
+struct Job {
+    dst: SendPtr,
+    src: SendPtr,
+    plan: Plan,
+    kernel: Kernel,
+    itemsize: usize,
+    unit: usize,
+    isa: Isa,
+    /// The destination's elements are disjoint, so pieces may go to different threads.
+    threads_ok: bool,
+}
+
+/// [`copy_strided`] with an explicit configuration.
 pub(super) unsafe fn copy_strided_with(
     dst: &Strided,
     src: &Strided,
@@ -128,73 +130,239 @@ pub(super) unsafe fn copy_strided_with(
     // Threads write disjoint parts of the plan, which are disjoint bytes only when the
     // destination's elements are: otherwise (a layout the caller couldn't settle) one thread
     // writes them all, in plan order.
-    let mut threads = config.threads_for(bytes);
-    if threads > 1 {
-        let mut dst_dims: Vec<(u64, u64)> = (plan.dims.iter())
-            .map(|d| (d.n as u64, d.dst.unsigned_abs() as u64))
-            .collect();
-        if !strides_nest(&mut dst_dims, itemsize as u64) {
-            threads = 1;
-        }
-    }
-    let options = Options {
-        streaming: bytes >= config.streaming_threshold,
+    let mut dst_dims: Vec<(u64, u64)> = (plan.dims.iter())
+        .map(|d| (d.n as u64, d.dst.unsigned_abs() as u64))
+        .collect();
+    let threads_ok = strides_nest(&mut dst_dims, itemsize as u64);
+    let class = class_of(&plan, kernel, itemsize, unit);
+    let job = Job {
+        dst: SendPtr(dst.ptr),
+        src: SendPtr(src.ptr),
+        plan,
+        kernel,
+        itemsize,
+        unit,
         isa: config.isa,
+        threads_ok,
     };
-    let split = (threads > 1)
-        .then(|| plan::split_dim(&plan, kernel, threads, tiles::tile_granule(itemsize)))
-        .flatten();
-    let (dst_ptr, src_ptr) = (SendPtr(dst.ptr), SendPtr(src.ptr));
-    let Some((dim, granule)) = split else {
-        // SAFETY: the plan addresses exactly the caller's elements.
-        return unsafe {
-            run_piece(
-                dst_ptr.get(),
-                src_ptr.get(),
-                &plan,
-                kernel,
-                itemsize,
-                unit,
-                options,
-            )
+    if let Some(choice) = config.forced {
+        // SAFETY: the plan addresses exactly the caller's elements (this function's contract).
+        return unsafe { job.run(&job.plan, choice.threads, choice) };
+    }
+    let tuner = config.tuner;
+    let limits = &tuner.limits;
+    let band = Band::of(bytes, limits).filter(|_| threads_ok);
+    let choice = match band.map(|band| tuner.lookup(class, band)) {
+        None => ONE_THREAD,
+        Some(Lookup::Known(choice)) => choice,
+        // SAFETY: as above.
+        Some(Lookup::Measure(cal)) => return unsafe { job.calibrate(cal, limits, bytes) },
+    };
+    // SAFETY: as above.
+    unsafe { job.run(&job.plan, limits.threads_for(bytes, choice), choice) }
+}
+
+/// The kind of copy a plan and kernel make, for choosing threads and stores.
+pub(super) fn class_of(plan: &Plan, kernel: Kernel, itemsize: usize, unit: usize) -> Class {
+    let z = itemsize as isize;
+    match (unit, kernel, plan.dims.last()) {
+        (1.., _, _) => Class::Swap,
+        (0, Kernel::Tile { .. }, _) => Class::Tiles,
+        (0, Kernel::Rows, Some(d)) if d.dst != z || d.src != z => Class::Gather,
+        (0, Kernel::Rows, _) => Class::Contiguous,
+    }
+}
+
+impl Job {
+    /// Run `plan` (this copy's, or a piece of it) with `threads` threads, writing as `choice`
+    /// says.
+    ///
+    /// # Safety
+    /// `plan` addresses a part of the caller's elements, valid for the whole call.
+    unsafe fn run(&self, plan: &Plan, threads: usize, choice: Choice) {
+        let threads = if self.threads_ok { threads } else { 1 };
+        let options = Options {
+            streaming: choice.streaming,
+            isa: self.isa,
         };
-    };
-    let pieces = plan::split(&plan, dim, granule, threads);
-    let Some((first, rest)) = pieces.split_first() else {
-        return;
-    };
-    let run = move |piece| {
-        // SAFETY: each piece addresses a disjoint part of the caller's elements, valid for the
-        // whole call (this function's contract), and the scope below joins every thread running
-        // one before the call returns.
-        unsafe {
-            run_piece(
-                dst_ptr.get(),
-                src_ptr.get(),
-                piece,
-                kernel,
-                itemsize,
-                unit,
-                options,
-            )
-        }
-    };
-    std::thread::scope(|scope| {
-        let mut inline = Vec::new();
-        for piece in rest {
-            let work = move || run(piece);
-            if std::thread::Builder::new()
-                .name("dlpack-copy".into())
-                .spawn_scoped(scope, work)
-                .is_err()
-            {
-                inline.push(piece); // no thread to be had: do it here
+        let (kernel, itemsize, unit) = (self.kernel, self.itemsize, self.unit);
+        let (dst_ptr, src_ptr) = (self.dst, self.src);
+        let split = (threads > 1)
+            .then(|| plan::split_dim(plan, kernel, threads, tiles::tile_granule(itemsize)))
+            .flatten();
+        let Some((dim, granule)) = split else {
+            // SAFETY: the plan addresses a part of the caller's elements (the contract).
+            return unsafe {
+                run_piece(
+                    dst_ptr.get(),
+                    src_ptr.get(),
+                    plan,
+                    kernel,
+                    itemsize,
+                    unit,
+                    options,
+                )
+            };
+        };
+        let pieces = plan::split(plan, dim, granule, threads);
+        let Some((first, rest)) = pieces.split_first() else {
+            return;
+        };
+        let run = move |piece| {
+            // SAFETY: each piece addresses a disjoint part of the caller's elements, valid for
+            // the whole call (this function's contract), and the scope below joins every thread
+            // running one before the call returns.
+            unsafe {
+                run_piece(
+                    dst_ptr.get(),
+                    src_ptr.get(),
+                    piece,
+                    kernel,
+                    itemsize,
+                    unit,
+                    options,
+                )
+            }
+        };
+        std::thread::scope(|scope| {
+            let mut inline = Vec::new();
+            for piece in rest {
+                let work = move || run(piece);
+                if std::thread::Builder::new()
+                    .name("dlpack-copy".into())
+                    .spawn_scoped(scope, work)
+                    .is_err()
+                {
+                    inline.push(piece); // no thread to be had: do it here
+                }
+            }
+            for piece in std::iter::once(first).chain(inline) {
+                run(piece);
+            }
+        });
+    }
+
+    /// Measure the candidates on chunks of this copy (`bytes` bytes), keep the choice, and copy
+    /// the rest with it. Each round runs every candidate on a chunk of its own, in an order
+    /// that turns from round to round so that none always follows another. A copy that can't
+    /// be cut into enough chunks of the size the calibration wants runs with one thread and
+    /// leaves the measuring to a later one.
+    ///
+    /// # Safety
+    /// As for [`Job::run`], with the whole plan.
+    unsafe fn calibrate(&self, cal: tune::Calibration<'_>, limits: &Limits, bytes: usize) {
+        let k = cal.candidates.len();
+        let most = cal.candidates.iter().map(|c| c.threads).max().unwrap_or(1);
+        let cut = limits
+            .calibration_chunks(bytes, k, most)
+            .and_then(|(rounds, chunk)| {
+                let (dim, steps) = self.chunks(bytes, chunk, k * rounds)?;
+                Some((rounds, dim, steps))
+            });
+        let Some((rounds, dim, steps)) = cut else {
+            drop(cal);
+            // SAFETY: the whole plan (the contract).
+            return unsafe { self.run(&self.plan, 1, ONE_THREAD) };
+        };
+        let mut trials = vec![Vec::with_capacity(rounds); k];
+        let (mut at, mut calibrated) = (0, 0);
+        let started = Instant::now();
+        for round in 0..rounds {
+            for turn in 0..k {
+                let c = (turn + round) % k;
+                let piece = plan::slice(&self.plan, dim, at..at + steps);
+                let piece_bytes = piece.numel().saturating_mul(self.itemsize);
+                let choice = cal.candidates[c];
+                let t = Instant::now();
+                // SAFETY: steps `at..at + steps` of one loop of the plan: a part of the caller's
+                // elements.
+                unsafe { self.run(&piece, choice.threads, choice) };
+                trials[c].push(t.elapsed().as_secs_f64() / piece_bytes.max(1) as f64);
+                (at, calibrated) = (at + steps, calibrated + piece_bytes);
             }
         }
-        for piece in std::iter::once(first).chain(inline) {
-            run(piece);
+        let seconds = started.elapsed().as_secs_f64();
+        let choice = cal.keep(&trials, bytes, calibrated, seconds);
+        let rest = plan::slice(&self.plan, dim, at..self.plan.dims[dim].n);
+        let rest_bytes = rest.numel().saturating_mul(self.itemsize);
+        if rest_bytes > 0 {
+            // SAFETY: the steps of that loop from `at` on: the rest of the caller's elements.
+            unsafe { self.run(&rest, limits.threads_for(rest_bytes, choice), choice) };
         }
-    });
+    }
+
+    /// The loop to cut calibration chunks from and the steps of it in one: chunks of about
+    /// `chunk` bytes (at most twice that), `count` of them inside the copy; `None` when no
+    /// loop allows that.
+    fn chunks(&self, bytes: usize, chunk: usize, count: usize) -> Option<(usize, usize)> {
+        let pieces = (bytes / chunk.max(1)).max(1);
+        let granule = tiles::tile_granule(self.itemsize);
+        let (dim, granule) = plan::split_dim(&self.plan, self.kernel, pieces, granule)?;
+        let n = self.plan.dims[dim].n;
+        let step_bytes = bytes / n.max(1);
+        let unit_bytes = step_bytes.saturating_mul(granule).max(1);
+        let units = (chunk / unit_bytes).max(1);
+        let steps = units.saturating_mul(granule);
+        let fits = steps.saturating_mul(count) <= n;
+        (fits && unit_bytes.saturating_mul(units) <= chunk.saturating_mul(2))
+            .then_some((dim, steps))
+    }
+}
+
+/// Measure now, on copies of the engine's own, every class and band the process's tuner has no
+/// choice for yet (`python -m dlpack` reports what the engine picks; a program's own copies
+/// otherwise measure the first time they can). Memory for the copies that can't be had is an
+/// error, and nothing is measured.
+pub fn calibrate_now() -> crate::error::Result<()> {
+    let tuner = Tuner::process();
+    let large = 2 * tuner.limits.streaming;
+    let mid = tuner.limits.streaming / 2;
+    // The source holds a stride-2 gather's items; the destination is touched first, so that
+    // no copy pays for mapping its pages.
+    let src = crate::memory::AlignedBuffer::new(2 * large)?;
+    let dst = crate::memory::AlignedBuffer::new(large)?;
+    // SAFETY: the buffer is ours alone, of this size.
+    unsafe { std::ptr::write_bytes(src.as_ptr(), 0x5a, 2 * large) };
+    // SAFETY: as above.
+    unsafe { std::ptr::write_bytes(dst.as_ptr(), 0, large) };
+    for bytes in [mid, large] {
+        let Some(band) = Band::of(bytes, &tuner.limits) else {
+            continue;
+        };
+        let n = bytes / 4;
+        let side = 1 << (n.ilog2() / 2);
+        let (d, s) = (dst.as_ptr(), src.as_ptr());
+        let flat = |p, stride| Strided {
+            ptr: p,
+            shape: vec![n],
+            strides: vec![stride],
+        };
+        let grid = |p, strides| Strided {
+            ptr: p,
+            shape: vec![side, n / side],
+            strides,
+        };
+        let cases = [
+            (Class::Contiguous, flat(d, 4), flat(s, 4), None),
+            (
+                Class::Tiles,
+                grid(d, vec![(n / side * 4) as isize, 4]),
+                grid(s, vec![4, (side * 4) as isize]),
+                None,
+            ),
+            (Class::Gather, flat(d, 4), flat(s, 8), None),
+            (Class::Swap, flat(d, 4), flat(s, 4), Some(4)),
+        ];
+        for (class, to, from, swap) in cases {
+            if tuner.record(class, band).is_none() {
+                // SAFETY: every layout addresses inside `dst` (`large` bytes: `n` items of
+                // 4 bytes, `bytes <= large`) and `src` (twice that: `n` items 8 bytes apart),
+                // two buffers of ours that live through the loop.
+                unsafe { copy_strided(&to, &from, 4, swap) };
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The byte-swap unit for the kernels: 0 for none.

@@ -2,23 +2,37 @@
 
 use super::engine::*;
 use super::tiles::Isa;
+use super::tune::{Band, Choice, Class, How, Limits, Settings, Tuner};
 use crate::copy::plan::{self, Kernel};
 use proptest::prelude::*;
 
 /// Several threads and streaming stores for any size.
 fn force_threads() -> Config {
+    Config::fixed(3, true)
+}
+
+/// Limits that make copies of a few bytes measure: every copy is in a band, and calibrations
+/// take chunks of any size.
+pub(super) const TINY: Limits = Limits {
+    parallel: 1,
+    streaming: 256,
+    min_bytes_per_thread: 1,
+    calibration_max_bytes: usize::MAX,
+    calibration_min_bytes_per_thread: 1,
+};
+
+/// A fresh tuner with [`TINY`] limits and up to 3 threads: the copy measures.
+fn measuring() -> Config {
+    let tuner = Box::leak(Box::new(Tuner::new(TINY, Settings::default(), 3)));
     Config {
-        threads: 3,
-        threshold: 0,
-        min_bytes_per_thread: 0,
-        streaming_threshold: 0,
+        tuner,
         ..Config::new()
     }
 }
 
 /// The configurations every layout is checked with: the default, forced threads and streaming
-/// with the CPU's block kernels, and with the architecture's baseline ones.
-fn configs() -> [Config; 3] {
+/// with the CPU's block kernels, and with the architecture's baseline ones, and a calibration.
+fn configs() -> [Config; 4] {
     [
         Config::new(),
         force_threads(),
@@ -26,6 +40,7 @@ fn configs() -> [Config; 3] {
             isa: Isa::baseline(),
             ..force_threads()
         },
+        measuring(),
     ]
 }
 
@@ -303,13 +318,7 @@ proptest! {
 
 /// One thread, whatever the size.
 fn one_thread() -> Config {
-    Config {
-        threads: 1,
-        threshold: usize::MAX,
-        min_bytes_per_thread: usize::MAX,
-        streaming_threshold: usize::MAX,
-        ..Config::new()
-    }
+    Config::fixed(1, false)
 }
 
 /// Copy into a destination whose elements may overlap one another (strides of any byte value,
@@ -323,7 +332,7 @@ fn check_overlapping(dims: &[(usize, isize)], item: usize) -> Result<(), TestCas
     let src = dst_strides(&shape, item, &c_order, &no_gaps, &vec![false; shape.len()]);
     let source = Array::new(&shape, &src, item, 0, 7);
     let mut results = Vec::new();
-    for config in [one_thread(), force_threads()] {
+    for config in [one_thread(), force_threads(), measuring()] {
         let mut source = Array::new(&shape, &src, item, 0, 7);
         let mut target = Array::new(&shape, &dst, item, 3, 101);
         // SAFETY: both layouts lie inside their own buffers.
@@ -332,6 +341,7 @@ fn check_overlapping(dims: &[(usize, isize)], item: usize) -> Result<(), TestCas
         results.push(target.bytes);
     }
     prop_assert!(results[0] == results[1], "threads changed the result");
+    prop_assert!(results[0] == results[2], "calibrating changed the result");
     // Where the elements are disjoint, that is the element-by-element reference.
     let layout = shape.iter().zip(&dst).map(|(&n, &s)| (n as u64, s as i64));
     if crate::layout::self_overlap(layout, item as u64) == crate::layout::SelfOverlap::Disjoint {
@@ -450,7 +460,12 @@ fn threaded_copies() {
         shape: vec![2048, 2048],
         strides: vec![2048 * 4, 4],
     };
-    assert!(Config::new().threads_for(n * 4) >= Config::new().threads.min(8));
+    let eight = Choice {
+        threads: 8,
+        streaming: false,
+    };
+    assert_eq!(Limits::DEFAULT.threads_for(n * 4, eight), 8);
+    assert_eq!(Limits::DEFAULT.threads_for((4 << 20) - 1, eight), 1);
     // SAFETY: both layouts address their vectors exactly.
     unsafe { copy_strided(&d, &s, 4, None) };
     for (k, &v) in dst.iter().enumerate() {
@@ -594,4 +609,78 @@ fn swap_units() {
     assert_eq!(swap_unit_for(8, Some(3)), 8);
     assert_eq!(swap_unit_for(8, Some(16)), 8);
     assert_eq!(swap_unit_for(1, Some(2)), 0);
+}
+
+/// Calibration runs on the copy itself: every candidate copies chunks of it, the choice is
+/// kept and used by the next copy, and the bytes are the reference's whatever it picks.
+#[test]
+fn calibration_measures_on_the_copy() {
+    let contiguous = (
+        vec![1usize << 16],
+        vec![4isize],
+        vec![4isize],
+        None,
+        Class::Contiguous,
+    );
+    let cases = [
+        contiguous.clone(),
+        (
+            vec![256, 256],
+            vec![4, 1024],
+            vec![1024, 4],
+            None,
+            Class::Tiles,
+        ),
+        (vec![1 << 15], vec![8], vec![4], None, Class::Gather),
+        (vec![1 << 16], vec![4], vec![4], Some(4), Class::Swap),
+        (
+            vec![64, 1024],
+            vec![-4096, 4],
+            vec![4096, 4],
+            None,
+            Class::Contiguous,
+        ),
+    ];
+    for (shape, src, dst, swap, class) in cases {
+        let tuner: &'static Tuner = Box::leak(Box::new(Tuner::new(TINY, Settings::default(), 3)));
+        let config = Config {
+            tuner,
+            ..Config::new()
+        };
+        for _ in 0..2 {
+            check(&shape, &src, &dst, 4, swap, (0, 0), config).unwrap();
+        }
+        let log = tuner.log();
+        let [(c, band, record)] = &log[..] else {
+            panic!("{class:?}: one calibration, kept: {log:?}");
+        };
+        assert_eq!((*c, *band), (class, Band::Large));
+        let How::Measured(m) = &record.how else {
+            panic!("{class:?}: measured");
+        };
+        let candidates = tuner.candidates(class, Band::Large);
+        let measured: Vec<Choice> = m.candidates.iter().map(|c| c.0).collect();
+        assert_eq!(measured, candidates);
+        assert!(m.candidates.iter().all(|c| c.1.is_some()), "{m:?}");
+        assert!(candidates.contains(&record.choice));
+        let bytes = shape.iter().product::<usize>() * 4;
+        assert_eq!(m.copy_bytes, bytes);
+        assert!(m.calibrated_bytes > 0 && m.calibrated_bytes <= bytes);
+        assert!(m.cost_seconds <= m.seconds);
+    }
+}
+
+/// A copy too small to cut into chunks for every candidate measures nothing, and a later,
+/// larger one does.
+#[test]
+fn calibration_waits_for_a_copy_large_enough() {
+    let tuner: &'static Tuner = Box::leak(Box::new(Tuner::new(TINY, Settings::default(), 3)));
+    let config = Config {
+        tuner,
+        ..Config::new()
+    };
+    check(&[16], &[4], &[4], 4, None, (1, 2), config).unwrap();
+    assert!(tuner.log().is_empty());
+    check(&[1 << 14], &[4], &[4], 4, None, (1, 2), config).unwrap();
+    assert_eq!(tuner.log().len(), 1);
 }

@@ -130,32 +130,27 @@ fn throughput() {
     swapped.4 = Some(4);
     cases.push(swapped);
     let only = std::env::var("COPY_BENCH").unwrap_or_default();
+    let n_threads = super::tune::available_threads();
+    let fixed = |threads, streaming| Config::fixed(threads, streaming);
     let configs = [
-        ("", Config::new()),
+        ("".to_string(), Config::new()),
+        (" (1 thread)".into(), fixed(1, false)),
+        (" (1 thread, streaming)".into(), fixed(1, true)),
+        (format!(" ({n_threads} threads)"), fixed(n_threads, false)),
         (
-            " (1 thread)",
-            Config {
-                threads: 1,
-                ..Config::new()
-            },
+            format!(" ({n_threads} threads, streaming)"),
+            fixed(n_threads, true),
         ),
         (
-            " (no streaming)",
-            Config {
-                streaming_threshold: usize::MAX,
-                ..Config::new()
-            },
-        ),
-        (
-            " (baseline ISA)",
+            " (baseline ISA, streaming)".into(),
             Config {
                 isa: Isa::baseline(),
-                ..Config::new()
+                ..fixed(1, true)
             },
         ),
     ];
     for (name, d, s, item, swap) in cases.iter().filter(|c| c.0.contains(only.as_str())) {
-        let mut times = [f64::INFINITY; 4];
+        let mut times = [f64::INFINITY; 6];
         for _ in 0..15 {
             for (k, (_, config)) in configs.iter().enumerate() {
                 // SAFETY: every case's layouts lie inside `src` (2n items) and `dst` (n items +
@@ -168,6 +163,11 @@ fn throughput() {
         }
         for ((label, _), t) in configs.iter().zip(times) {
             report(&format!("{name}{label}"), t);
+        }
+    }
+    for entry in super::tune::report().entries {
+        if let Some(record) = entry.record {
+            println!("{:?} {:?}: {:?}", entry.class, entry.band, record);
         }
     }
 }

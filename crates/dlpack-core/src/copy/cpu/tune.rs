@@ -1,0 +1,812 @@
+//! How the engine learns the machine it runs on: for each kind of copy ([`Class`]) and size
+//! band ([`Band`]), the thread count and the store kind ([`Choice`]) are measured once per
+//! process, on the first copy that can show them, and kept.
+//!
+//! A copy large enough to measure on is cut into a few chunks; each candidate copies some of
+//! them, in turns (a round of every candidate, several rounds), and each keeps its fastest
+//! chunk, in seconds per byte. [`decide`], a pure function of those times, keeps one thread
+//! with ordinary stores unless another candidate beats it by more than [`MARGIN`]. Whatever the
+//! candidates, the copy's bytes are the same: the chunks are disjoint parts of the one copy.
+//!
+//! `DLPACK_COPY_THREADS` (`auto` or a number) and `DLPACK_COPY_STORES` (`auto`, `regular` or
+//! `streaming`) fix either or both ([`Settings`]); what they fix is not measured.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+/// Copies of at least this many bytes may use several threads (where measured faster).
+pub const PARALLEL_THRESHOLD: usize = 4 << 20;
+/// Copies of at least this many bytes may write with streaming (non-temporal) stores (where
+/// measured faster): below it, the destination may stay in cache for whoever reads it next.
+pub const STREAMING_THRESHOLD: usize = 16 << 20;
+/// Each thread gets at least this many bytes of a copy.
+pub(super) const MIN_BYTES_PER_THREAD: usize = 2 << 20;
+/// The most threads the engine tries for one copy unless told otherwise.
+const MAX_THREADS: usize = 8;
+/// The most threads `DLPACK_COPY_THREADS` may ask for.
+pub const MAX_THREADS_SETTING: usize = 256;
+
+/// How much faster than the cheaper candidates (fewer threads, ordinary stores) another one must
+/// be to be chosen: measurements on a shared machine scatter by a few percent.
+pub const MARGIN: f64 = 0.10;
+/// Rounds of the candidates a calibration runs, at most and at least.
+const MAX_ROUNDS: usize = 3;
+const MIN_ROUNDS: usize = 2;
+/// The most bytes of a copy that calibration runs with candidates other than the chosen one:
+/// bounds its one-time cost.
+const CALIBRATION_MAX_BYTES: usize = 24 << 20;
+/// The fewest bytes a thread gets in a calibration chunk: less, and starting it weighs more
+/// than its share of the copy.
+const CALIBRATION_MIN_BYTES_PER_THREAD: usize = 256 << 10;
+
+/// What a copy's inner loops do, which decides how it uses memory and cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// Runs contiguous on both sides: `memcpy`.
+    Contiguous,
+    /// Transposing tiles.
+    Tiles,
+    /// Element by element along rows strided on one side or both (gathers, scatters, reversals,
+    /// broadcasts).
+    Gather,
+    /// Any copy that swaps bytes.
+    Swap,
+}
+
+impl Class {
+    pub const ALL: [Class; 4] = [Class::Contiguous, Class::Tiles, Class::Gather, Class::Swap];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Contiguous => "contiguous",
+            Class::Tiles => "transpose",
+            Class::Gather => "gather",
+            Class::Swap => "byte swap",
+        }
+    }
+
+    /// Whether its kernels can write with streaming stores (those of x86-64).
+    pub fn has_streaming(self) -> bool {
+        cfg!(target_arch = "x86_64") && matches!(self, Class::Contiguous | Class::Tiles)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The copy sizes a choice holds for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Band {
+    /// From [`PARALLEL_THRESHOLD`] to [`STREAMING_THRESHOLD`]: threads may pay, streaming
+    /// stores are not tried.
+    Mid,
+    /// From [`STREAMING_THRESHOLD`] up.
+    Large,
+}
+
+impl Band {
+    pub const ALL: [Band; 2] = [Band::Mid, Band::Large];
+
+    /// The band of a copy of `bytes` under `limits`; `None` below the parallel threshold, where
+    /// a copy is always one thread with ordinary stores.
+    pub fn of(bytes: usize, limits: &Limits) -> Option<Band> {
+        if bytes < limits.parallel {
+            None
+        } else if bytes < limits.streaming {
+            Some(Band::Mid)
+        } else {
+            Some(Band::Large)
+        }
+    }
+
+    /// The sizes the band holds, `[low, high)` (`None`: no end).
+    pub fn bytes(self, limits: &Limits) -> (usize, Option<usize>) {
+        match self {
+            Band::Mid => (limits.parallel, Some(limits.streaming)),
+            Band::Large => (limits.streaming, None),
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How a copy runs: at most `threads` threads (each with at least [`MIN_BYTES_PER_THREAD`]),
+/// and whether kernels that can write with streaming stores do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Choice {
+    pub threads: usize,
+    pub streaming: bool,
+}
+
+/// One thread, ordinary stores: what every copy below [`PARALLEL_THRESHOLD`] does, and what
+/// a measured choice must beat.
+pub const ONE_THREAD: Choice = Choice {
+    threads: 1,
+    streaming: false,
+};
+
+/// What the environment fixes (`None`: measured).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    pub threads: Option<usize>,
+    pub streaming: Option<bool>,
+}
+
+/// The variable that fixes the thread count.
+pub const THREADS_VAR: &str = "DLPACK_COPY_THREADS";
+/// The variable that fixes the store kind.
+pub const STORES_VAR: &str = "DLPACK_COPY_STORES";
+
+impl Settings {
+    /// Parse the two variables' values (`None`: unset). An empty value is `auto`.
+    pub fn parse(threads: Option<&str>, stores: Option<&str>) -> Result<Settings, String> {
+        let threads = match threads.map(str::trim) {
+            None | Some("") => None,
+            Some(t) if t.eq_ignore_ascii_case("auto") => None,
+            Some(t) => match t.parse::<usize>() {
+                Ok(n) if (1..=MAX_THREADS_SETTING).contains(&n) => Some(n),
+                _ => {
+                    return Err(format!(
+                        "{THREADS_VAR}={t:?} is not understood: give 'auto' (measure, the \
+                         default) or a whole number of threads from 1 to {MAX_THREADS_SETTING}"
+                    ));
+                }
+            },
+        };
+        let streaming = match stores.map(str::trim) {
+            None | Some("") => None,
+            Some(s) if s.eq_ignore_ascii_case("auto") => None,
+            Some(s) if s.eq_ignore_ascii_case("regular") => Some(false),
+            Some(s) if s.eq_ignore_ascii_case("streaming") => Some(true),
+            Some(s) => {
+                return Err(format!(
+                    "{STORES_VAR}={s:?} is not understood: give 'auto' (measure, the default), \
+                     'regular' or 'streaming'"
+                ));
+            }
+        };
+        Ok(Settings { threads, streaming })
+    }
+
+    /// The process's settings, read from the environment once. An error says which variable
+    /// holds what can't be understood; the engine then measures as if neither were set (the
+    /// Python extension refuses to load instead).
+    pub fn from_env() -> &'static Result<Settings, String> {
+        static SETTINGS: OnceLock<Result<Settings, String>> = OnceLock::new();
+        SETTINGS.get_or_init(|| {
+            let var = |name| std::env::var(name).ok();
+            Settings::parse(var(THREADS_VAR).as_deref(), var(STORES_VAR).as_deref())
+        })
+    }
+}
+
+/// The threads a machine offers the engine: the CPUs this process may run on, at most
+/// [`MAX_THREADS`].
+pub fn available_threads() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_THREADS)
+    })
+}
+
+/// The candidates for a class and band, the cheapest first (fewer threads, then ordinary stores
+/// before streaming ones): `max_threads` threads, half as many where that is 4 or more, and one;
+/// streaming stores in the large band for classes whose kernels have them. What `settings` fix
+/// is the only value tried.
+pub fn candidates(class: Class, band: Band, settings: Settings, max_threads: usize) -> Vec<Choice> {
+    let threads: Vec<usize> = match settings.threads {
+        Some(n) => vec![n],
+        None => {
+            let max = max_threads.max(1);
+            let mut t = vec![1, max / 2, max];
+            t.retain(|&n| n >= 1 && (n == 1 || n == max || max >= 4));
+            t.dedup();
+            t
+        }
+    };
+    let can_stream = band == Band::Large && class.has_streaming();
+    let stores: Vec<bool> = match settings.streaming {
+        Some(s) => vec![s && can_stream],
+        None if can_stream => vec![false, true],
+        None => vec![false],
+    };
+    let mut out = Vec::new();
+    for &threads in &threads {
+        for &streaming in &stores {
+            out.push(Choice { threads, streaming });
+        }
+    }
+    out
+}
+
+/// A candidate's fastest finite, positive time; `None` when it has none.
+pub fn fastest(times: &[f64]) -> Option<f64> {
+    times
+        .iter()
+        .copied()
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .reduce(f64::min)
+}
+
+/// The candidate to keep, by index into `trials` (each candidate's times per byte, the cheapest
+/// candidate first). The first (one thread, ordinary stores, when nothing is fixed) stays unless
+/// the fastest beats it by more than [`MARGIN`]; otherwise the cheapest of those that beat the
+/// first by more than the margin and are within it of the fastest. Only each candidate's fastest
+/// time counts (noise only slows a trial down); a candidate without one can't be picked, and
+/// the first stays when it has none to compare with.
+pub fn decide(trials: &[Vec<f64>]) -> usize {
+    let best: Vec<Option<f64>> = trials.iter().map(|t| fastest(t)).collect();
+    let Some(&Some(first)) = best.first() else {
+        return 0;
+    };
+    let top = best.iter().flatten().copied().fold(first, f64::min);
+    if first <= top * (1.0 + MARGIN) {
+        return 0;
+    }
+    best.iter()
+        .position(|b| b.is_some_and(|b| b <= top * (1.0 + MARGIN) && b * (1.0 + MARGIN) < first))
+        .unwrap_or(0)
+}
+
+/// How a choice was made.
+#[derive(Clone, Debug, PartialEq)]
+pub enum How {
+    /// The settings leave one candidate.
+    Fixed,
+    /// Measured on a copy.
+    Measured(Measurement),
+}
+
+/// A calibration's figures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measurement {
+    /// The candidates and each one's fastest chunk in seconds per byte (`None`: no time).
+    pub candidates: Vec<(Choice, Option<f64>)>,
+    /// Bytes of the copy measured on, and of it the calibration's chunks.
+    pub copy_bytes: usize,
+    pub calibrated_bytes: usize,
+    /// Seconds the chunks took, and of them what the chosen candidate would not have taken:
+    /// the calibration's one-time cost.
+    pub seconds: f64,
+    pub cost_seconds: f64,
+}
+
+/// A kept choice.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub choice: Choice,
+    pub how: How,
+}
+
+/// Sizes the engine works with; [`Limits::DEFAULT`] but in tests, which calibrate on small
+/// copies.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub parallel: usize,
+    pub streaming: usize,
+    pub min_bytes_per_thread: usize,
+    pub calibration_max_bytes: usize,
+    pub calibration_min_bytes_per_thread: usize,
+}
+
+impl Limits {
+    pub const DEFAULT: Limits = Limits {
+        parallel: PARALLEL_THRESHOLD,
+        streaming: STREAMING_THRESHOLD,
+        min_bytes_per_thread: MIN_BYTES_PER_THREAD,
+        calibration_max_bytes: CALIBRATION_MAX_BYTES,
+        calibration_min_bytes_per_thread: CALIBRATION_MIN_BYTES_PER_THREAD,
+    };
+
+    /// Threads for a copy of `bytes` under `choice`: one below the parallel threshold, else
+    /// as many as give each at least its share, at most `choice.threads`.
+    pub fn threads_for(&self, bytes: usize, choice: Choice) -> usize {
+        if bytes < self.parallel {
+            return 1;
+        }
+        (bytes / self.min_bytes_per_thread.max(1)).clamp(1, choice.threads.max(1))
+    }
+
+    /// How to cut a copy of `bytes` for calibrating `k` candidates (`max_threads` at most):
+    /// (rounds, bytes per chunk), as many rounds as fit up to [`MAX_ROUNDS`], chunks at most
+    /// what keeps all of them under the calibration's byte bound; `None` when the copy is too
+    /// small for [`MIN_ROUNDS`] rounds of chunks that give each thread its least share.
+    pub fn calibration_chunks(
+        &self,
+        bytes: usize,
+        k: usize,
+        max_threads: usize,
+    ) -> Option<(usize, usize)> {
+        let least = self
+            .calibration_min_bytes_per_thread
+            .saturating_mul(max_threads.max(1));
+        let k = k.max(1);
+        (MIN_ROUNDS..=MAX_ROUNDS).rev().find_map(|rounds| {
+            let chunks = k * rounds;
+            let chunk = (bytes / chunks).min(self.calibration_max_bytes / chunks);
+            (chunk >= least.max(1)).then_some((rounds, chunk))
+        })
+    }
+}
+
+/// What [`Tuner::lookup`] found.
+pub enum Lookup<'a> {
+    /// Use this.
+    Known(Choice),
+    /// Nothing kept yet, and this caller measures: [`Calibration::keep`] the result (dropping
+    /// the guard unkept lets a later copy measure).
+    Measure(Calibration<'a>),
+}
+
+/// One slot of the table: 0 unmeasured, 1 being measured, 2 kept.
+#[derive(Default)]
+struct Slot {
+    state: AtomicU8,
+    record: OnceLock<Record>,
+}
+
+const UNMEASURED: u8 = 0;
+const MEASURING: u8 = 1;
+
+/// The kept choices, per class and band.
+pub struct Tuner {
+    slots: [[Slot; 2]; 4],
+    pub limits: Limits,
+    pub settings: Settings,
+    pub max_threads: usize,
+    /// A test hook: what every calibration of this tuner recorded, in order.
+    log: Mutex<Vec<(Class, Band, Record)>>,
+}
+
+impl Tuner {
+    pub fn new(limits: Limits, settings: Settings, max_threads: usize) -> Tuner {
+        Tuner {
+            slots: Default::default(),
+            limits,
+            settings,
+            max_threads,
+            log: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The process's tuner: the environment's settings (as if unset when they can't be
+    /// understood) and the machine's threads.
+    pub fn process() -> &'static Tuner {
+        static TUNER: OnceLock<Tuner> = OnceLock::new();
+        TUNER.get_or_init(|| {
+            let settings = Settings::from_env().clone().unwrap_or_default();
+            Tuner::new(Limits::DEFAULT, settings, available_threads())
+        })
+    }
+
+    fn slot(&self, class: Class, band: Band) -> &Slot {
+        &self.slots[class.index()][band.index()]
+    }
+
+    /// The candidates for `class` in `band` here.
+    pub fn candidates(&self, class: Class, band: Band) -> Vec<Choice> {
+        candidates(class, band, self.settings, self.max_threads)
+    }
+
+    /// The choice for a copy of `class` in `band`: the kept one; the only candidate when the
+    /// settings leave one (kept at once); one thread with ordinary stores while another copy
+    /// measures; else the caller measures.
+    pub fn lookup(&self, class: Class, band: Band) -> Lookup<'_> {
+        let slot = self.slot(class, band);
+        if let Some(r) = slot.record.get() {
+            return Lookup::Known(r.choice);
+        }
+        let candidates = self.candidates(class, band);
+        if let [only] = candidates[..] {
+            let record = Record {
+                choice: only,
+                how: How::Fixed,
+            };
+            return Lookup::Known(slot.record.get_or_init(|| record).choice);
+        }
+        match slot.state.compare_exchange(
+            UNMEASURED,
+            MEASURING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Lookup::Measure(Calibration {
+                tuner: self,
+                class,
+                band,
+                candidates,
+            }),
+            Err(_) => Lookup::Known(slot.record.get().map_or(candidates[0], |r| r.choice)),
+        }
+    }
+
+    /// What is kept for `class` in `band`, if anything.
+    pub fn record(&self, class: Class, band: Band) -> Option<Record> {
+        self.slot(class, band).record.get().cloned()
+    }
+
+    /// Every calibration this tuner kept, in order.
+    pub fn log(&self) -> Vec<(Class, Band, Record)> {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The right to measure one class and band (see [`Lookup::Measure`]).
+pub struct Calibration<'a> {
+    tuner: &'a Tuner,
+    class: Class,
+    band: Band,
+    pub candidates: Vec<Choice>,
+}
+
+impl Calibration<'_> {
+    /// Keep the candidate [`decide`] picks from `trials` (per candidate, seconds per byte of
+    /// each chunk), measured on `copy_bytes` bytes of which `calibrated_bytes` in chunks that
+    /// took `seconds`; returns the choice.
+    pub fn keep(
+        self,
+        trials: &[Vec<f64>],
+        copy_bytes: usize,
+        calibrated_bytes: usize,
+        seconds: f64,
+    ) -> Choice {
+        let pick = decide(trials);
+        let choice = self.candidates.get(pick).copied().unwrap_or(ONE_THREAD);
+        let best: Vec<Option<f64>> = trials.iter().map(|t| fastest(t)).collect();
+        let per_byte = best.get(pick).copied().flatten().unwrap_or(0.0);
+        let measurement = Measurement {
+            candidates: self.candidates.iter().copied().zip(best).collect(),
+            copy_bytes,
+            calibrated_bytes,
+            seconds,
+            cost_seconds: (seconds - per_byte * calibrated_bytes as f64).max(0.0),
+        };
+        let record = Record {
+            choice,
+            how: How::Measured(measurement),
+        };
+        let slot = self.tuner.slot(self.class, self.band);
+        let kept = slot.record.get_or_init(|| record).clone();
+        (self.tuner.log.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((self.class, self.band, kept.clone()));
+        kept.choice
+    }
+}
+
+impl Drop for Calibration<'_> {
+    fn drop(&mut self) {
+        let slot = self.tuner.slot(self.class, self.band);
+        if slot.record.get().is_none() {
+            slot.state.store(UNMEASURED, Ordering::Release);
+        }
+    }
+}
+
+/// One class and band of [`report`].
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub class: Class,
+    pub band: Band,
+    /// The sizes it covers, `[low, high)` (`None`: no end).
+    pub bytes: (usize, Option<usize>),
+    pub candidates: Vec<Choice>,
+    /// What is kept; `None`: nothing yet (no copy of it large enough has run).
+    pub record: Option<Record>,
+}
+
+/// What the process's engine has chosen, and from what.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The environment's settings, or why they can't be understood (then ignored).
+    pub settings: Result<Settings, String>,
+    /// The most threads a copy is offered when the thread count is measured.
+    pub max_threads: usize,
+    pub entries: Vec<Entry>,
+}
+
+/// The process's choices so far.
+pub fn report() -> Report {
+    let tuner = Tuner::process();
+    let entries = (Class::ALL.iter())
+        .flat_map(|&class| Band::ALL.map(|band| (class, band)))
+        .map(|(class, band)| {
+            let candidates = tuner.candidates(class, band);
+            // What the settings fix is kept on a copy's first look; it holds before that too.
+            let fixed = match candidates[..] {
+                [only] => Some(Record {
+                    choice: only,
+                    how: How::Fixed,
+                }),
+                _ => None,
+            };
+            Entry {
+                class,
+                band,
+                bytes: band.bytes(&tuner.limits),
+                record: tuner.record(class, band).or(fixed),
+                candidates,
+            }
+        })
+        .collect();
+    Report {
+        settings: Settings::from_env().clone(),
+        max_threads: tuner.max_threads,
+        entries,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Made-up times: per candidate, a few trials, some of them missing or nonsense.
+    fn trials() -> impl Strategy<Value = Vec<Vec<f64>>> {
+        let time = prop_oneof![
+            8 => 1e-12f64..1e-8,
+            1 => Just(f64::INFINITY),
+            1 => Just(f64::NAN),
+            1 => Just(0.0),
+            1 => Just(-1e-9),
+        ];
+        proptest::collection::vec(proptest::collection::vec(time, 0..4), 1..7)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// The pick is a candidate; the first (one thread, ordinary stores) unless the fastest
+        /// beats it by more than the margin; else one that beats it by more than the margin,
+        /// within the margin of the fastest, and no cheaper candidate is both.
+        #[test]
+        fn decide_keeps_its_promises(t in trials()) {
+            let pick = decide(&t);
+            prop_assert!(pick < t.len());
+            let best: Vec<Option<f64>> = t.iter().map(|x| fastest(x)).collect();
+            let Some(first) = best[0] else {
+                prop_assert_eq!(pick, 0);
+                return Ok(());
+            };
+            let top = best.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+            let near_top = |b: f64| b <= top * (1.0 + MARGIN);
+            let beats_first = |b: f64| b * (1.0 + MARGIN) < first;
+            if near_top(first) {
+                prop_assert_eq!(pick, 0);
+                return Ok(());
+            }
+            let chosen = best[pick].expect("a measured candidate");
+            prop_assert!(near_top(chosen) && beats_first(chosen));
+            for cheaper in best[..pick].iter().flatten() {
+                prop_assert!(!(near_top(*cheaper) && beats_first(*cheaper)));
+            }
+        }
+
+        /// Only each candidate's fastest trial counts: the same pick whatever the units, the
+        /// order of the trials, or slower trials added.
+        #[test]
+        fn decide_depends_on_fastest_trials_alone(
+            t in trials(),
+            scale in prop_oneof![Just(1e-3), Just(2.0), Just(1e6)],
+            extra in 1.0f64..10.0,
+        ) {
+            let pick = decide(&t);
+            let scaled: Vec<Vec<f64>> =
+                t.iter().map(|x| x.iter().map(|v| v * scale).collect()).collect();
+            // Scaling can move a time across the margin only by rounding: skip those.
+            let near = |v: &[Vec<f64>]| {
+                let best: Vec<f64> = v.iter().filter_map(|x| fastest(x)).collect();
+                let top = best.iter().copied().fold(f64::INFINITY, f64::min);
+                let first = v.first().and_then(|x| fastest(x)).unwrap_or(f64::NAN);
+                let close = |x: f64, y: f64| (x / y - 1.0).abs() < 1e-9;
+                best.iter().any(|&b| {
+                    close(b, top * (1.0 + MARGIN)) || close(b * (1.0 + MARGIN), first)
+                })
+            };
+            if !near(&t) {
+                prop_assert_eq!(decide(&scaled), pick);
+            }
+            let reversed: Vec<Vec<f64>> =
+                t.iter().map(|x| x.iter().rev().copied().collect()).collect();
+            prop_assert_eq!(decide(&reversed), pick);
+            let slower: Vec<Vec<f64>> = t
+                .iter()
+                .map(|x| {
+                    let mut x = x.clone();
+                    if let Some(b) = fastest(&x) {
+                        x.push(b * extra);
+                    }
+                    x
+                })
+                .collect();
+            prop_assert_eq!(decide(&slower), pick);
+        }
+
+        /// A candidate clearly fastest (by more than the margin over every other) is picked.
+        #[test]
+        fn decide_picks_a_clear_winner(
+            n in 2usize..7,
+            winner in 0usize..7,
+            base in 1e-11f64..1e-9,
+            others in proptest::collection::vec(1.0f64..5.0, 7),
+            gain in 1.2f64..4.0,
+        ) {
+            let winner = winner % n;
+            let t: Vec<Vec<f64>> = (0..n)
+                .map(|i| {
+                    let v = if i == winner { base } else { base * gain * others[i] };
+                    vec![v * 1.5, v, v * 1.1]
+                })
+                .collect();
+            prop_assert_eq!(decide(&t), winner);
+        }
+
+        /// The candidates: the cheapest first, one thread with ordinary stores first when
+        /// nothing is fixed, what is fixed the only value, streaming only where it exists.
+        #[test]
+        fn candidates_follow_the_settings(
+            threads in proptest::option::of(1usize..=MAX_THREADS_SETTING),
+            streaming in proptest::option::of(any::<bool>()),
+            max in 1usize..=MAX_THREADS,
+            class in proptest::sample::select(Class::ALL.to_vec()),
+            band in proptest::sample::select(Band::ALL.to_vec()),
+        ) {
+            let settings = Settings { threads, streaming };
+            let c = candidates(class, band, settings, max);
+            prop_assert!(!c.is_empty());
+            let can_stream = band == Band::Large && class.has_streaming();
+            for w in c.windows(2) {
+                prop_assert!((w[0].threads, w[0].streaming) < (w[1].threads, w[1].streaming));
+            }
+            for x in &c {
+                prop_assert!(!x.streaming || can_stream);
+                prop_assert!(x.threads >= 1 && x.threads <= threads.unwrap_or(max));
+                if let Some(n) = threads {
+                    prop_assert_eq!(x.threads, n);
+                }
+                if let Some(s) = streaming {
+                    prop_assert_eq!(x.streaming, s && can_stream);
+                }
+            }
+            if threads.is_none() && streaming.is_none() {
+                prop_assert_eq!(c[0], ONE_THREAD);
+                prop_assert!(c.iter().any(|x| x.threads == max));
+                prop_assert_eq!(c.iter().any(|x| x.streaming), can_stream);
+            }
+        }
+
+        /// Calibration chunks: within the byte bound, each thread its least share, whole
+        /// rounds inside the copy.
+        #[test]
+        fn calibration_chunks_fit(bytes in 0usize..(1 << 34), k in 1usize..7, max in 1usize..=8) {
+            let l = Limits::DEFAULT;
+            match l.calibration_chunks(bytes, k, max) {
+                Some((rounds, chunk)) => {
+                    prop_assert!((MIN_ROUNDS..=MAX_ROUNDS).contains(&rounds));
+                    prop_assert!(rounds * k * chunk <= bytes.min(l.calibration_max_bytes));
+                    prop_assert!(chunk >= l.calibration_min_bytes_per_thread * max);
+                }
+                None => {
+                    let least = l.calibration_min_bytes_per_thread * max;
+                    let fit = bytes.min(l.calibration_max_bytes) / (MIN_ROUNDS * k);
+                    prop_assert!(fit < least);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn decide_by_hand() {
+        // One thread 10 ns/byte; streaming 9.5 (far from the fastest); two threads 5.
+        assert_eq!(decide(&[vec![10.0], vec![9.5], vec![5.0]]), 2);
+        // Within the margin of the fastest but not past it from one thread: not that one.
+        assert_eq!(decide(&[vec![10.0], vec![9.5], vec![8.9]]), 2);
+        // Within the margin of one thread: one thread stays.
+        assert_eq!(decide(&[vec![10.0, 12.0], vec![9.2]]), 0);
+        // Cheaper of two near-equals past the margin.
+        assert_eq!(decide(&[vec![10.0], vec![5.0], vec![4.9]]), 1);
+        // Nothing measured for the first: it stays.
+        assert_eq!(decide(&[vec![], vec![1.0]]), 0);
+        assert_eq!(decide(&[vec![f64::NAN], vec![1.0]]), 0);
+        // A candidate without times can't be picked.
+        assert_eq!(decide(&[vec![10.0], vec![], vec![f64::INFINITY]]), 0);
+    }
+
+    #[test]
+    fn settings_parse() {
+        let ok = |t, s| Settings::parse(t, s).unwrap();
+        assert_eq!(ok(None, None), Settings::default());
+        assert_eq!(ok(Some(" AUTO "), Some("")), Settings::default());
+        assert_eq!(
+            ok(Some("2"), Some("Streaming")),
+            Settings {
+                threads: Some(2),
+                streaming: Some(true)
+            }
+        );
+        assert_eq!(ok(Some("1"), Some("regular")).streaming, Some(false));
+        for bad in ["0", "-1", "two", "257", "1.5"] {
+            let e = Settings::parse(Some(bad), None).unwrap_err();
+            assert!(e.starts_with(THREADS_VAR) && e.contains(bad), "{e}");
+        }
+        let e = Settings::parse(None, Some("fast")).unwrap_err();
+        assert!(e.starts_with(STORES_VAR) && e.contains("fast"), "{e}");
+    }
+
+    #[test]
+    fn candidates_by_hand() {
+        let c = |class, band, max| candidates(class, band, Settings::default(), max);
+        let t = |threads, streaming| Choice { threads, streaming };
+        let mut large = vec![t(1, false), t(2, false)];
+        if cfg!(target_arch = "x86_64") {
+            large = vec![t(1, false), t(1, true), t(2, false), t(2, true)];
+        }
+        assert_eq!(c(Class::Contiguous, Band::Large, 2), large);
+        assert_eq!(c(Class::Gather, Band::Large, 2), [t(1, false), t(2, false)]);
+        assert_eq!(
+            c(Class::Tiles, Band::Mid, 8),
+            [t(1, false), t(4, false), t(8, false)]
+        );
+        assert_eq!(c(Class::Swap, Band::Mid, 1), [t(1, false)]);
+        assert_eq!(c(Class::Swap, Band::Mid, 3), [t(1, false), t(3, false)]);
+    }
+
+    #[test]
+    fn lookup_keeps_one_measurement() {
+        let tuner = Tuner::new(Limits::DEFAULT, Settings::default(), 2);
+        let Lookup::Measure(cal) = tuner.lookup(Class::Gather, Band::Mid) else {
+            panic!("nothing was kept yet");
+        };
+        // While measuring, others get one thread.
+        assert!(matches!(
+            tuner.lookup(Class::Gather, Band::Mid),
+            Lookup::Known(ONE_THREAD)
+        ));
+        // Dropped unkept: the next copy measures.
+        drop(cal);
+        let Lookup::Measure(cal) = tuner.lookup(Class::Gather, Band::Mid) else {
+            panic!("an abandoned calibration leaves the slot open");
+        };
+        let two = Choice {
+            threads: 2,
+            streaming: false,
+        };
+        assert_eq!(
+            cal.keep(&[vec![2e-10], vec![1e-10]], 8 << 20, 4 << 20, 1e-3),
+            two
+        );
+        assert!(matches!(tuner.lookup(Class::Gather, Band::Mid), Lookup::Known(c) if c == two));
+        let Some(Record {
+            how: How::Measured(m),
+            ..
+        }) = tuner.record(Class::Gather, Band::Mid)
+        else {
+            panic!("a measured record");
+        };
+        // 1 ms for 4 MiB, of which the chosen one would take 0.42 ms.
+        assert!((m.cost_seconds - (1e-3 - 1e-10 * (4 << 20) as f64)).abs() < 1e-12);
+        // Fixed settings leave one candidate: kept without measuring.
+        let fixed = Settings {
+            threads: Some(3),
+            streaming: Some(false),
+        };
+        let tuner = Tuner::new(Limits::DEFAULT, fixed, 2);
+        let three = Choice {
+            threads: 3,
+            streaming: false,
+        };
+        assert!(matches!(tuner.lookup(Class::Tiles, Band::Large), Lookup::Known(c) if c == three));
+        assert_eq!(
+            tuner.record(Class::Tiles, Band::Large).unwrap().how,
+            How::Fixed
+        );
+    }
+}
