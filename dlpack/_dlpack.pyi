@@ -95,6 +95,22 @@ def dense_strides(shape: Sequence[int], byte_strides: Sequence[int], itemsize: i
     """Byte strides packing ``shape`` densely in the order ``byte_strides`` lays the dimensions
     out in memory (numpy's ``order="K"``; ties go the C way)."""
 
+def _copy_engine(measure: bool = False) -> dict[str, Any]:
+    """What the CPU copy engine chose, per kind of copy (``"contiguous"``, ``"transpose"``,
+    ``"gather"``, ``"byte swap"``) and size band, and from what::
+
+        {"max_threads", "parallel_threshold", "streaming_threshold", "margin",
+         "settings": {variable: value or None}, "settings_error": str or None,
+         "choices": [{"kind", "bytes": (low, high or None),
+                      "state": "measured" | "fixed" | "not yet",
+                      "threads", "stores": "regular" | "streaming" (None when not yet),
+                      "candidates": [{"threads", "stores", "gb_per_s" (None: not measured)}],
+                      "copy_bytes", "calibrated_bytes", "seconds", "cost_seconds"}]}
+
+    (the last four None unless measured). ``measure``: first measure, on copies of the
+    engine's own, whatever this process hasn't yet; MemoryError when their memory can't be
+    had."""
+
 def asdlpack(obj: Any) -> DLPackObject:
     """Wrap ``obj`` (DLPack, CUDA array interface, array interface or buffer) without copying.
 

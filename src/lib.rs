@@ -45,6 +45,11 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The copy engine's settings come from the environment: refuse what can't be understood
+    // rather than copy otherwise than asked.
+    if let Err(why) = dlpack_core::copy::cpu::tune::Settings::from_env() {
+        return Err(pyo3::exceptions::PyValueError::new_err(why.clone()));
+    }
     m.add("DLPackObject", object::type_object(m.py())?)?;
     // The runtime other extensions view memory through (see `api::capi`).
     m.add("_C_API", api::capi::capsule(m.py())?)?;

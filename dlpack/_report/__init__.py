@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from .. import _probe
 from ._consumers import CONSUMERS, DEVICES, Consumer, pairs
+from ._engine import engine_facts, engine_lines
 from ._exchange import Outcome, exchange
 from ._libraries import (
     PROBED,
@@ -143,6 +144,7 @@ class _Findings:
     cuda: bool
     cuda_how: str
     devices: list[_Device] = field(default_factory=list)
+    copy_engine: dict[str, Any] = field(default_factory=dict)
 
 
 def report(out: TextIO | None = None, *, as_json: bool = False) -> int:
@@ -197,6 +199,9 @@ def _gather(
     progress.show("looking for CUDA devices...")
     cuda, how = cuda_devices()
     found = _Findings(version, dlpack_version, path, hello, ours_ok, libraries, cuda, how)
+    if ours_ok:
+        progress.show("measuring the CPU copy engine...")
+        found.copy_engine = engine_facts()
     for device in DEVICES:
         if device == "cuda" and not cuda:
             continue
@@ -240,6 +245,8 @@ def _as_text(found: _Findings, seconds: float) -> list[str]:
         hint = 'pip install "dlpack-adapter[test]"'
         lines.append(f"  (`python -m dlpack.tests` needs pytest: {hint})")
     lines += ["", "Devices:", "  cpu", f"  cuda  {found.cuda_how}", ""]
+    if found.copy_engine:
+        lines += [*engine_lines(found.copy_engine), ""]
     notes: dict[str, int] = {}
     for device in found.devices:
         lines.append(
@@ -323,6 +330,9 @@ def _as_json(found: _Findings, seconds: float) -> dict[str, Any]:
             "cpu": {"available": True},
             "cuda": {"available": found.cuda, "detail": found.cuda_how},
         },
+        # dlpack._dlpack._copy_engine(measure=True), or {"error": why}; absent when dlpack's own
+        # extension doesn't work
+        **({"copy_engine": found.copy_engine} if found.copy_engine else {}),
         # one entry per provider and consumer present here, on each device tried
         "exchanges": [
             {
