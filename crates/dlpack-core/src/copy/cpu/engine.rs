@@ -187,31 +187,10 @@ impl Job {
         };
         let (kernel, itemsize, unit) = (self.kernel, self.itemsize, self.unit);
         let (dst_ptr, src_ptr) = (self.dst, self.src);
-        let split = (threads > 1)
-            .then(|| plan::split_dim(plan, kernel, threads, tiles::tile_granule(itemsize)))
-            .flatten();
-        let Some((dim, granule)) = split else {
-            // SAFETY: the plan addresses a part of the caller's elements (the contract).
-            return unsafe {
-                run_piece(
-                    dst_ptr.get(),
-                    src_ptr.get(),
-                    plan,
-                    kernel,
-                    itemsize,
-                    unit,
-                    options,
-                )
-            };
-        };
-        let pieces = plan::split(plan, dim, granule, threads);
-        let Some((first, rest)) = pieces.split_first() else {
-            return;
-        };
-        let run = move |piece| {
+        let run = move |piece: &Plan| {
             // SAFETY: each piece addresses a disjoint part of the caller's elements, valid for
-            // the whole call (this function's contract), and the scope below joins every thread
-            // running one before the call returns.
+            // the whole call (this function's contract); a piece on another thread is joined by
+            // the scope below before the call returns.
             unsafe {
                 run_piece(
                     dst_ptr.get(),
@@ -223,6 +202,16 @@ impl Job {
                     options,
                 )
             }
+        };
+        let split = (threads > 1)
+            .then(|| plan::split_dim(plan, kernel, threads, tiles::tile_granule(itemsize)))
+            .flatten();
+        let Some((dim, granule)) = split else {
+            return run(plan);
+        };
+        let pieces = plan::split(plan, dim, granule, threads);
+        let Some((first, rest)) = pieces.split_first() else {
+            return;
         };
         std::thread::scope(|scope| {
             let mut inline = Vec::new();
@@ -244,9 +233,11 @@ impl Job {
 
     /// Measure the candidates on chunks of this copy (`bytes` bytes), keep the choice, and copy
     /// the rest with it. Each round runs every candidate on a chunk of its own, in an order
-    /// that turns from round to round so that none always follows another. A copy that can't
-    /// be cut into enough chunks of the size the calibration wants runs with one thread and
-    /// leaves the measuring to a later one.
+    /// that turns from round to round so that none always follows another. Where the chunks'
+    /// memory isn't all mapped yet (memory never written before, as a fresh destination's is),
+    /// they would time the kernel mapping pages, not the copy: such a copy, and one that can't
+    /// be cut into enough chunks of the size the calibration wants, runs as the first (cheapest)
+    /// candidate and leaves the measuring to a later one.
     ///
     /// # Safety
     /// As for [`Job::run`], with the whole plan.
@@ -257,12 +248,14 @@ impl Job {
             .calibration_chunks(bytes, k, most)
             .and_then(|(rounds, chunk)| {
                 let (dim, steps) = self.chunks(bytes, chunk, k * rounds)?;
-                Some((rounds, dim, steps))
+                let region = plan::slice(&self.plan, dim, 0..steps * k * rounds);
+                self.mapped(&region).then_some((rounds, dim, steps))
             });
+        let first = cal.candidates.first().copied().unwrap_or(ONE_THREAD);
         let Some((rounds, dim, steps)) = cut else {
             drop(cal);
             // SAFETY: the whole plan (the contract).
-            return unsafe { self.run(&self.plan, 1, ONE_THREAD) };
+            return unsafe { self.run(&self.plan, limits.threads_for(bytes, first), first) };
         };
         let mut trials = vec![Vec::with_capacity(rounds); k];
         let (mut at, mut calibrated) = (0, 0);
@@ -291,9 +284,30 @@ impl Job {
         }
     }
 
+    /// Whether the pages `piece` reads and writes are all mapped, so that copying it takes no
+    /// page faults (true where that can't be told).
+    fn mapped(&self, piece: &Plan) -> bool {
+        let span = |base: SendPtr, offset: isize, stride: fn(&plan::Dim) -> isize| {
+            let first = base.get().wrapping_offset(offset) as usize;
+            let (mut lo, mut hi) = (first, first.wrapping_add(self.itemsize));
+            for d in &piece.dims {
+                let reach = (d.n as isize).saturating_sub(1).wrapping_mul(stride(d));
+                if reach < 0 {
+                    lo = lo.wrapping_sub(reach.unsigned_abs());
+                } else {
+                    hi = hi.wrapping_add(reach.unsigned_abs());
+                }
+            }
+            (lo, hi)
+        };
+        let dst = span(self.dst, piece.dst_offset, |d| d.dst);
+        let src = span(self.src, piece.src_offset, |d| d.src);
+        resident(dst) && resident(src)
+    }
+
     /// The loop to cut calibration chunks from and the steps of it in one: chunks of about
-    /// `chunk` bytes (at most twice that), `count` of them inside the copy; `None` when no
-    /// loop allows that.
+    /// `chunk` bytes (at most twice that), `count` of them inside the copy; `None` when no loop
+    /// allows that.
     fn chunks(&self, bytes: usize, chunk: usize, count: usize) -> Option<(usize, usize)> {
         let pieces = (bytes / chunk.max(1)).max(1);
         let granule = tiles::tile_granule(self.itemsize);
@@ -304,8 +318,35 @@ impl Job {
         let units = (chunk / unit_bytes).max(1);
         let steps = units.saturating_mul(granule);
         let fits = steps.saturating_mul(count) <= n;
-        (fits && unit_bytes.saturating_mul(units) <= chunk.saturating_mul(2))
-            .then_some((dim, steps))
+        let fine = unit_bytes.saturating_mul(units) <= chunk.saturating_mul(2);
+        (fits && fine).then_some((dim, steps))
+    }
+}
+
+/// The most bytes [`resident`] asks the kernel about: beyond, it assumes they are.
+const RESIDENT_MAX_BYTES: usize = 1 << 30;
+
+/// Whether every page of the bytes `[lo, hi)` is in memory (`mincore`); true where that can't
+/// be told (not Linux, a span beyond [`RESIDENT_MAX_BYTES`], the call failing).
+fn resident((lo, hi): (usize, usize)) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let page = rustix::param::page_size();
+        let start = lo / page * page;
+        let len = hi.saturating_sub(start);
+        if hi <= lo || len > RESIDENT_MAX_BYTES {
+            return true;
+        }
+        let mut pages = vec![0u8; len.div_ceil(page)];
+        // SAFETY: mincore only reads the page tables for the range (an address not mapped is
+        // an error, not a fault) and writes one byte per page into `pages`, which has as many.
+        let rc = unsafe { libc::mincore(start as *mut libc::c_void, len, pages.as_mut_ptr()) };
+        rc != 0 || pages.iter().all(|p| p & 1 == 1)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (lo, hi, RESIDENT_MAX_BYTES);
+        true
     }
 }
 

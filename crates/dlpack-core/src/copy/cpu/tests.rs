@@ -684,3 +684,45 @@ fn calibration_waits_for_a_copy_large_enough() {
     check(&[1 << 14], &[4], &[4], 4, None, (1, 2), config).unwrap();
     assert_eq!(tuner.log().len(), 1);
 }
+
+/// A copy into memory never written before faults its pages in: its chunks would time the
+/// kernel, so it measures nothing (and copies every byte); the next copy, into the same memory,
+/// measures.
+#[cfg(target_os = "linux")]
+#[test]
+fn calibration_skips_memory_not_yet_mapped() {
+    use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
+    let n = 1 << 18; // 1 MiB of u32
+    let src: Vec<u32> = (0..n as u32).collect();
+    // SAFETY: a fresh private anonymous mapping, no address asked for.
+    let fresh = unsafe {
+        mmap_anonymous(
+            std::ptr::null_mut(),
+            4 * n,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE,
+        )
+    }
+    .expect("a mapping");
+    let tuner: &'static Tuner = Box::leak(Box::new(Tuner::new(TINY, Settings::default(), 3)));
+    let config = Config {
+        tuner,
+        ..Config::new()
+    };
+    let flat = |ptr| Strided {
+        ptr,
+        shape: vec![n],
+        strides: vec![4],
+    };
+    let (d, s) = (flat(fresh.cast()), flat(src.as_ptr().cast_mut().cast()));
+    for kept in [0, 1] {
+        // SAFETY: `d` addresses the mapping exactly, `s` the vector.
+        unsafe { copy_strided_with(&d, &s, 4, None, config) };
+        // SAFETY: the mapping holds `n` u32, all written by the copy.
+        let out = unsafe { std::slice::from_raw_parts(fresh.cast::<u32>(), n) };
+        assert!(out == &src[..]);
+        assert_eq!(tuner.log().len(), kept);
+    }
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { munmap(fresh, 4 * n) }.expect("unmapped");
+}

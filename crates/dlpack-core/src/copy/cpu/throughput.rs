@@ -171,3 +171,38 @@ fn throughput() {
         }
     }
 }
+
+/// Per-call cost of small copies: the engine against a bare `memcpy` of the same bytes.
+#[test]
+#[ignore = "benchmark"]
+fn small_copies() {
+    for bytes in [4usize << 10, 64 << 10, 1 << 20] {
+        let (src, dst) = (Big::new(bytes), Big::new(bytes));
+        let (sp, dp) = (src.0.as_ptr(), dst.0.as_ptr());
+        let n = bytes / 4;
+        let c = |p| Strided {
+            ptr: p,
+            shape: vec![n],
+            strides: vec![4],
+        };
+        let (d, s) = (c(dp), c(sp));
+        let calls = (64 << 20) / bytes;
+        let per_call = |f: &dyn Fn()| {
+            best(7, || {
+                for _ in 0..calls {
+                    f();
+                }
+            }) / calls as f64
+        };
+        // SAFETY: `bytes` bytes in each of two buffers of that size.
+        let memcpy = per_call(&|| unsafe { std::ptr::copy_nonoverlapping(sp, dp, bytes) });
+        // SAFETY: the layouts address the two buffers exactly.
+        let ours = per_call(&|| unsafe { copy_strided(&d, &s, 4, None) });
+        println!(
+            "{:>8} bytes: memcpy {:8.1} ns, copy_strided {:8.1} ns",
+            bytes,
+            memcpy * 1e9,
+            ours * 1e9
+        );
+    }
+}
