@@ -8,8 +8,9 @@ Run from the repository root with the python that has ``dlpack-adapter`` install
     python -P bench/bench_copy.py --json out.json
 
 Cases (float32): a contiguous 64 MiB copy, a 4096x4096 transpose, a 64**4 permute (3, 1, 2, 0)
-and a stride-2 gather. Each competitor writes into its own preallocated destination; timeit times
-it (``bench/_bench_timing.py``: ``Timer.autorange`` picks the loop count, ``Timer.repeat`` times
+and a stride-2 gather; then contiguous copies of 4 KiB, 64 KiB and 1 MiB (the cost of a call).
+Each competitor writes into its own preallocated destination; timeit times it
+(``bench/_bench_timing.py``: ``Timer.autorange`` picks the loop count, ``Timer.repeat`` times
 it), repeats of the competitors are interleaved so they see the same machine noise, and the table
 shows the best repeat. GB/s is 2 x the destination's bytes per second (what a copy reads and
 writes; the stride-2 gather really reads twice that). Every result is checked against numpy's.
@@ -17,6 +18,12 @@ writes; the stride-2 gather really reads twice that). Every result is checked ag
 The transpose also gets a second table: ``dlpack.copyto`` of ``src.T`` against the limit, a
 contiguous copy of the same bytes (the faster of ``np.copyto``, one memcpy, and
 ``dlpack.copyto``, memcpy on every core), timed in the same interleaved repeats.
+
+The engine measures, on the first copy of each kind large enough, how many threads and which
+stores to use (the check of each case's result, before the timing, is that copy); the run ends
+with what it chose and what the measuring cost, as ``python -m dlpack`` shows it. The header
+names the CPU (``lscpu``'s model line) and the load average before and after the run: the
+machine's other work changes the figures.
 
 A row whose library is missing, or whose call raises, is skipped with a printed reason.
 """
@@ -26,6 +33,7 @@ import json
 import os
 import platform
 import runpy
+import subprocess
 import sys
 import timeit
 
@@ -80,16 +88,25 @@ def case_inputs(name: str):
         base = rng.random(32 * 1024 * 1024, dtype=np.float32)  # 128 MiB, every other item
         view = base[::2]
         t = torch.from_numpy(base)[::2] if torch is not None else None
+    elif name in SMALL:
+        view = rng.random(SMALL[name] // 4, dtype=np.float32)
+        t = None
     else:
         raise ValueError(name)
     return view, t
 
+
+# Contiguous copies small enough that the call's own cost shows: name -> bytes.
+SMALL = {"4k": 4 << 10, "64k": 64 << 10, "1m": 1 << 20}
 
 CASES = {
     "contiguous": "contiguous float32, 64 MiB",
     "transpose": "4096x4096 float32 `src.T`",
     "permute": "64^4 float32 permute (3,1,2,0)",
     "gather": "stride-2 gather `src[::2]`, 64 MiB out",
+    "4k": "contiguous float32, 4 KiB",
+    "64k": "contiguous float32, 64 KiB",
+    "1m": "contiguous float32, 1 MiB",
 }
 
 
@@ -125,7 +142,7 @@ def run_case(name: str, repeats: int, min_time: float) -> dict:
             fns["dlpack"] = lambda: dlpack.copyto(d_ours, src)
             outputs["dlpack"] = d_ours
 
-    if name != "contiguous" and name != "gather":
+    if name not in ("contiguous", "gather", *SMALL):
         if torch is None:
             skipped["torch"] = TORCH_MISSING
         else:
@@ -212,6 +229,46 @@ def limit_table(results: dict) -> str:
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
+def cpu_model() -> str:
+    """``lscpu``'s model line (or /proc/cpuinfo's), and its L3 line where it has one."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        out = ""
+    lines = {k.strip(): v.strip() for k, _, v in (x.partition(":") for x in out.splitlines())}
+    if "Model name" in lines:
+        l3 = f", L3 {lines['L3 cache']}" if "L3 cache" in lines else ""
+        return f"Model name: {lines['Model name']}{l3}"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return "Model name: " + line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load() -> str:
+    try:
+        return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
+def engine_report() -> list[str]:
+    """What the copy engine chose in this run, and what measuring cost."""
+    if DLPACK_MISSING:
+        return []
+    try:
+        from dlpack import _dlpack
+        from dlpack._report._engine import engine_lines
+
+        return engine_lines(_dlpack._copy_engine())
+    except (ImportError, AttributeError) as exc:
+        return [f"(this build reports no copy engine choices: {exc})"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
@@ -222,6 +279,7 @@ def main() -> None:
     repeats = args.repeats or (3 if args.quick else 9)
     min_time = 0.05 if args.quick else 0.2
 
+    before = load()
     results = {}
     for name in args.cases or list(CASES):
         results[name] = run_case(name, repeats, min_time)
@@ -229,7 +287,7 @@ def main() -> None:
     versions = [f"numpy {np.__version__}"]
     if torch is not None:
         versions.append(f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, ", end="")
+    print(f"{cpu_model()}; {os.cpu_count()} CPUs; {before} before the run, {load()} after")
     print(", ".join(versions) + f", best of {repeats} repeats\n")
     print(table(results))
     print(
@@ -239,6 +297,9 @@ def main() -> None:
     limits = limit_table(results)
     if limits:
         print("\n" + limits)
+    engine = engine_report()
+    if engine:
+        print("\n" + "\n".join(engine))
     for name, res in results.items():
         for key, reason in res["skipped"].items():
             print(f"skipped {key} for {name}: {reason}")
