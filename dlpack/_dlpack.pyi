@@ -97,11 +97,12 @@ def dense_strides(shape: Sequence[int], byte_strides: Sequence[int], itemsize: i
 
 def _copy_engine(measure: bool = False) -> dict[str, Any]:
     """What the CPU copy engine chose, per kind of copy (``"contiguous"``, ``"transpose"``,
-    ``"gather"``, ``"byte swap"``) and size band, and from what::
+    ``"gather"``, ``"byte swap"``), size band and destination memory (``"mapped"``: written
+    before; ``"fresh"``: pages the kernel maps as the copy first writes them), and from what::
 
         {"max_threads", "parallel_threshold", "streaming_threshold", "margin",
          "settings": {variable: value or None}, "settings_error": str or None,
-         "choices": [{"kind", "bytes": (low, high or None),
+         "choices": [{"kind", "bytes": (low, high or None), "memory",
                       "state": "measured" | "fixed" | "not yet",
                       "threads", "stores": "regular" | "streaming" (None when not yet),
                       "candidates": [{"threads", "stores", "gb_per_s" (None: not measured)}],

@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFrozenSet, PyList, PyMappingProxy, PyTuple};
 
-use dlpack_core::copy::cpu::tune::{self, Choice, How};
+use dlpack_core::copy::cpu::tune::{self, Choice, How, Memory};
 
 use dlpack_core::device::{CPU_READABLE_DEVICE_TYPES, DEVICE_TYPES, HOST_DEVICE_TYPES};
 use dlpack_core::dtype::DType;
@@ -80,7 +80,12 @@ fn _copy_engine(py: Python<'_>, measure: bool) -> Result<Bound<'_, PyDict>> {
     let choices = PyList::empty(py);
     for entry in report.entries {
         let e = PyDict::new(py);
-        e.set_item("kind", entry.class.name())?;
+        e.set_item("kind", entry.key.class.name())?;
+        let memory = match entry.key.memory {
+            Memory::Mapped => "mapped",
+            Memory::Fresh => "fresh",
+        };
+        e.set_item("memory", memory)?;
         e.set_item("bytes", entry.bytes)?;
         let (state, choice) = match &entry.record {
             None => ("not yet", None),

@@ -70,19 +70,22 @@ def engine_lines(facts: dict[str, Any]) -> list[str]:
     fixed = ", ".join(set_here) if set_here else f"{' and '.join(VARIABLES)} unset"
     lines = [
         f"CPU copy engine (up to {facts['max_threads']} threads; {fixed}; threads and streaming"
-        " stores chosen per kind of copy by measuring chunks of its first large copy):"
+        " stores chosen per kind of copy by measuring chunks of its first large copy, apart"
+        " into memory written before (mapped) and into fresh memory):"
     ]
     rows = []
     cost = 0.0
     for choice in facts["choices"]:
         low, high = choice["bytes"]
         way = _way(choice["threads"], choice["stores"]) if choice["threads"] else "-"
-        rows.append([choice["kind"], _band(low, high), way, _why(choice, facts["margin"])])
+        memory = "fresh memory" if choice["memory"] == "fresh" else "mapped memory"
+        why = _why(choice, facts["margin"])
+        rows.append([choice["kind"], _band(low, high), memory, way, why])
         cost += choice["cost_seconds"] or 0.0
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
-        cells = "  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True))
-        lines.append(f"  {cells}  {r[3]}")
+        cells = "  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True))
+        lines.append(f"  {cells}  {r[4]}")
     lines.append(
         f"  (smaller copies: 1 thread, regular stores; measuring cost {cost * 1e3:.1f} ms in all,"
         " against the chosen ways)"

@@ -5,7 +5,7 @@ use std::time::Instant;
 use super::elem::{Dyn, Plain, Swapped};
 use super::kernels;
 use super::tiles::{self, Isa, Options};
-use super::tune::{self, Band, Choice, Class, Limits, Lookup, ONE_THREAD, Tuner};
+use super::tune::{self, Band, Choice, Class, Key, Limits, Lookup, Memory, ONE_THREAD, Tuner};
 use crate::copy::plan::{self, Kernel, Plan};
 use crate::layout::strides_nest;
 
@@ -152,7 +152,12 @@ pub(super) unsafe fn copy_strided_with(
     let tuner = config.tuner;
     let limits = &tuner.limits;
     let band = Band::of(bytes, limits).filter(|_| threads_ok);
-    let choice = match band.map(|band| tuner.lookup(class, band)) {
+    let key = band.map(|band| Key {
+        class,
+        band,
+        memory: job.memory_at(job.dst, job.plan.dst_offset),
+    });
+    let choice = match key.map(|key| tuner.lookup(key)) {
         None => ONE_THREAD,
         Some(Lookup::Known(choice)) => choice,
         // SAFETY: as above.
@@ -233,11 +238,11 @@ impl Job {
 
     /// Measure the candidates on chunks of this copy (`bytes` bytes), keep the choice, and copy
     /// the rest with it. Each round runs every candidate on a chunk of its own, in an order
-    /// that turns from round to round so that none always follows another. Where the chunks'
-    /// memory isn't all mapped yet (memory never written before, as a fresh destination's is),
-    /// they would time the kernel mapping pages, not the copy: such a copy, and one that can't
-    /// be cut into enough chunks of the size the calibration wants, runs as the first (cheapest)
-    /// candidate and leaves the measuring to a later one.
+    /// that turns from round to round so that none always follows another. The chunks'
+    /// destination must be all in memory or all not (as the key says) and their source all in
+    /// memory, or some chunks would time the kernel mapping pages and others not: a copy where
+    /// that isn't so, or that can't be cut into enough chunks of the size the calibration
+    /// wants, runs as the first (cheapest) candidate and leaves the measuring to a later one.
     ///
     /// # Safety
     /// As for [`Job::run`], with the whole plan.
@@ -249,7 +254,7 @@ impl Job {
             .and_then(|(rounds, chunk)| {
                 let (dim, steps) = self.chunks(bytes, chunk, k * rounds)?;
                 let region = plan::slice(&self.plan, dim, 0..steps * k * rounds);
-                self.mapped(&region).then_some((rounds, dim, steps))
+                (self.memory_of(&region) == Some(cal.key.memory)).then_some((rounds, dim, steps))
             });
         let first = cal.candidates.first().copied().unwrap_or(ONE_THREAD);
         let Some((rounds, dim, steps)) = cut else {
@@ -284,25 +289,52 @@ impl Job {
         }
     }
 
-    /// Whether the pages `piece` reads and writes are all mapped, so that copying it takes no
-    /// page faults (true where that can't be told).
-    fn mapped(&self, piece: &Plan) -> bool {
-        let span = |base: SendPtr, offset: isize, stride: fn(&plan::Dim) -> isize| {
-            let first = base.get().wrapping_offset(offset) as usize;
-            let (mut lo, mut hi) = (first, first.wrapping_add(self.itemsize));
-            for d in &piece.dims {
-                let reach = (d.n as isize).saturating_sub(1).wrapping_mul(stride(d));
-                if reach < 0 {
-                    lo = lo.wrapping_sub(reach.unsigned_abs());
-                } else {
-                    hi = hi.wrapping_add(reach.unsigned_abs());
-                }
+    /// The bytes `piece` addresses on one side (`base`, its offset, the dims' strides on that
+    /// side), `[lo, hi)`.
+    fn span(&self, piece: &Plan, base: SendPtr, offset: isize, dst: bool) -> (usize, usize) {
+        let first = base.get().wrapping_offset(offset) as usize;
+        let (mut lo, mut hi) = (first, first.wrapping_add(self.itemsize));
+        for d in &piece.dims {
+            let stride = if dst { d.dst } else { d.src };
+            let reach = (d.n as isize).saturating_sub(1).wrapping_mul(stride);
+            if reach < 0 {
+                lo = lo.wrapping_sub(reach.unsigned_abs());
+            } else {
+                hi = hi.wrapping_add(reach.unsigned_abs());
             }
-            (lo, hi)
-        };
-        let dst = span(self.dst, piece.dst_offset, |d| d.dst);
-        let src = span(self.src, piece.src_offset, |d| d.src);
-        resident(dst) && resident(src)
+        }
+        (lo, hi)
+    }
+
+    /// Whether the page of the element at `offset` from `base` is in memory (mapped where that
+    /// can't be told): a copy's destination is fresh, or not, as a whole, nearly always.
+    fn memory_at(&self, base: SendPtr, offset: isize) -> Memory {
+        let at = base.get().wrapping_offset(offset) as usize;
+        match residency((at, at.wrapping_add(1))) {
+            Some((0, _)) => Memory::Fresh,
+            _ => Memory::Mapped,
+        }
+    }
+
+    /// Whether `piece`'s destination is all in memory or all not, with its source all in
+    /// memory (`None`: neither, or a source not all in memory); what can't be told counts as
+    /// in memory.
+    fn memory_of(&self, piece: &Plan) -> Option<Memory> {
+        let all = |r: Option<(usize, usize)>| r.is_none_or(|(yes, all)| yes == all);
+        if !all(residency(self.span(
+            piece,
+            self.src,
+            piece.src_offset,
+            false,
+        ))) {
+            return None;
+        }
+        match residency(self.span(piece, self.dst, piece.dst_offset, true)) {
+            None => Some(Memory::Mapped),
+            Some((0, _)) => Some(Memory::Fresh),
+            Some((yes, all)) if yes == all => Some(Memory::Mapped),
+            Some(_) => None,
+        }
     }
 
     /// The loop to cut calibration chunks from and the steps of it in one: chunks of about
@@ -323,56 +355,111 @@ impl Job {
     }
 }
 
-/// The most bytes [`resident`] asks the kernel about: beyond, it assumes they are.
-const RESIDENT_MAX_BYTES: usize = 1 << 30;
+/// The most bytes [`residency`] asks the kernel about.
+const RESIDENCY_MAX_BYTES: usize = 1 << 30;
 
-/// Whether every page of the bytes `[lo, hi)` is in memory (`mincore`); true where that can't
-/// be told (not Linux, a span beyond [`RESIDENT_MAX_BYTES`], the call failing).
-fn resident((lo, hi): (usize, usize)) -> bool {
+/// How many of the pages holding the bytes `[lo, hi)` are in memory, of how many (`mincore`);
+/// `None` where that can't be told (not Linux, a span beyond [`RESIDENCY_MAX_BYTES`], the call
+/// failing).
+fn residency((lo, hi): (usize, usize)) -> Option<(usize, usize)> {
     #[cfg(target_os = "linux")]
     {
         let page = rustix::param::page_size();
         let start = lo / page * page;
         let len = hi.saturating_sub(start);
-        if hi <= lo || len > RESIDENT_MAX_BYTES {
-            return true;
+        if hi <= lo || len > RESIDENCY_MAX_BYTES {
+            return None;
         }
         let mut pages = vec![0u8; len.div_ceil(page)];
         // SAFETY: mincore only reads the page tables for the range (an address not mapped is
         // an error, not a fault) and writes one byte per page into `pages`, which has as many.
         let rc = unsafe { libc::mincore(start as *mut libc::c_void, len, pages.as_mut_ptr()) };
-        rc != 0 || pages.iter().all(|p| p & 1 == 1)
+        (rc == 0).then(|| (pages.iter().filter(|p| *p & 1 == 1).count(), pages.len()))
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (lo, hi, RESIDENT_MAX_BYTES);
-        true
+        let _ = (lo, hi, RESIDENCY_MAX_BYTES);
+        None
     }
 }
 
-/// Measure now, on copies of the engine's own, every class and band the process's tuner has no
-/// choice for yet (`python -m dlpack` reports what the engine picks; a program's own copies
-/// otherwise measure the first time they can). Memory for the copies that can't be had is an
-/// error, and nothing is measured.
+/// Fresh memory for [`calibrate_now`]: an anonymous mapping no page of which is in memory yet,
+/// advised for huge pages as the arrays it stands for are (numpy's, and ours).
+#[cfg(target_os = "linux")]
+struct Fresh {
+    ptr: *mut u8,
+    len: usize,
+}
+
+/// None elsewhere: [`residency`] can't tell fresh memory there.
+#[cfg(not(target_os = "linux"))]
+enum Fresh {}
+
+#[cfg(not(target_os = "linux"))]
+impl Fresh {
+    fn new(_: usize) -> crate::error::Result<Option<Fresh>> {
+        Ok(None)
+    }
+
+    fn ptr(&self) -> *mut u8 {
+        match *self {}
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Fresh {
+    fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    fn new(len: usize) -> crate::error::Result<Option<Fresh>> {
+        use rustix::mm::{Advice, MapFlags, ProtFlags, madvise, mmap_anonymous};
+        crate::available::check(len as u64, "memory")?;
+        let rw = ProtFlags::READ | ProtFlags::WRITE;
+        // SAFETY: a new private anonymous mapping at an address of the kernel's choosing.
+        let ptr = unsafe { mmap_anonymous(std::ptr::null_mut(), len, rw, MapFlags::PRIVATE) }
+            .map_err(|e| crate::error::Error::Memory(format!("can't map {len} bytes: {e}")))?;
+        // SAFETY: the mapping just made; the advice only changes how the kernel backs it.
+        let _ = unsafe { madvise(ptr, len, Advice::LinuxHugepage) };
+        Ok(Some(Fresh {
+            ptr: ptr.cast(),
+            len,
+        }))
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for Fresh {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, unmapped once; nothing points into it any more.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Measure now, on copies of the engine's own, every key the process's tuner has no choice for
+/// yet (`python -m dlpack` reports what the engine picks; a program's own copies otherwise
+/// measure the first time they can): into memory written before and, on Linux, into fresh
+/// mappings. Memory for the copies that can't be had is an error, and nothing more is measured.
 pub fn calibrate_now() -> crate::error::Result<()> {
     let tuner = Tuner::process();
     let large = 2 * tuner.limits.streaming;
     let mid = tuner.limits.streaming / 2;
-    // The source holds a stride-2 gather's items; the destination is touched first, so that
-    // no copy pays for mapping its pages.
+    // The source holds a stride-2 gather's items. Both are written first, so that copies into
+    // and from them map no pages: the destination, then the source, whose last half then holds
+    // the caches, which the large copies (from the first half) find as cold as a large array
+    // is; the small ones come after.
     let src = crate::memory::AlignedBuffer::new(2 * large)?;
     let dst = crate::memory::AlignedBuffer::new(large)?;
     // SAFETY: the buffer is ours alone, of this size.
-    unsafe { std::ptr::write_bytes(src.as_ptr(), 0x5a, 2 * large) };
-    // SAFETY: as above.
     unsafe { std::ptr::write_bytes(dst.as_ptr(), 0, large) };
-    for bytes in [mid, large] {
+    // SAFETY: as above.
+    unsafe { std::ptr::write_bytes(src.as_ptr(), 0x5a, 2 * large) };
+    for bytes in [large, mid] {
         let Some(band) = Band::of(bytes, &tuner.limits) else {
             continue;
         };
         let n = bytes / 4;
         let side = 1 << (n.ilog2() / 2);
-        let (d, s) = (dst.as_ptr(), src.as_ptr());
         let flat = |p, stride| Strided {
             ptr: p,
             shape: vec![n],
@@ -383,22 +470,45 @@ pub fn calibrate_now() -> crate::error::Result<()> {
             shape: vec![side, n / side],
             strides,
         };
-        let cases = [
-            (Class::Contiguous, flat(d, 4), flat(s, 4), None),
-            (
-                Class::Tiles,
-                grid(d, vec![(n / side * 4) as isize, 4]),
-                grid(s, vec![4, (side * 4) as isize]),
-                None,
-            ),
-            (Class::Gather, flat(d, 4), flat(s, 8), None),
-            (Class::Swap, flat(d, 4), flat(s, 4), Some(4)),
-        ];
-        for (class, to, from, swap) in cases {
-            if tuner.record(class, band).is_none() {
-                // SAFETY: every layout addresses inside `dst` (`large` bytes: `n` items of
-                // 4 bytes, `bytes <= large`) and `src` (twice that: `n` items 8 bytes apart),
-                // two buffers of ours that live through the loop.
+        // (class, destination, source, swap) into the destination at `d`.
+        let case = |class, d: *mut u8| {
+            let s = src.as_ptr();
+            match class {
+                Class::Contiguous => (flat(d, 4), flat(s, 4), None),
+                Class::Tiles => (
+                    grid(d, vec![(n / side * 4) as isize, 4]),
+                    grid(s, vec![4, (side * 4) as isize]),
+                    None,
+                ),
+                Class::Gather => (flat(d, 4), flat(s, 8), None),
+                Class::Swap => (flat(d, 4), flat(s, 4), Some(4)),
+            }
+        };
+        for class in Class::ALL {
+            for memory in Memory::ALL {
+                if tuner
+                    .record(Key {
+                        class,
+                        band,
+                        memory,
+                    })
+                    .is_some()
+                {
+                    continue;
+                }
+                let fresh = match memory {
+                    Memory::Mapped => None,
+                    Memory::Fresh => match Fresh::new(bytes)? {
+                        Some(fresh) => Some(fresh),
+                        None => continue, // no fresh memory to be had (or told) here
+                    },
+                };
+                let d = fresh.as_ref().map_or(dst.as_ptr(), Fresh::ptr);
+                let (to, from, swap) = case(class, d);
+                // SAFETY: every layout addresses inside its destination (`n` items of 4 bytes:
+                // `bytes`, no more than `dst`'s `large` or than the fresh mapping of `bytes`)
+                // and `src` (twice `large`: `n` items 8 bytes apart), all of them ours and alive
+                // through the copy.
                 unsafe { copy_strided(&to, &from, 4, swap) };
             }
         }

@@ -2,7 +2,7 @@
 
 use super::engine::*;
 use super::tiles::Isa;
-use super::tune::{Band, Choice, Class, How, Limits, Settings, Tuner};
+use super::tune::{Band, Choice, Class, How, Key, Limits, Memory, Settings, Tuner};
 use crate::copy::plan::{self, Kernel};
 use proptest::prelude::*;
 
@@ -651,10 +651,19 @@ fn calibration_measures_on_the_copy() {
             check(&shape, &src, &dst, 4, swap, (0, 0), config).unwrap();
         }
         let log = tuner.log();
-        let [(c, band, record)] = &log[..] else {
+        let [(key, record)] = &log[..] else {
             panic!("{class:?}: one calibration, kept: {log:?}");
         };
-        assert_eq!((*c, *band), (class, Band::Large));
+        let band = Band::Large;
+        let memory = Memory::Mapped;
+        assert_eq!(
+            *key,
+            Key {
+                class,
+                band,
+                memory
+            }
+        );
         let How::Measured(m) = &record.how else {
             panic!("{class:?}: measured");
         };
@@ -685,12 +694,12 @@ fn calibration_waits_for_a_copy_large_enough() {
     assert_eq!(tuner.log().len(), 1);
 }
 
-/// A copy into memory never written before faults its pages in: its chunks would time the
-/// kernel, so it measures nothing (and copies every byte); the next copy, into the same memory,
-/// measures.
+/// A copy into memory never written before, whose pages the kernel maps as it writes them, is
+/// measured and kept apart from copies into memory written before; the next copy into the same
+/// memory measures again, for memory in place. Every byte is copied each time.
 #[cfg(target_os = "linux")]
 #[test]
-fn calibration_skips_memory_not_yet_mapped() {
+fn fresh_memory_is_measured_apart() {
     use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
     let n = 1 << 18; // 1 MiB of u32
     let src: Vec<u32> = (0..n as u32).collect();
@@ -715,14 +724,27 @@ fn calibration_skips_memory_not_yet_mapped() {
         strides: vec![4],
     };
     let (d, s) = (flat(fresh.cast()), flat(src.as_ptr().cast_mut().cast()));
-    for kept in [0, 1] {
+    for memory in [Memory::Fresh, Memory::Mapped] {
         // SAFETY: `d` addresses the mapping exactly, `s` the vector.
         unsafe { copy_strided_with(&d, &s, 4, None, config) };
         // SAFETY: the mapping holds `n` u32, all written by the copy.
         let out = unsafe { std::slice::from_raw_parts(fresh.cast::<u32>(), n) };
         assert!(out == &src[..]);
-        assert_eq!(tuner.log().len(), kept);
+        let log = tuner.log();
+        let (key, record) = log.last().expect("a calibration");
+        let class = Class::Contiguous;
+        let band = Band::Large;
+        assert_eq!(
+            *key,
+            Key {
+                class,
+                band,
+                memory
+            }
+        );
+        assert!(matches!(record.how, How::Measured(_)));
     }
+    assert_eq!(tuner.log().len(), 2);
     // SAFETY: the mapping made above, no longer used.
     unsafe { munmap(fresh, 4 * n) }.expect("unmapped");
 }

@@ -167,7 +167,7 @@ fn throughput() {
     }
     for entry in super::tune::report().entries {
         if let Some(record) = entry.record {
-            println!("{:?} {:?}: {:?}", entry.class, entry.band, record);
+            println!("{:?}: {:?}", entry.key, record);
         }
     }
 }

@@ -2,6 +2,10 @@
 //! band ([`Band`]), the thread count and the store kind ([`Choice`]) are measured once per
 //! process, on the first copy that can show them, and kept.
 //!
+//! Copies into memory not yet mapped (a fresh destination, whose pages the kernel maps, zeroed, as
+//! the copy first writes them) are measured and kept apart from copies into memory already
+//! written ([`Memory`]): the kernel's work weighs as much as the copy's there.
+//!
 //! A copy large enough to measure on is cut into a few chunks; each candidate copies some of
 //! them, in turns (a round of every candidate, several rounds), and each keeps its fastest
 //! chunk, in seconds per byte. [`decide`], a pure function of those times, keeps one thread
@@ -107,6 +111,24 @@ impl Band {
             Band::Large => (limits.streaming, None),
         }
     }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Whether a copy's destination is in memory yet: which of two sets of choices it uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Memory {
+    /// Written before (mapped): the copy's own speed.
+    Mapped,
+    /// Not mapped yet (fresh from the allocator): each page is mapped, zeroed, on its first
+    /// write.
+    Fresh,
+}
+
+impl Memory {
+    pub const ALL: [Memory; 2] = [Memory::Mapped, Memory::Fresh];
 
     fn index(self) -> usize {
         self as usize
@@ -334,6 +356,29 @@ impl Limits {
     }
 }
 
+/// What a kept choice holds for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub class: Class,
+    pub band: Band,
+    pub memory: Memory,
+}
+
+impl Key {
+    /// Every key, in the report's order.
+    pub fn all() -> impl Iterator<Item = Key> {
+        (Class::ALL.into_iter()).flat_map(|class| {
+            (Band::ALL.into_iter()).flat_map(move |band| {
+                (Memory::ALL.into_iter()).map(move |memory| Key {
+                    class,
+                    band,
+                    memory,
+                })
+            })
+        })
+    }
+}
+
 /// What [`Tuner::lookup`] found.
 pub enum Lookup<'a> {
     /// Use this.
@@ -355,12 +400,12 @@ const MEASURING: u8 = 1;
 
 /// The kept choices, per class and band.
 pub struct Tuner {
-    slots: [[Slot; 2]; 4],
+    slots: [[[Slot; 2]; 2]; 4],
     pub limits: Limits,
     pub settings: Settings,
     pub max_threads: usize,
     /// A test hook: what every calibration of this tuner recorded, in order.
-    log: Mutex<Vec<(Class, Band, Record)>>,
+    log: Mutex<Vec<(Key, Record)>>,
 }
 
 impl Tuner {
@@ -384,8 +429,8 @@ impl Tuner {
         })
     }
 
-    fn slot(&self, class: Class, band: Band) -> &Slot {
-        &self.slots[class.index()][band.index()]
+    fn slot(&self, key: Key) -> &Slot {
+        &self.slots[key.class.index()][key.band.index()][key.memory.index()]
     }
 
     /// The candidates for `class` in `band` here.
@@ -393,15 +438,15 @@ impl Tuner {
         candidates(class, band, self.settings, self.max_threads)
     }
 
-    /// The choice for a copy of `class` in `band`: the kept one; the only candidate when the
-    /// settings leave one (kept at once); one thread with ordinary stores while another copy
-    /// measures; else the caller measures.
-    pub fn lookup(&self, class: Class, band: Band) -> Lookup<'_> {
-        let slot = self.slot(class, band);
+    /// The choice for a copy of `key`: the kept one; the only candidate when the settings
+    /// leave one (kept at once); the first (cheapest) candidate while another copy measures;
+    /// else the caller measures.
+    pub fn lookup(&self, key: Key) -> Lookup<'_> {
+        let slot = self.slot(key);
         if let Some(r) = slot.record.get() {
             return Lookup::Known(r.choice);
         }
-        let candidates = self.candidates(class, band);
+        let candidates = self.candidates(key.class, key.band);
         if let [only] = candidates[..] {
             let record = Record {
                 choice: only,
@@ -417,21 +462,20 @@ impl Tuner {
         ) {
             Ok(_) => Lookup::Measure(Calibration {
                 tuner: self,
-                class,
-                band,
+                key,
                 candidates,
             }),
             Err(_) => Lookup::Known(slot.record.get().map_or(candidates[0], |r| r.choice)),
         }
     }
 
-    /// What is kept for `class` in `band`, if anything.
-    pub fn record(&self, class: Class, band: Band) -> Option<Record> {
-        self.slot(class, band).record.get().cloned()
+    /// What is kept for `key`, if anything.
+    pub fn record(&self, key: Key) -> Option<Record> {
+        self.slot(key).record.get().cloned()
     }
 
     /// Every calibration this tuner kept, in order.
-    pub fn log(&self) -> Vec<(Class, Band, Record)> {
+    pub fn log(&self) -> Vec<(Key, Record)> {
         self.log
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -439,11 +483,10 @@ impl Tuner {
     }
 }
 
-/// The right to measure one class and band (see [`Lookup::Measure`]).
+/// The right to measure one key (see [`Lookup::Measure`]).
 pub struct Calibration<'a> {
     tuner: &'a Tuner,
-    class: Class,
-    band: Band,
+    pub key: Key,
     pub candidates: Vec<Choice>,
 }
 
@@ -473,29 +516,28 @@ impl Calibration<'_> {
             choice,
             how: How::Measured(measurement),
         };
-        let slot = self.tuner.slot(self.class, self.band);
+        let slot = self.tuner.slot(self.key);
         let kept = slot.record.get_or_init(|| record).clone();
         (self.tuner.log.lock())
             .unwrap_or_else(PoisonError::into_inner)
-            .push((self.class, self.band, kept.clone()));
+            .push((self.key, kept.clone()));
         kept.choice
     }
 }
 
 impl Drop for Calibration<'_> {
     fn drop(&mut self) {
-        let slot = self.tuner.slot(self.class, self.band);
+        let slot = self.tuner.slot(self.key);
         if slot.record.get().is_none() {
             slot.state.store(UNMEASURED, Ordering::Release);
         }
     }
 }
 
-/// One class and band of [`report`].
+/// One key of [`report`].
 #[derive(Clone, Debug)]
 pub struct Entry {
-    pub class: Class,
-    pub band: Band,
+    pub key: Key,
     /// The sizes it covers, `[low, high)` (`None`: no end).
     pub bytes: (usize, Option<usize>),
     pub candidates: Vec<Choice>,
@@ -516,10 +558,9 @@ pub struct Report {
 /// The process's choices so far.
 pub fn report() -> Report {
     let tuner = Tuner::process();
-    let entries = (Class::ALL.iter())
-        .flat_map(|&class| Band::ALL.map(|band| (class, band)))
-        .map(|(class, band)| {
-            let candidates = tuner.candidates(class, band);
+    let entries = Key::all()
+        .map(|key| {
+            let candidates = tuner.candidates(key.class, key.band);
             // What the settings fix is kept on a copy's first look; it holds before that too.
             let fixed = match candidates[..] {
                 [only] => Some(Record {
@@ -529,10 +570,9 @@ pub fn report() -> Report {
                 _ => None,
             };
             Entry {
-                class,
-                band,
-                bytes: band.bytes(&tuner.limits),
-                record: tuner.record(class, band).or(fixed),
+                key,
+                bytes: key.band.bytes(&tuner.limits),
+                record: tuner.record(key).or(fixed),
                 candidates,
             }
         })
@@ -762,17 +802,23 @@ mod tests {
     #[test]
     fn lookup_keeps_one_measurement() {
         let tuner = Tuner::new(Limits::DEFAULT, Settings::default(), 2);
-        let Lookup::Measure(cal) = tuner.lookup(Class::Gather, Band::Mid) else {
+        let key = Key {
+            class: Class::Gather,
+            band: Band::Mid,
+            memory: Memory::Mapped,
+        };
+        let fresh = Key {
+            memory: Memory::Fresh,
+            ..key
+        };
+        let Lookup::Measure(cal) = tuner.lookup(key) else {
             panic!("nothing was kept yet");
         };
         // While measuring, others get one thread.
-        assert!(matches!(
-            tuner.lookup(Class::Gather, Band::Mid),
-            Lookup::Known(ONE_THREAD)
-        ));
+        assert!(matches!(tuner.lookup(key), Lookup::Known(ONE_THREAD)));
         // Dropped unkept: the next copy measures.
         drop(cal);
-        let Lookup::Measure(cal) = tuner.lookup(Class::Gather, Band::Mid) else {
+        let Lookup::Measure(cal) = tuner.lookup(key) else {
             panic!("an abandoned calibration leaves the slot open");
         };
         let two = Choice {
@@ -783,11 +829,14 @@ mod tests {
             cal.keep(&[vec![2e-10], vec![1e-10]], 8 << 20, 4 << 20, 1e-3),
             two
         );
-        assert!(matches!(tuner.lookup(Class::Gather, Band::Mid), Lookup::Known(c) if c == two));
+        assert!(matches!(tuner.lookup(key), Lookup::Known(c) if c == two));
+        // Fresh memory is measured apart.
+        assert!(tuner.record(fresh).is_none());
+        assert!(matches!(tuner.lookup(fresh), Lookup::Measure(_)));
         let Some(Record {
             how: How::Measured(m),
             ..
-        }) = tuner.record(Class::Gather, Band::Mid)
+        }) = tuner.record(key)
         else {
             panic!("a measured record");
         };
@@ -803,10 +852,12 @@ mod tests {
             threads: 3,
             streaming: false,
         };
-        assert!(matches!(tuner.lookup(Class::Tiles, Band::Large), Lookup::Known(c) if c == three));
-        assert_eq!(
-            tuner.record(Class::Tiles, Band::Large).unwrap().how,
-            How::Fixed
-        );
+        let tiles = Key {
+            class: Class::Tiles,
+            band: Band::Large,
+            ..fresh
+        };
+        assert!(matches!(tuner.lookup(tiles), Lookup::Known(c) if c == three));
+        assert_eq!(tuner.record(tiles).unwrap().how, How::Fixed);
     }
 }
