@@ -160,10 +160,10 @@ pub(super) unsafe fn copy_strided_with(
     let choice = match key.map(|key| tuner.lookup(key)) {
         None => ONE_THREAD,
         Some(Lookup::Known(choice)) => choice,
-        // SAFETY: as above.
+        // SAFETY: the plan addresses exactly the caller's elements (this function's contract).
         Some(Lookup::Measure(cal)) => return unsafe { job.calibrate(cal, limits, bytes) },
     };
-    // SAFETY: as above.
+    // SAFETY: the plan addresses exactly the caller's elements (this function's contract).
     unsafe { job.run(&job.plan, limits.threads_for(bytes, choice), choice) }
 }
 
@@ -452,7 +452,7 @@ pub fn calibrate_now() -> crate::error::Result<()> {
     let dst = crate::memory::AlignedBuffer::new(large)?;
     // SAFETY: the buffer is ours alone, of this size.
     unsafe { std::ptr::write_bytes(dst.as_ptr(), 0, large) };
-    // SAFETY: as above.
+    // SAFETY: the buffer is ours alone, of this size.
     unsafe { std::ptr::write_bytes(src.as_ptr(), 0x5a, 2 * large) };
     for bytes in [large, mid] {
         let Some(band) = Band::of(bytes, &tuner.limits) else {
