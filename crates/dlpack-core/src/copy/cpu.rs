@@ -3,8 +3,9 @@
 //!
 //! [`copy_strided`] plans the loops ([`crate::copy::plan`]), picks an inner kernel (a `memcpy`
 //! of contiguous runs, specialised gather/scatter loops, or cache-blocked tiles for transposes;
-//! see [`kernels`] and [`tiles`]) and, above a size threshold, cuts the work between threads.
-//! It never touches Python: callers release the GIL around it.
+//! see [`kernels`] and [`tiles`]) and, from a size up, cuts the work between threads and writes
+//! with streaming stores, as [`tune`] measured for that kind of copy on this machine. It never
+//! touches Python: callers release the GIL around it.
 
 mod blocks;
 mod elem;

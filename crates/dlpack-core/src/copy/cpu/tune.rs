@@ -135,7 +135,7 @@ impl Memory {
     }
 }
 
-/// How a copy runs: at most `threads` threads (each with at least [`MIN_BYTES_PER_THREAD`]),
+/// How a copy runs: at most `threads` threads (each with at least `MIN_BYTES_PER_THREAD`),
 /// and whether kernels that can write with streaming stores do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Choice {
@@ -206,7 +206,7 @@ impl Settings {
 }
 
 /// The threads a machine offers the engine: the CPUs this process may run on, at most
-/// [`MAX_THREADS`].
+/// `MAX_THREADS` (8).
 pub fn available_threads() -> usize {
     static THREADS: OnceLock<usize> = OnceLock::new();
     *THREADS.get_or_init(|| {
@@ -335,9 +335,9 @@ impl Limits {
     }
 
     /// How to cut a copy of `bytes` for calibrating `k` candidates (`max_threads` at most):
-    /// (rounds, bytes per chunk), as many rounds as fit up to [`MAX_ROUNDS`], chunks at most
+    /// (rounds, bytes per chunk), as many rounds as fit up to `MAX_ROUNDS`, chunks at most
     /// what keeps all of them under the calibration's byte bound; `None` when the copy is too
-    /// small for [`MIN_ROUNDS`] rounds of chunks that give each thread its least share.
+    /// small for `MIN_ROUNDS` rounds of chunks that give each thread its least share.
     pub fn calibration_chunks(
         &self,
         bytes: usize,
