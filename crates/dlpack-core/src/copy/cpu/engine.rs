@@ -263,11 +263,21 @@ impl Job {
             return unsafe { self.run(&self.plan, limits.threads_for(bytes, first), first) };
         };
         let mut trials = vec![Vec::with_capacity(rounds); k];
+        let mut chunks = Vec::with_capacity(k * rounds);
         let (mut at, mut calibrated) = (0, 0);
         let started = Instant::now();
         for round in 0..rounds {
+            // Candidates far slower than the fastest so far sit the later rounds out, and
+            // rounds past the least stop once measuring has cost its budget.
+            if round >= tune::MIN_ROUNDS && tune::cost(&chunks, &trials) > tune::COST_BUDGET {
+                break;
+            }
+            let pruned = tune::pruned(&trials);
             for turn in 0..k {
                 let c = (turn + round) % k;
+                if pruned[c] {
+                    continue;
+                }
                 let piece = plan::slice(&self.plan, dim, at..at + steps);
                 let piece_bytes = piece.numel().saturating_mul(self.itemsize);
                 let choice = cal.candidates[c];
@@ -275,7 +285,9 @@ impl Job {
                 // SAFETY: steps `at..at + steps` of one loop of the plan: a part of the caller's
                 // elements.
                 unsafe { self.run(&piece, choice.threads, choice) };
-                trials[c].push(t.elapsed().as_secs_f64() / piece_bytes.max(1) as f64);
+                let seconds = t.elapsed().as_secs_f64();
+                trials[c].push(seconds / piece_bytes.max(1) as f64);
+                chunks.push((seconds, piece_bytes));
                 (at, calibrated) = (at + steps, calibrated + piece_bytes);
             }
         }

@@ -35,7 +35,14 @@ pub const MAX_THREADS_SETTING: usize = 256;
 pub const MARGIN: f64 = 0.10;
 /// Rounds of the candidates a calibration runs, at most and at least.
 const MAX_ROUNDS: usize = 3;
-const MIN_ROUNDS: usize = 2;
+pub const MIN_ROUNDS: usize = 2;
+/// A candidate whose fastest chunk is this many times slower than the fastest of all takes no
+/// more chunks: no margin could make it win, and on a loaded machine the slow ones (threads
+/// waiting for a core) are most of the calibration's cost.
+pub const PRUNE: f64 = 2.0;
+/// Seconds a calibration may lose against the way it picks before it stops after
+/// [`MIN_ROUNDS`] rounds (see [`cost`]).
+pub const COST_BUDGET: f64 = 5e-3;
 /// The most bytes of a copy that calibration runs with candidates other than the chosen one:
 /// bounds its one-time cost.
 const CALIBRATION_MAX_BYTES: usize = 24 << 20;
@@ -273,6 +280,27 @@ pub fn decide(trials: &[Vec<f64>]) -> usize {
     best.iter()
         .position(|b| b.is_some_and(|b| b <= top * (1.0 + MARGIN) && b * (1.0 + MARGIN) < first))
         .unwrap_or(0)
+}
+
+/// Which candidates take no more chunks (see [`PRUNE`]): never the first, which the others
+/// are measured against, nor the fastest so far.
+pub fn pruned(trials: &[Vec<f64>]) -> Vec<bool> {
+    let best: Vec<Option<f64>> = trials.iter().map(|t| fastest(t)).collect();
+    let top = best.iter().flatten().copied().reduce(f64::min);
+    (best.iter().enumerate())
+        .map(|(i, b)| i > 0 && top.is_some_and(|top| b.is_some_and(|b| b > PRUNE * top)))
+        .collect()
+}
+
+/// What the chunks so far have lost against the fastest candidate so far: their seconds, less
+/// what their bytes take at its rate (`chunks`: seconds and bytes of each; `trials`: seconds
+/// per byte, per candidate).
+pub fn cost(chunks: &[(f64, usize)], trials: &[Vec<f64>]) -> f64 {
+    let rate = trials.iter().filter_map(|t| fastest(t)).reduce(f64::min);
+    let (seconds, bytes) = (chunks.iter()).fold((0.0, 0usize), |(s, b), &(cs, cb)| {
+        (s + cs, b.saturating_add(cb))
+    });
+    (seconds - rate.unwrap_or(0.0) * bytes as f64).max(0.0)
 }
 
 /// How a choice was made.
@@ -741,6 +769,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Pruning never drops the first candidate or the fastest, and drops only candidates
+        /// that `decide` can't pick from the times so far.
+        #[test]
+        fn pruning_drops_only_losers(t in trials()) {
+            let p = pruned(&t);
+            prop_assert_eq!(p.len(), t.len());
+            prop_assert!(!p[0]);
+            let pick = decide(&t);
+            prop_assert!(!p[pick]);
+            let best: Vec<Option<f64>> = t.iter().map(|x| fastest(x)).collect();
+            let top = best.iter().flatten().copied().reduce(f64::min);
+            for (i, &dropped) in p.iter().enumerate() {
+                if dropped {
+                    prop_assert!(best[i].unwrap() > PRUNE * top.unwrap());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cost_by_hand() {
+        // Two chunks of 1000 bytes: 2 us and 1 us; the fastest rate 1 ns per byte.
+        let c = cost(&[(2e-6, 1000), (1e-6, 1000)], &[vec![2e-9], vec![1e-9]]);
+        assert!((c - 1e-6).abs() < 1e-15);
+        assert_eq!(cost(&[], &[vec![]]), 0.0);
     }
 
     #[test]
