@@ -26,6 +26,8 @@ pub trait Block: Copy {
     const B: usize;
     /// The alignment, in bytes, that every destination row of a block needs.
     const DST_ALIGN: usize;
+    /// Whether it writes with streaming stores.
+    const STREAMING: bool = false;
     /// Destination row `i` (at `dst + i * d_row`) gets item `i` of each of the `B` source rows
     /// (at `src + j * s_row`), in order.
     ///

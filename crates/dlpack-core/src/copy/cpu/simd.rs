@@ -47,6 +47,7 @@ impl<const NT: bool> Block for Sse2U8<NT> {
     type Item = u8;
     const B: usize = 64;
     const DST_ALIGN: usize = nt_align(NT, 16);
+    const STREAMING: bool = NT;
 
     #[inline(always)]
     unsafe fn block(self, dst: *mut u8, d_row: isize, src: *const u8, s_row: isize) {
@@ -59,6 +60,7 @@ impl<const NT: bool> Block for Sse2U16<NT> {
     type Item = u16;
     const B: usize = 32;
     const DST_ALIGN: usize = nt_align(NT, 16);
+    const STREAMING: bool = NT;
 
     #[inline(always)]
     unsafe fn block(self, dst: *mut u8, d_row: isize, src: *const u8, s_row: isize) {
@@ -71,6 +73,7 @@ impl<const NT: bool> Block for Sse2U32<NT> {
     type Item = u32;
     const B: usize = 16;
     const DST_ALIGN: usize = nt_align(NT, 16);
+    const STREAMING: bool = NT;
 
     #[inline(always)]
     unsafe fn block(self, dst: *mut u8, d_row: isize, src: *const u8, s_row: isize) {
@@ -83,6 +86,7 @@ impl<const NT: bool> Block for Sse2U64<NT> {
     type Item = u64;
     const B: usize = 8;
     const DST_ALIGN: usize = nt_align(NT, 16);
+    const STREAMING: bool = NT;
 
     #[inline(always)]
     unsafe fn block(self, dst: *mut u8, d_row: isize, src: *const u8, s_row: isize) {
@@ -260,6 +264,7 @@ impl<const NT: bool> Block for Avx512U32<NT> {
     type Item = u32;
     const B: usize = 16;
     const DST_ALIGN: usize = nt_align(NT, 64);
+    const STREAMING: bool = NT;
 
     #[inline(always)]
     unsafe fn block(self, dst: *mut u8, d_row: isize, src: *const u8, s_row: isize) {
@@ -272,6 +277,7 @@ impl<const NT: bool> Block for Avx512U64<NT> {
     type Item = u64;
     const B: usize = 8;
     const DST_ALIGN: usize = nt_align(NT, 64);
+    const STREAMING: bool = NT;
 
     #[inline(always)]
     unsafe fn block(self, dst: *mut u8, d_row: isize, src: *const u8, s_row: isize) {
