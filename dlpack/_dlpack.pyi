@@ -100,7 +100,7 @@ def _copy_engine(measure: bool = False) -> dict[str, Any]:
     ``"gather"``, ``"byte swap"``), size band and destination memory (``"mapped"``: written
     before; ``"fresh"``: pages the kernel maps as the copy first writes them), and from what::
 
-        {"max_threads", "parallel_threshold", "streaming_threshold", "margin",
+        {"max_threads", "parallel_threshold", "large_threshold", "margin",
          "settings": {variable: value or None}, "settings_error": str or None,
          "choices": [{"kind", "bytes": (low, high or None), "memory",
                       "state": "measured" | "fixed" | "not yet",

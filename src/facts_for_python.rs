@@ -68,7 +68,7 @@ fn _copy_engine(py: Python<'_>, measure: bool) -> Result<Bound<'_, PyDict>> {
     let out = PyDict::new(py);
     out.set_item("max_threads", report.max_threads)?;
     out.set_item("parallel_threshold", tune::PARALLEL_THRESHOLD)?;
-    out.set_item("streaming_threshold", tune::STREAMING_THRESHOLD)?;
+    out.set_item("large_threshold", tune::LARGE_THRESHOLD)?;
     out.set_item("margin", tune::MARGIN)?;
     let settings = PyDict::new(py);
     for name in [tune::THREADS_VAR, tune::STORES_VAR] {

@@ -88,7 +88,7 @@ def test_each_kind_is_measured_on_its_first_large_copy_apart_into_fresh_memory()
     for kind in KINDS:
         for memory in ("mapped", "fresh"):
             entry = large(facts, kind, memory)
-            assert entry["bytes"] == [facts["streaming_threshold"], None]
+            assert entry["bytes"] == [facts["large_threshold"], None]
             assert entry["state"] == "measured"
             ways = [(c["threads"], c["stores"]) for c in entry["candidates"]]
             # one thread with regular stores first, the machine's threads, streaming stores
@@ -109,7 +109,7 @@ def test_each_kind_is_measured_on_its_first_large_copy_apart_into_fresh_memory()
     # no copy of the middle band ran: nothing kept there
     for c in facts["choices"]:
         if c["bytes"][1] is not None:
-            assert c["bytes"] == [facts["parallel_threshold"], facts["streaming_threshold"]]
+            assert c["bytes"] == [facts["parallel_threshold"], facts["large_threshold"]]
             assert (c["state"], c["threads"], c["stores"], c["copy_bytes"]) == (
                 "not yet",
                 None,

@@ -21,4 +21,4 @@ mod tiles;
 pub mod tune;
 
 pub use engine::{Strided, byte_span, calibrate_now, copy_strided, may_overlap};
-pub use tune::{PARALLEL_THRESHOLD, STREAMING_THRESHOLD};
+pub use tune::{LARGE_THRESHOLD, PARALLEL_THRESHOLD};

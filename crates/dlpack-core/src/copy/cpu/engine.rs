@@ -71,9 +71,9 @@ impl SendPtr {
 /// in-place byte swap. A destination whose elements may overlap one another is written by one
 /// thread, in plan order (callers refuse the ones known to overlap). Shapes or stride lists
 /// that don't match copy nothing. From [`PARALLEL_THRESHOLD`](super::PARALLEL_THRESHOLD)
-/// bytes up the work may be split between threads, and from
-/// [`STREAMING_THRESHOLD`](super::STREAMING_THRESHOLD) up written with streaming stores, as
-/// measured on this machine ([`super::tune`]). Never touches Python and never panics.
+/// bytes up the work may be split between threads and written with streaming stores, as
+/// measured on this machine for that kind of copy ([`super::tune`]). Never touches Python and
+/// never panics.
 ///
 /// # Safety
 /// Every byte of every element the two layouts address is readable (`src`) or writable (`dst`)
@@ -454,8 +454,8 @@ impl Drop for Fresh {
 /// mappings. Memory for the copies that can't be had is an error, and nothing more is measured.
 pub fn calibrate_now() -> crate::error::Result<()> {
     let tuner = Tuner::process();
-    let large = 2 * tuner.limits.streaming;
-    let mid = tuner.limits.streaming / 2;
+    let large = 2 * tuner.limits.large;
+    let mid = tuner.limits.large / 2;
     // The source holds a stride-2 gather's items. Both are written first, so that copies into
     // and from them map no pages: the destination, then the source, whose last half then holds
     // the caches, which the large copies (from the first half) find as cold as a large array

@@ -15,7 +15,7 @@ fn force_threads() -> Config {
 /// take chunks of any size.
 pub(super) const TINY: Limits = Limits {
     parallel: 1,
-    streaming: 256,
+    large: 256,
     min_bytes_per_thread: 1,
     calibration_max_bytes: usize::MAX,
     calibration_min_bytes_per_thread: 1,
@@ -667,7 +667,7 @@ fn calibration_measures_on_the_copy() {
         let How::Measured(m) = &record.how else {
             panic!("{class:?}: measured");
         };
-        let candidates = tuner.candidates(class, Band::Large);
+        let candidates = tuner.candidates(class);
         let measured: Vec<Choice> = m.candidates.iter().map(|c| c.0).collect();
         assert_eq!(measured, candidates);
         assert!(m.candidates.iter().all(|c| c.1.is_some()), "{m:?}");

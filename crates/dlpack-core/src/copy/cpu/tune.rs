@@ -18,11 +18,12 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-/// Copies of at least this many bytes may use several threads (where measured faster).
+/// Copies of at least this many bytes may use several threads and write with streaming
+/// (non-temporal) stores, where measured faster; smaller ones never pay for starting threads.
 pub const PARALLEL_THRESHOLD: usize = 4 << 20;
-/// Copies of at least this many bytes may write with streaming (non-temporal) stores (where
-/// measured faster): below it, the destination may stay in cache for whoever reads it next.
-pub const STREAMING_THRESHOLD: usize = 16 << 20;
+/// Copies of at least this many bytes are measured apart from smaller ones: those mostly run
+/// in the caches, these mostly from and to memory.
+pub const LARGE_THRESHOLD: usize = 16 << 20;
 /// Each thread gets at least this many bytes of a copy.
 pub(super) const MIN_BYTES_PER_THREAD: usize = 2 << 20;
 /// The most threads the engine tries for one copy unless told otherwise.
@@ -89,10 +90,9 @@ impl Class {
 /// The copy sizes a choice holds for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Band {
-    /// From [`PARALLEL_THRESHOLD`] to [`STREAMING_THRESHOLD`]: threads may pay, streaming
-    /// stores are not tried.
+    /// From [`PARALLEL_THRESHOLD`] to [`LARGE_THRESHOLD`].
     Mid,
-    /// From [`STREAMING_THRESHOLD`] up.
+    /// From [`LARGE_THRESHOLD`] up.
     Large,
 }
 
@@ -104,7 +104,7 @@ impl Band {
     pub fn of(bytes: usize, limits: &Limits) -> Option<Band> {
         if bytes < limits.parallel {
             None
-        } else if bytes < limits.streaming {
+        } else if bytes < limits.large {
             Some(Band::Mid)
         } else {
             Some(Band::Large)
@@ -114,8 +114,8 @@ impl Band {
     /// The sizes the band holds, `[low, high)` (`None`: no end).
     pub fn bytes(self, limits: &Limits) -> (usize, Option<usize>) {
         match self {
-            Band::Mid => (limits.parallel, Some(limits.streaming)),
-            Band::Large => (limits.streaming, None),
+            Band::Mid => (limits.parallel, Some(limits.large)),
+            Band::Large => (limits.large, None),
         }
     }
 
@@ -223,11 +223,11 @@ pub fn available_threads() -> usize {
     })
 }
 
-/// The candidates for a class and band, the cheapest first (fewer threads, then ordinary stores
-/// before streaming ones): `max_threads` threads, half as many where that is 4 or more, and one;
-/// streaming stores in the large band for classes whose kernels have them. What `settings` fix
-/// is the only value tried.
-pub fn candidates(class: Class, band: Band, settings: Settings, max_threads: usize) -> Vec<Choice> {
+/// The candidates for a class, the cheapest first (fewer threads, then ordinary stores before
+/// streaming ones): `max_threads` threads, half as many where that is 4 or more, and one;
+/// streaming stores too for classes whose kernels have them. What `settings` fix is the only
+/// value tried.
+pub fn candidates(class: Class, settings: Settings, max_threads: usize) -> Vec<Choice> {
     let threads: Vec<usize> = match settings.threads {
         Some(n) => vec![n],
         None => {
@@ -238,7 +238,7 @@ pub fn candidates(class: Class, band: Band, settings: Settings, max_threads: usi
             t
         }
     };
-    let can_stream = band == Band::Large && class.has_streaming();
+    let can_stream = class.has_streaming();
     let stores: Vec<bool> = match settings.streaming {
         Some(s) => vec![s && can_stream],
         None if can_stream => vec![false, true],
@@ -338,7 +338,7 @@ pub struct Record {
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub parallel: usize,
-    pub streaming: usize,
+    pub large: usize,
     pub min_bytes_per_thread: usize,
     pub calibration_max_bytes: usize,
     pub calibration_min_bytes_per_thread: usize,
@@ -347,7 +347,7 @@ pub struct Limits {
 impl Limits {
     pub const DEFAULT: Limits = Limits {
         parallel: PARALLEL_THRESHOLD,
-        streaming: STREAMING_THRESHOLD,
+        large: LARGE_THRESHOLD,
         min_bytes_per_thread: MIN_BYTES_PER_THREAD,
         calibration_max_bytes: CALIBRATION_MAX_BYTES,
         calibration_min_bytes_per_thread: CALIBRATION_MIN_BYTES_PER_THREAD,
@@ -461,9 +461,9 @@ impl Tuner {
         &self.slots[key.class.index()][key.band.index()][key.memory.index()]
     }
 
-    /// The candidates for `class` in `band` here.
-    pub fn candidates(&self, class: Class, band: Band) -> Vec<Choice> {
-        candidates(class, band, self.settings, self.max_threads)
+    /// The candidates for `class` here.
+    pub fn candidates(&self, class: Class) -> Vec<Choice> {
+        candidates(class, self.settings, self.max_threads)
     }
 
     /// The choice for a copy of `key`: the kept one; the only candidate when the settings
@@ -474,7 +474,7 @@ impl Tuner {
         if let Some(r) = slot.record.get() {
             return Lookup::Known(r.choice);
         }
-        let candidates = self.candidates(key.class, key.band);
+        let candidates = self.candidates(key.class);
         if let [only] = candidates[..] {
             let record = Record {
                 choice: only,
@@ -588,7 +588,7 @@ pub fn report() -> Report {
     let tuner = Tuner::process();
     let entries = Key::all()
         .map(|key| {
-            let candidates = tuner.candidates(key.class, key.band);
+            let candidates = tuner.candidates(key.class);
             // What the settings fix is kept on a copy's first look; it holds before that too.
             let fixed = match candidates[..] {
                 [only] => Some(Record {
@@ -725,12 +725,11 @@ mod tests {
             streaming in proptest::option::of(any::<bool>()),
             max in 1usize..=MAX_THREADS,
             class in proptest::sample::select(Class::ALL.to_vec()),
-            band in proptest::sample::select(Band::ALL.to_vec()),
         ) {
             let settings = Settings { threads, streaming };
-            let c = candidates(class, band, settings, max);
+            let c = candidates(class, settings, max);
             prop_assert!(!c.is_empty());
-            let can_stream = band == Band::Large && class.has_streaming();
+            let can_stream = class.has_streaming();
             for w in c.windows(2) {
                 prop_assert!((w[0].threads, w[0].streaming) < (w[1].threads, w[1].streaming));
             }
@@ -841,20 +840,26 @@ mod tests {
 
     #[test]
     fn candidates_by_hand() {
-        let c = |class, band, max| candidates(class, band, Settings::default(), max);
+        let c = |class, max| candidates(class, Settings::default(), max);
         let t = |threads, streaming| Choice { threads, streaming };
-        let mut large = vec![t(1, false), t(2, false)];
+        let mut two = vec![t(1, false), t(2, false)];
+        let mut eight = vec![t(1, false), t(4, false), t(8, false)];
         if cfg!(target_arch = "x86_64") {
-            large = vec![t(1, false), t(1, true), t(2, false), t(2, true)];
+            two = vec![t(1, false), t(1, true), t(2, false), t(2, true)];
+            eight = vec![
+                t(1, false),
+                t(1, true),
+                t(4, false),
+                t(4, true),
+                t(8, false),
+                t(8, true),
+            ];
         }
-        assert_eq!(c(Class::Contiguous, Band::Large, 2), large);
-        assert_eq!(c(Class::Gather, Band::Large, 2), [t(1, false), t(2, false)]);
-        assert_eq!(
-            c(Class::Tiles, Band::Mid, 8),
-            [t(1, false), t(4, false), t(8, false)]
-        );
-        assert_eq!(c(Class::Swap, Band::Mid, 1), [t(1, false)]);
-        assert_eq!(c(Class::Swap, Band::Mid, 3), [t(1, false), t(3, false)]);
+        assert_eq!(c(Class::Contiguous, 2), two);
+        assert_eq!(c(Class::Gather, 2), [t(1, false), t(2, false)]);
+        assert_eq!(c(Class::Tiles, 8), eight);
+        assert_eq!(c(Class::Swap, 1), [t(1, false)]);
+        assert_eq!(c(Class::Swap, 3), [t(1, false), t(3, false)]);
     }
 
     #[test]
