@@ -7,7 +7,7 @@ use super::tiles::{Loops, Options, tiles};
 use crate::copy::plan::{Dim, Kernel, Plan};
 
 /// One row: `n` elements, `d` and `s` bytes apart in the destination and the source;
-/// `streaming`: a row contiguous on both sides is written with streaming stores.
+/// `streaming`: a row contiguous in the destination is written with streaming stores (x86-64).
 ///
 /// # Safety
 /// Every element address of the row is valid (source readable, destination writable).
@@ -34,8 +34,6 @@ unsafe fn row<E: Elem>(
                     // apart.
                     return unsafe { super::simd::copy_streaming(dst, src, n * size) };
                 }
-                #[cfg(not(target_arch = "x86_64"))]
-                let _ = streaming; // no streaming copy elsewhere
                 // SAFETY: the whole row, contiguous on both sides, which the caller keeps
                 // apart.
                 return unsafe { std::ptr::copy_nonoverlapping(src, dst, n * size) };
@@ -45,28 +43,15 @@ unsafe fn row<E: Elem>(
                 // which a non-plain copy allows).
                 unsafe { e.copy(s_at(i, z), d_at(i, z)) };
             }
-        } else if s == 0 {
-            for i in 0..n {
-                // SAFETY: the (broadcast) source element and destination element i.
-                unsafe { e.copy(src, d_at(i, z)) };
-            }
-        } else if s == -z {
-            // Walk the source forwards from its lowest address, the destination backwards.
-            let last = s_at(n - 1, s);
-            for i in 0..n {
-                let from = last.wrapping_add(i * size);
-                // SAFETY: source element n - 1 - i and destination element n - 1 - i.
-                unsafe { e.copy(from, d_at(n - 1 - i, z)) };
-            }
-        } else if s == 2 * z {
-            // SAFETY: the row's elements, every other one of the source.
-            unsafe { e.gather2(src, dst, n) };
-        } else {
-            for i in 0..n {
-                // SAFETY: source and destination element i.
-                unsafe { e.copy(s_at(i, s), d_at(i, z)) };
-            }
+            return;
         }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the row's elements (this function's contract).
+        if streaming && unsafe { streamed(e, dst, src, n, s) } {
+            return;
+        }
+        // SAFETY: the row's elements (this function's contract).
+        unsafe { gather(e, src, s, 0..n, dst) };
     } else if s == z {
         for i in 0..n {
             // SAFETY: source and destination element i.
@@ -78,6 +63,93 @@ unsafe fn row<E: Elem>(
             unsafe { e.copy(s_at(i, s), d_at(i, d)) };
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = streaming; // no streaming stores elsewhere
+}
+
+/// Items `items` of a row whose source steps `s` bytes (not the item size), written one after
+/// another at `out` (item `items.start` first): specialised loops for a broadcast, a reversal
+/// and every other item.
+///
+/// # Safety
+/// Source items `items` of the row are readable, `items.len()` items at `out` writable.
+#[inline(always)]
+unsafe fn gather<E: Elem>(
+    e: E,
+    src: *const u8,
+    s: isize,
+    items: std::ops::Range<usize>,
+    out: *mut u8,
+) {
+    let (z, n) = (e.size(), items.len());
+    let from = src.wrapping_offset(items.start as isize * s);
+    let out_at = |i: usize| out.wrapping_add(i * z);
+    if s == 0 {
+        for i in 0..n {
+            // SAFETY: the (broadcast) source item and output item i.
+            unsafe { e.copy(src, out_at(i)) };
+        }
+    } else if s == -(z as isize) && n > 0 {
+        // Walk the source forwards from its lowest address, the output backwards.
+        let last = from.wrapping_offset((n as isize - 1) * s);
+        for i in 0..n {
+            // SAFETY: source item n - 1 - i (from `items.start`) and output item n - 1 - i.
+            unsafe { e.copy(last.wrapping_add(i * z), out_at(n - 1 - i)) };
+        }
+    } else if s == 2 * z as isize {
+        // SAFETY: the items, every other one of the source.
+        unsafe { e.gather2(from, out, n) };
+    } else {
+        for i in 0..n {
+            // SAFETY: source and output item i.
+            unsafe { e.copy(from.wrapping_offset(i as isize * s), out_at(i)) };
+        }
+    }
+}
+
+/// A row contiguous in the destination but not in the source, its whole destination lines
+/// gathered into a buffer a page at a time (in the caches, where the gather's loops run as fast
+/// as they do straight into the destination) and written from there with streaming stores; the
+/// items before the first line boundary and after the last go straight to the destination.
+/// `false` (nothing written) where items don't tile a line.
+///
+/// # Safety
+/// As for [`row`], with `d` the item size.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn streamed<E: Elem>(e: E, dst: *mut u8, src: *const u8, n: usize, s: isize) -> bool {
+    use super::blocks::LINE;
+    use super::simd::{Bounce, stream_lines};
+    let z = e.size();
+    let need = (dst as usize).wrapping_neg() % LINE;
+    if z == 0 || !LINE.is_multiple_of(z) || !need.is_multiple_of(z) {
+        return false;
+    }
+    let head = (need / z).min(n);
+    let lines = (n - head) * z / LINE;
+    // SAFETY: items 0..head of the row, to the destination's first items.
+    unsafe { gather(e, src, s, 0..head, dst) };
+    let mut buf = Bounce::default();
+    // Pages of lines; last first where the source runs backwards, so that it is read forwards.
+    let pages = lines.div_ceil(Bounce::LINES);
+    for k in 0..pages {
+        let page = if s < 0 { pages - 1 - k } else { k };
+        let line = page * Bounce::LINES;
+        let count = (lines - line).min(Bounce::LINES);
+        let (i0, i1) = (head + line * LINE / z, head + (line + count) * LINE / z);
+        // One item more where the row has one: every other item then goes in whole vectors.
+        let take = if i1 < n { i1 + 1 } else { i1 };
+        // SAFETY: items `i0..take` (inside the row) into the buffer, which holds its lines and
+        // one item (`z <= LINE`) more.
+        unsafe { gather(e, src, s, i0..take, buf.as_mut_ptr()) };
+        // SAFETY: destination items `i0..i1`: `count` whole lines, 64-byte aligned (the head
+        // reached a line boundary), writable per the contract.
+        unsafe { stream_lines(dst.wrapping_add(i0 * z), &buf, count) };
+    }
+    let done = head + lines * LINE / z;
+    // SAFETY: the items after the last whole line, to their places.
+    unsafe { gather(e, src, s, done..n, dst.wrapping_add(done * z)) };
+    true
 }
 
 /// Rows: `outer.n` rows of `inner`.

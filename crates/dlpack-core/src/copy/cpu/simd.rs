@@ -432,3 +432,43 @@ pub unsafe fn copy_streaming(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: the rest of both runs, `n - head - lines * L` bytes.
     unsafe { std::ptr::copy_nonoverlapping(s, d, n - head - lines * L) };
 }
+
+/// Lines gathered for [`stream_lines`], and a line more (for the item a gather may take past
+/// its last line), 64-byte aligned: a page, which stays in the nearest cache.
+#[repr(C, align(64))]
+pub struct Bounce([u8; Bounce::BYTES + 64]);
+
+impl Bounce {
+    const BYTES: usize = 4096;
+    /// Lines it holds for streaming.
+    pub const LINES: usize = Bounce::BYTES / 64;
+
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr()
+    }
+}
+
+impl Default for Bounce {
+    fn default() -> Self {
+        Bounce([0; Bounce::BYTES + 64])
+    }
+}
+
+/// Write the first `lines` lines of `buf` to `dst` with streaming stores. The caller orders
+/// them (`sfence`) after its copy.
+///
+/// # Safety
+/// `lines <= Bounce::LINES`; `lines` whole lines at `dst` writable and 64-byte aligned.
+#[inline]
+#[target_feature(enable = "sse2")]
+pub unsafe fn stream_lines(dst: *mut u8, buf: &Bounce, lines: usize) {
+    let (q, p) = (buf.0.as_ptr().cast::<__m128i>(), dst.cast::<__m128i>());
+    for k in 0..4 * lines.min(Bounce::LINES) {
+        // SAFETY: quarter `k % 4` of buffer line `k / 4`, 16-byte aligned (the buffer is
+        // 64-byte aligned).
+        let v = unsafe { _mm_load_si128(q.wrapping_add(k)) };
+        // SAFETY: the same quarter of destination line `k / 4`, writable and 16-byte aligned
+        // (the contract).
+        unsafe { _mm_stream_si128(p.wrapping_add(k), v) };
+    }
+}

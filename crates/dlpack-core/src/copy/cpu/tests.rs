@@ -748,3 +748,26 @@ fn fresh_memory_is_measured_apart() {
     // SAFETY: the mapping made above, no longer used.
     unsafe { munmap(fresh, 4 * n) }.expect("unmapped");
 }
+
+/// Rows contiguous in the destination but not in the source (broadcasts, reversals, every other
+/// item, any stride), long enough for whole destination lines, at every alignment: written with
+/// streaming stores a line at a time, they are the reference's bytes.
+#[test]
+fn gathers_with_streaming_stores() {
+    for item in [1usize, 2, 4, 8, 16, 3] {
+        let i = item as isize;
+        for s in [0, -i, 2 * i, 3 * i, -2 * i, 2 * i + 1] {
+            for n in [1usize, 15, 64, 100, 257] {
+                for pads in [(0, 0), (1, 3), (2, 16), (5, 40)] {
+                    for (swap, config) in [
+                        (None, Config::fixed(1, true)),
+                        (Some(item), Config::fixed(1, true)),
+                        (None, Config::fixed(2, true)),
+                    ] {
+                        check(&[n], &[s], &[i], item, swap, pads, config).unwrap();
+                    }
+                }
+            }
+        }
+    }
+}
