@@ -351,19 +351,36 @@ impl Job {
 
     /// The loop to cut calibration chunks from and the steps of it in one: chunks of about
     /// `chunk` bytes (at most twice that), `count` of them inside the copy; `None` when no loop
-    /// allows that.
+    /// allows that. The loops outside the kernel's come first, so that a chunk is whole rows or
+    /// tiles, as the copy runs them; then, for tiles, the destination's dense loop, whose chunks
+    /// still read whole source rows (cut along the source's dense loop instead, a chunk's tiles
+    /// would read a few lines of each).
     fn chunks(&self, bytes: usize, chunk: usize, count: usize) -> Option<(usize, usize)> {
-        let pieces = (bytes / chunk.max(1)).max(1);
-        let granule = tiles::tile_granule(self.itemsize);
-        let (dim, granule) = plan::split_dim(&self.plan, self.kernel, pieces, granule)?;
-        let n = self.plan.dims[dim].n;
-        let step_bytes = bytes / n.max(1);
-        let unit_bytes = step_bytes.saturating_mul(granule).max(1);
-        let units = (chunk / unit_bytes).max(1);
-        let steps = units.saturating_mul(granule);
-        let fits = steps.saturating_mul(count) <= n;
-        let fine = unit_bytes.saturating_mul(units) <= chunk.saturating_mul(2);
-        (fits && fine).then_some((dim, steps))
+        let last = self.plan.dims.len().checked_sub(1)?;
+        let tile = tiles::tile_granule(self.itemsize);
+        let kernel_dims: Vec<(usize, usize)> = match self.kernel {
+            Kernel::Tile { a } => vec![(last, tile), (a, tile)],
+            // Whole pages of a long innermost row, as the threads' pieces are cut.
+            Kernel::Rows => [(last.wrapping_sub(1), 1), (last, 1024)]
+                .into_iter()
+                .filter(|&(j, _)| j <= last)
+                .collect(),
+        };
+        let outer = (0..=last)
+            .filter(|j| kernel_dims.iter().all(|&(k, _)| k != *j))
+            .map(|j| (j, 1));
+        outer
+            .chain(kernel_dims.iter().copied())
+            .find_map(|(dim, granule)| {
+                let n = self.plan.dims[dim].n;
+                let step_bytes = bytes / n.max(1);
+                let unit_bytes = step_bytes.saturating_mul(granule).max(1);
+                let units = (chunk / unit_bytes).max(1);
+                let steps = units.saturating_mul(granule);
+                let fits = steps.saturating_mul(count) <= n;
+                let fine = unit_bytes.saturating_mul(units) <= chunk.saturating_mul(2);
+                (fits && fine).then_some((dim, steps))
+            })
     }
 }
 
