@@ -89,6 +89,6 @@ def engine_lines(facts: dict[str, Any]) -> list[str]:
         lines.append(f"  {cells}  {r[4]}")
     lines.append(
         f"  (smaller copies: 1 thread, regular stores; measuring cost {cost * 1e3:.1f} ms in all:"
-        " the time the chunks took beyond what the chosen ways would have)"
+        " what the chunks the other ways copied took beyond the chosen ways, each at its best)"
     )
     return lines

@@ -263,13 +263,14 @@ impl Job {
             return unsafe { self.run(&self.plan, limits.threads_for(bytes, first), first) };
         };
         let mut trials = vec![Vec::with_capacity(rounds); k];
-        let mut chunks = Vec::with_capacity(k * rounds);
-        let (mut at, mut calibrated) = (0, 0);
+        let mut measured = vec![0usize; k];
+        let mut at = 0;
         let started = Instant::now();
         for round in 0..rounds {
             // Candidates far slower than the fastest so far sit the later rounds out, and
             // rounds past the least stop once measuring has cost its budget.
-            if round >= tune::MIN_ROUNDS && tune::cost(&chunks, &trials) > tune::COST_BUDGET {
+            if round >= tune::MIN_ROUNDS && tune::cost(&trials, &measured, None) > tune::COST_BUDGET
+            {
                 break;
             }
             let pruned = tune::pruned(&trials);
@@ -285,14 +286,13 @@ impl Job {
                 // SAFETY: steps `at..at + steps` of one loop of the plan: a part of the caller's
                 // elements.
                 unsafe { self.run(&piece, choice.threads, choice) };
-                let seconds = t.elapsed().as_secs_f64();
-                trials[c].push(seconds / piece_bytes.max(1) as f64);
-                chunks.push((seconds, piece_bytes));
-                (at, calibrated) = (at + steps, calibrated + piece_bytes);
+                trials[c].push(t.elapsed().as_secs_f64() / piece_bytes.max(1) as f64);
+                measured[c] += piece_bytes;
+                at += steps;
             }
         }
         let seconds = started.elapsed().as_secs_f64();
-        let choice = cal.keep(&trials, bytes, calibrated, seconds);
+        let choice = cal.keep(&trials, &measured, bytes, seconds);
         let rest = plan::slice(&self.plan, dim, at..self.plan.dims[dim].n);
         let rest_bytes = rest.numel().saturating_mul(self.itemsize);
         if rest_bytes > 0 {

@@ -41,7 +41,7 @@ pub const MIN_ROUNDS: usize = 2;
 /// more chunks: no margin could make it win, and on a loaded machine the slow ones (threads
 /// waiting for a core) are most of the calibration's cost.
 pub const PRUNE: f64 = 2.0;
-/// Seconds a calibration may lose against the way it picks before it stops after
+/// Seconds a calibration may lose against the fastest way before it stops after
 /// [`MIN_ROUNDS`] rounds (see [`cost`]).
 pub const COST_BUDGET: f64 = 5e-3;
 /// The most bytes of a copy that calibration runs with candidates other than the chosen one:
@@ -293,15 +293,23 @@ pub fn pruned(trials: &[Vec<f64>]) -> Vec<bool> {
         .collect()
 }
 
-/// What the chunks so far have lost against the fastest candidate so far: their seconds, less
-/// what their bytes take at its rate (`chunks`: seconds and bytes of each; `trials`: seconds
-/// per byte, per candidate).
-pub fn cost(chunks: &[(f64, usize)], trials: &[Vec<f64>]) -> f64 {
-    let rate = trials.iter().filter_map(|t| fastest(t)).reduce(f64::min);
-    let (seconds, bytes) = (chunks.iter()).fold((0.0, 0usize), |(s, b), &(cs, cb)| {
-        (s + cs, b.saturating_add(cb))
-    });
-    (seconds - rate.unwrap_or(0.0) * bytes as f64).max(0.0)
+/// What measuring has cost: each candidate's bytes at its fastest rate, less the same bytes at
+/// the rate of candidate `against` (`None`: the fastest); per candidate, `trials` holds seconds
+/// per byte of each chunk and `bytes` the bytes of its chunks. Rates are the fastest chunks':
+/// a chunk that waited for the machine's other work would have waited as long without the
+/// measuring.
+pub fn cost(trials: &[Vec<f64>], bytes: &[usize], against: Option<usize>) -> f64 {
+    let best: Vec<Option<f64>> = trials.iter().map(|t| fastest(t)).collect();
+    let base = match against {
+        Some(c) => best.get(c).copied().flatten(),
+        None => best.iter().flatten().copied().reduce(f64::min),
+    };
+    let Some(base) = base else {
+        return 0.0;
+    };
+    (best.iter().zip(bytes))
+        .map(|(b, &n)| b.map_or(0.0, |b| ((b - base) * n as f64).max(0.0)))
+        .sum()
 }
 
 /// How a choice was made.
@@ -321,8 +329,8 @@ pub struct Measurement {
     /// Bytes of the copy measured on, and of it the calibration's chunks.
     pub copy_bytes: usize,
     pub calibrated_bytes: usize,
-    /// Seconds the chunks took, and of them what the chosen candidate would not have taken:
-    /// the calibration's one-time cost.
+    /// Seconds the chunks took, and the calibration's one-time cost ([`cost`] against the
+    /// chosen candidate).
     pub seconds: f64,
     pub cost_seconds: f64,
 }
@@ -521,25 +529,24 @@ pub struct Calibration<'a> {
 
 impl Calibration<'_> {
     /// Keep the candidate [`decide`] picks from `trials` (per candidate, seconds per byte of
-    /// each chunk), measured on `copy_bytes` bytes of which `calibrated_bytes` in chunks that
-    /// took `seconds`; returns the choice.
+    /// each chunk; `bytes`, of its chunks), measured on `copy_bytes` bytes in chunks that took
+    /// `seconds`; returns the choice.
     pub fn keep(
         self,
         trials: &[Vec<f64>],
+        bytes: &[usize],
         copy_bytes: usize,
-        calibrated_bytes: usize,
         seconds: f64,
     ) -> Choice {
         let pick = decide(trials);
         let choice = self.candidates.get(pick).copied().unwrap_or(ONE_THREAD);
         let best: Vec<Option<f64>> = trials.iter().map(|t| fastest(t)).collect();
-        let per_byte = best.get(pick).copied().flatten().unwrap_or(0.0);
         let measurement = Measurement {
             candidates: self.candidates.iter().copied().zip(best).collect(),
             copy_bytes,
-            calibrated_bytes,
+            calibrated_bytes: bytes.iter().sum(),
             seconds,
-            cost_seconds: (seconds - per_byte * calibrated_bytes as f64).max(0.0),
+            cost_seconds: cost(trials, bytes, Some(pick)),
         };
         let record = Record {
             choice,
@@ -795,10 +802,13 @@ mod tests {
 
     #[test]
     fn cost_by_hand() {
-        // Two chunks of 1000 bytes: 2 us and 1 us; the fastest rate 1 ns per byte.
-        let c = cost(&[(2e-6, 1000), (1e-6, 1000)], &[vec![2e-9], vec![1e-9]]);
-        assert!((c - 1e-6).abs() < 1e-15);
-        assert_eq!(cost(&[], &[vec![]]), 0.0);
+        // 1000 bytes each at 2, 1 and 3 ns per byte (at best; noise only adds): against the
+        // fastest, 1 + 0 + 2 us; against the first, 0 + 0 + 1 us.
+        let t = [vec![2e-9, 5e-9], vec![1e-9], vec![3e-9]];
+        let n = [1000, 1000, 1000];
+        assert!((cost(&t, &n, None) - 3e-6).abs() < 1e-15);
+        assert!((cost(&t, &n, Some(0)) - 1e-6).abs() < 1e-15);
+        assert_eq!(cost(&[vec![]], &[0], None), 0.0);
     }
 
     #[test]
@@ -890,8 +900,9 @@ mod tests {
             threads: 2,
             streaming: false,
         };
+        let bytes = [2 << 20, 2 << 20];
         assert_eq!(
-            cal.keep(&[vec![2e-10], vec![1e-10]], 8 << 20, 4 << 20, 1e-3),
+            cal.keep(&[vec![2e-10], vec![1e-10]], &bytes, 8 << 20, 1e-3),
             two
         );
         assert!(matches!(tuner.lookup(key), Lookup::Known(c) if c == two));
@@ -905,8 +916,9 @@ mod tests {
         else {
             panic!("a measured record");
         };
-        // 1 ms for 4 MiB, of which the chosen one would take 0.42 ms.
-        assert!((m.cost_seconds - (1e-3 - 1e-10 * (4 << 20) as f64)).abs() < 1e-12);
+        // The first's 2 MiB took 0.21 ms more than the chosen one's rate gives.
+        assert!((m.cost_seconds - 1e-10 * (2 << 20) as f64).abs() < 1e-15);
+        assert_eq!((m.calibrated_bytes, m.seconds), (4 << 20, 1e-3));
         // Fixed settings leave one candidate: kept without measuring.
         let fixed = Settings {
             threads: Some(3),
