@@ -58,8 +58,8 @@ def _why(choice: dict[str, Any], margin: float) -> str:
         f"{t}t {'streaming' if s == 'streaming' else 'regular'} {r:.1f}"
         for (t, s), r in rates.items()
     )
-    cost = choice["cost_seconds"] * 1e3
-    return f"{verdict} ({measured} GB/s; measuring cost {cost:.1f} ms)"
+    cost, took = choice["cost_seconds"] * 1e3, choice["seconds"] * 1e3
+    return f"{verdict} ({measured} GB/s; measuring cost {cost:.1f} ms, its chunks took {took:.1f})"
 
 
 def engine_lines(facts: dict[str, Any]) -> list[str]:
