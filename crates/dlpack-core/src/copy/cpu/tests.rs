@@ -18,6 +18,7 @@ pub(super) const TINY: Limits = Limits {
     large: 256,
     min_bytes_per_thread: 1,
     calibration_max_bytes: usize::MAX,
+    calibration_chunk_bytes: 1 << 30,
     calibration_min_bytes_per_thread: 1,
 };
 

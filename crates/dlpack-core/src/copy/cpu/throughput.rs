@@ -206,3 +206,46 @@ fn small_copies() {
         );
     }
 }
+
+/// What calibration measures on chunks of a 4096x4096 transpose against what whole copies run
+/// at, each way, ten times over (a fresh tuner each time): whether the chunks judge the ways as
+/// the copy would.
+#[test]
+#[ignore = "benchmark"]
+fn calibration_against_whole_copies() {
+    use super::tune::{How, Limits, Settings, Tuner};
+    let n = 16 << 20;
+    let (src, dst) = (Big::new(8 * n), Big::new(4 * n + 4096));
+    let t = transpose("t", 4096, 4096, 4, 0, (dst.0.as_ptr(), src.0.as_ptr()));
+    let threads = super::tune::available_threads();
+    let ways = [(1, false), (1, true), (threads, false), (threads, true)];
+    let rate = |secs_per_byte: f64| 2.0 / secs_per_byte / 1e9;
+    for _ in 0..10 {
+        let tuner = Tuner::new(Limits::DEFAULT, Settings::default(), threads);
+        let tuner: &'static Tuner = Box::leak(Box::new(tuner));
+        let config = Config {
+            tuner,
+            ..Config::new()
+        };
+        // SAFETY: the layouts lie inside the two buffers, which live through the test.
+        unsafe { copy_strided_with(&t.1, &t.2, 4, None, config) };
+        for (_, record) in tuner.log() {
+            if let How::Measured(m) = record.how {
+                for (c, s) in m.candidates {
+                    let way = if c.streaming { "streaming" } else { "regular" };
+                    print!("{}t {way} {:.1}  ", c.threads, s.map_or(0.0, rate));
+                }
+            }
+        }
+        print!("| whole copies:");
+        for (threads, streaming) in ways {
+            let config = Config::fixed(threads, streaming);
+            // SAFETY: as above.
+            let secs = best(3, || unsafe {
+                copy_strided_with(&t.1, &t.2, 4, None, config)
+            });
+            print!(" {:.1}", rate(secs / (n * 4) as f64));
+        }
+        println!(" GB/s");
+    }
+}

@@ -35,7 +35,7 @@ pub const MAX_THREADS_SETTING: usize = 256;
 /// be to be chosen: measurements on a shared machine scatter by a few percent.
 pub const MARGIN: f64 = 0.10;
 /// Rounds of the candidates a calibration runs, at most and at least.
-const MAX_ROUNDS: usize = 3;
+const MAX_ROUNDS: usize = 4;
 pub const MIN_ROUNDS: usize = 2;
 /// A candidate whose fastest chunk is this many times slower than the fastest of all takes no
 /// more chunks: no margin could make it win, and on a loaded machine the slow ones (threads
@@ -44,9 +44,14 @@ pub const PRUNE: f64 = 2.0;
 /// Seconds a calibration may lose against the fastest way before it stops after
 /// [`MIN_ROUNDS`] rounds (see [`cost`]).
 pub const COST_BUDGET: f64 = 5e-3;
-/// The most bytes of a copy that calibration runs with candidates other than the chosen one:
-/// bounds its one-time cost.
-const CALIBRATION_MAX_BYTES: usize = 24 << 20;
+/// The most bytes of a copy that calibration cuts into chunks: bounds its one-time cost.
+const CALIBRATION_MAX_BYTES: usize = 48 << 20;
+/// The bytes of a calibration chunk where the copy has room for [`MIN_ROUNDS`] rounds of them:
+/// well past the nearest caches, so that what the chunk before left in them (dirty lines of
+/// ordinary stores, written back meanwhile) weighs little. Smaller chunks misjudged
+/// (a 4096x4096 `f32` transpose in 1 MiB chunks: streaming stores measured at 8 GB/s, where the
+/// copy runs at 27).
+const CALIBRATION_CHUNK_BYTES: usize = 4 << 20;
 /// The fewest bytes a thread gets in a calibration chunk: less, and starting it weighs more
 /// than its share of the copy.
 const CALIBRATION_MIN_BYTES_PER_THREAD: usize = 256 << 10;
@@ -350,6 +355,7 @@ pub struct Limits {
     pub large: usize,
     pub min_bytes_per_thread: usize,
     pub calibration_max_bytes: usize,
+    pub calibration_chunk_bytes: usize,
     pub calibration_min_bytes_per_thread: usize,
 }
 
@@ -359,6 +365,7 @@ impl Limits {
         large: LARGE_THRESHOLD,
         min_bytes_per_thread: MIN_BYTES_PER_THREAD,
         calibration_max_bytes: CALIBRATION_MAX_BYTES,
+        calibration_chunk_bytes: CALIBRATION_CHUNK_BYTES,
         calibration_min_bytes_per_thread: CALIBRATION_MIN_BYTES_PER_THREAD,
     };
 
@@ -372,9 +379,10 @@ impl Limits {
     }
 
     /// How to cut a copy of `bytes` for calibrating `k` candidates (`max_threads` at most):
-    /// (rounds, bytes per chunk), as many rounds as fit up to `MAX_ROUNDS`, chunks at most
-    /// what keeps all of them under the calibration's byte bound; `None` when the copy is too
-    /// small for `MIN_ROUNDS` rounds of chunks that give each thread its least share.
+    /// (rounds, bytes per chunk). Chunks of the target size, as many rounds of them as the copy
+    /// (and the calibration's byte bound) holds, up to `MAX_ROUNDS`; where that is fewer than
+    /// `MIN_ROUNDS`, that many rounds of smaller chunks; `None` when those would give a thread
+    /// less than its least share.
     pub fn calibration_chunks(
         &self,
         bytes: usize,
@@ -383,13 +391,16 @@ impl Limits {
     ) -> Option<(usize, usize)> {
         let least = self
             .calibration_min_bytes_per_thread
-            .saturating_mul(max_threads.max(1));
-        let k = k.max(1);
-        (MIN_ROUNDS..=MAX_ROUNDS).rev().find_map(|rounds| {
-            let chunks = k * rounds;
-            let chunk = (bytes / chunks).min(self.calibration_max_bytes / chunks);
-            (chunk >= least.max(1)).then_some((rounds, chunk))
-        })
+            .saturating_mul(max_threads.max(1))
+            .max(1);
+        let (k, bound) = (k.max(1), bytes.min(self.calibration_max_bytes));
+        let target = self.calibration_chunk_bytes.max(least);
+        let rounds = (bound / k / target).min(MAX_ROUNDS);
+        if rounds >= MIN_ROUNDS {
+            return Some((rounds, target));
+        }
+        let chunk = bound / (k * MIN_ROUNDS);
+        (chunk >= least).then_some((MIN_ROUNDS, chunk))
     }
 }
 
@@ -768,6 +779,9 @@ mod tests {
                     prop_assert!((MIN_ROUNDS..=MAX_ROUNDS).contains(&rounds));
                     prop_assert!(rounds * k * chunk <= bytes.min(l.calibration_max_bytes));
                     prop_assert!(chunk >= l.calibration_min_bytes_per_thread * max);
+                    // the target size where there is room for the least rounds of it
+                    let room = bytes.min(l.calibration_max_bytes) / (k * MIN_ROUNDS);
+                    prop_assert_eq!(chunk == l.calibration_chunk_bytes, room >= l.calibration_chunk_bytes);
                 }
                 None => {
                     let least = l.calibration_min_bytes_per_thread * max;
