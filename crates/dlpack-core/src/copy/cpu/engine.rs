@@ -253,13 +253,21 @@ impl Job {
         // tiles and streaming rows do after their first items: otherwise each chunk would begin
         // with items copied one by one that the whole copy copies once (a numpy array starts
         // 16 bytes past a page: in chunks of a transpose 6% of the items, making streaming stores
-        // look slower than ordinary ones). The items before (`lead` steps) go first, as the
-        // first candidate.
+        // look slower than ordinary ones). A chunk more where the copy has room for it, and the
+        // items up to that boundary, go first, untimed, as the first candidate: the caches and
+        // memory are then busy with this copy's work, not with what came before (numpy's own
+        // transposing copy leaves a cache full of lines to write back, which slowed the first
+        // chunks). Their bytes count as the first candidate's in the measuring's cost.
         let cut = limits
             .calibration_chunks(bytes, k, most)
             .and_then(|(rounds, chunk)| {
-                let (dim, steps) = self.chunks(bytes, chunk, k * rounds)?;
-                let lead = self.line_lead(dim, steps * k * rounds);
+                let (dim, steps, warm) = match self.chunks(bytes, chunk, k * rounds + 1) {
+                    Some((dim, steps)) => (dim, steps, steps),
+                    None => self
+                        .chunks(bytes, chunk, k * rounds)
+                        .map(|(dim, steps)| (dim, steps, 0))?,
+                };
+                let lead = self.line_lead(dim, warm, steps * k * rounds);
                 let region = plan::slice(&self.plan, dim, 0..lead + steps * k * rounds);
                 (self.memory_of(&region) == Some(cal.key.memory))
                     .then_some((rounds, dim, steps, lead))
@@ -270,14 +278,17 @@ impl Job {
             // SAFETY: the whole plan (the contract).
             return unsafe { self.run(&self.plan, limits.threads_for(bytes, first), first) };
         };
-        if lead > 0 {
-            // SAFETY: steps `0..lead` of one loop of the plan: a part of the caller's elements.
-            unsafe { self.run(&plan::slice(&self.plan, dim, 0..lead), 1, first) };
-        }
         let mut trials = vec![Vec::with_capacity(rounds); k];
         let mut measured = vec![0usize; k];
-        let mut at = lead;
         let started = Instant::now();
+        if lead > 0 {
+            let warm = plan::slice(&self.plan, dim, 0..lead);
+            measured[0] = warm.numel().saturating_mul(self.itemsize);
+            let threads = limits.threads_for(measured[0], first);
+            // SAFETY: steps `0..lead` of one loop of the plan: a part of the caller's elements.
+            unsafe { self.run(&warm, threads, first) };
+        }
+        let mut at = lead;
         for round in 0..rounds {
             // Candidates far slower than the fastest so far sit the later rounds out, and
             // rounds past the least stop once measuring has cost its budget.
@@ -313,14 +324,16 @@ impl Job {
         }
     }
 
-    /// The first step of loop `dim` whose destination starts at a line boundary (among the
-    /// first 64, so that `span` more steps still fit in the loop); 0 where there is none.
-    fn line_lead(&self, dim: usize, span: usize) -> usize {
+    /// The first step of loop `dim` from `from` on whose destination starts at a line boundary
+    /// (among the 64 from there, so that `span` more steps still fit in the loop); `from` where
+    /// there is none.
+    fn line_lead(&self, dim: usize, from: usize, span: usize) -> usize {
         let d = self.plan.dims[dim];
         let first = self.dst.get().wrapping_offset(self.plan.dst_offset);
-        (0..64.min(d.n.saturating_sub(span).saturating_add(1)))
+        let end = d.n.saturating_sub(span).saturating_add(1);
+        (from..end.min(from.saturating_add(64)))
             .find(|&o| (first.wrapping_offset(o as isize * d.dst) as usize).is_multiple_of(64))
-            .unwrap_or(0)
+            .unwrap_or(from)
     }
 
     /// The bytes `piece` addresses on one side (`base`, its offset, the dims' strides on that
