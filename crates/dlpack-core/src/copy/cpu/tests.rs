@@ -415,6 +415,66 @@ proptest! {
     }
 }
 
+/// Every choice the calibration can make, forced: threads from one to four, ordinary and
+/// streaming stores.
+fn every_choice() -> impl Iterator<Item = Config> {
+    (1..=4).flat_map(|threads| [false, true].map(|streaming| Config::fixed(threads, streaming)))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    /// Whatever threads and stores the engine picks, the bytes are the reference's: any layout,
+    /// and transposes large enough for the tiled kernels.
+    #[test]
+    fn every_choice_matches_reference(
+        (shape, src, dst, item, swap, pads) in case(),
+        (t_shape, t_src, t_dst, t_item, t_swap, t_pads) in transposed_case(),
+    ) {
+        for config in every_choice() {
+            check(&shape, &src, &dst, item, swap, pads, config)?;
+            check(&t_shape, &t_src, &t_dst, t_item, t_swap, t_pads, config)?;
+        }
+    }
+}
+
+/// A copy with room for a chunk more than the calibration times copies it first, untimed,
+/// from the first line boundary on: the bytes are the reference's at every alignment, and the
+/// measuring counts them.
+#[test]
+fn calibration_warms_up_on_a_chunk() {
+    let limits = Limits {
+        calibration_chunk_bytes: 16 << 10,
+        ..TINY
+    };
+    for pads in [(0, 0), (1, 3), (4, 20), (16, 44)] {
+        for (shape, src, dst) in [
+            (vec![1usize << 18], vec![4isize], vec![4isize]),
+            (vec![512, 512], vec![4, 2048], vec![2048, 4]),
+        ] {
+            let tuner: &'static Tuner =
+                Box::leak(Box::new(Tuner::new(limits, Settings::default(), 3)));
+            let config = Config {
+                tuner,
+                ..Config::new()
+            };
+            check(&shape, &src, &dst, 4, None, pads, config).unwrap();
+            let log = tuner.log();
+            let [(_, record)] = &log[..] else {
+                panic!("{shape:?} {pads:?}: one calibration, kept: {log:?}");
+            };
+            let How::Measured(m) = &record.how else {
+                panic!("measured");
+            };
+            // The warm-up chunk and at least the least rounds of every candidate, in chunks of
+            // at least half the size asked for.
+            let k = m.candidates.len();
+            let least = (1 + k * 2) * (8 << 10);
+            assert!(m.calibrated_bytes >= least, "{m:?}");
+            assert!(m.calibrated_bytes <= 1 << 20, "{m:?}");
+        }
+    }
+}
+
 #[test]
 fn tiled_transposes() {
     for (item, pads) in [
