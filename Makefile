@@ -107,21 +107,23 @@ demo: deps
 # The Rust API crate's tests reach the runtime through the dlpack package installed in VENV
 # (`make py-test-checked` installs it), imported by the interpreter they embed.
 RUST_TEST_ARGS := --profile checked --workspace --all-features --quiet --exclude dlpack-example \
-	--exclude dlpack-bench-rust-api
+	--exclude dlpack-rust-numpy-example --exclude dlpack-bench-rust-api
 rust-test:
 	PYTHONPATH=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
 		cargo test $(RUST_TEST_ARGS)
 
 # The example extension on the Rust API (examples/rust-api), built against this checkout and
 # tested with the libraries the suite uses; beside it the benchmark extension (bench/rust-api),
-# a second client of the runtime in the same process. The checked profile: no LTO, so they
+# a second client of the runtime in the same process, and the extension on both dlpack-adapter
+# and rust-numpy (examples/rust-numpy), whose borrows meet. The checked profile: no LTO, so they
 # build quickly.
 example-test: venv
 	rm -rf dist-example
 	$(PY) -m maturin build --profile checked --quiet -m examples/rust-api/Cargo.toml -o dist-example
 	$(PY) -m maturin build --profile checked --quiet -m bench/rust-api/Cargo.toml -o dist-example
+	$(PY) -m maturin build --profile checked --quiet -m examples/rust-numpy/Cargo.toml -o dist-example
 	$(PIP) install --force-reinstall --no-deps dist-example/*.whl
-	$(PY) -P -m pytest examples/rust-api/tests -q -ra -p no:cacheprovider
+	$(PY) -P -m pytest examples/rust-api/tests examples/rust-numpy/tests -q -ra -p no:cacheprovider
 
 # The Rust API's extraction against rust-numpy's (bench/rust-api).
 bench-rust-api: venv
