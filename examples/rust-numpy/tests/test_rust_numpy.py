@@ -1,7 +1,13 @@
 """An extension on both dlpack-adapter and rust-numpy, handed the same numpy memory through each:
 a borrow that conflicts with one the other crate holds is refused, whichever borrowed first, and
-every borrow ends with its view."""
+every borrow ends with its view.
 
+Which extension installed rust-numpy's borrow flags in the process decides how the views meet
+them (the runtime's, which records rust-numpy's borrows in its registry, or rust-numpy's own,
+where a view takes a borrow too): the module runs under the runtime's, and again in a child
+under rust-numpy's (``test_the_same_under_flags_rust_numpy_installed``)."""
+
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,9 +22,32 @@ OURS_REFUSED = "(?s)expected an array of float64: .*borrowed mutably through rus
 OURS_MUT_REFUSED = "borrowed through rust-numpy .*a mutable view .* needs it alone"
 THEIRS_REFUSED = "already borrowed"
 
+# Who installs rust-numpy's borrow flags in this process: the first to borrow, at import.
+FIRST = os.environ.get("DLPACK_TEST_FLAGS_FIRST", "dlpack")
+if FIRST == "dlpack":
+    ex.while_viewed(np.zeros(1), False, lambda: None)
+else:
+    ex.numpy_borrow(np.zeros(1), False)
+
 
 def _nothing():
     return None
+
+
+def test_the_same_under_flags_rust_numpy_installed():
+    if FIRST != "dlpack":
+        pytest.skip("this is that run")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["DLPACK_TEST_FLAGS_FIRST"] = "rust-numpy"
+    out = subprocess.run(
+        [sys.executable, "-P", "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert " passed" in out.stdout
 
 
 def test_f_x_x_is_refused_whichever_crate_borrows_mutably_first():
@@ -114,6 +143,20 @@ def test_memory_a_numpy_array_holds_is_borrowed_as_the_arrays():
         ex.while_viewed(x[1:], True, lambda: ex.numpy_borrow(sub, False))
 
 
+def test_under_the_runtimes_flags_any_object_over_the_memory_meets_rust_numpy():
+    if FIRST != "dlpack":
+        pytest.skip("under rust-numpy's own flags, only numpy arrays' views meet its borrows")
+    x = np.arange(4.0)
+    for other in (memoryview(x), memoryview(x)[1:], np.frombuffer(memoryview(x))):
+        with pytest.raises(BufferError, match="borrowed mutably through rust-numpy"):
+            ex.while_borrowed(x, True, lambda o=other: ex.while_viewed(o, False, _nothing))
+        with pytest.raises(TypeError, match=THEIRS_REFUSED):
+            ex.while_viewed(other, True, lambda: ex.numpy_borrow(x[2:], False))
+    # rust-numpy's borrows among themselves keep rust-numpy's rules: disjoint interleaved
+    # elements are two borrows.
+    assert ex.while_borrowed(x[::2], True, lambda: ex.numpy_borrow(x[1::2], True)) == 2
+
+
 def _run(*parts):
     code = "\n".join(textwrap.dedent(part) for part in parts)
     return subprocess.run(
@@ -181,14 +224,15 @@ def test_flags_rust_numpy_installed_first_are_the_ones_used():
 
 
 def test_an_array_reshaped_in_place_during_a_view_gives_its_borrow_back():
-    # rust-numpy finds a borrow again from the array it is given: the view's borrow is kept
-    # under an array of its own, which no reshape of the viewed one changes. In a child: a key
-    # rust-numpy no longer finds aborts the process.
+    # Under rust-numpy's own flags, which find a borrow again from the array they are given:
+    # the view's borrow is kept under an array of its own, which no reshape of the viewed one
+    # changes. In a child: a key rust-numpy no longer finds aborts the process.
     out = _run(
         """
         import numpy as np
         import dlpack_rust_numpy as ex
 
+        ex.numpy_borrow(np.zeros(1), False)
         for mutable in (True, False):
             x = np.arange(6.0)
 
