@@ -100,8 +100,12 @@ pub fn check_unheld(_py: Python<'_>, start: usize, end: usize, writer: &str) -> 
 }
 
 /// A held range of host memory, given back by `give_back` (or on drop, which attaches to the
-/// interpreter first).
-pub struct Borrow(Entry);
+/// interpreter first): a view's entry, without its `holder`.
+pub struct Borrow {
+    start: usize,
+    end: usize,
+    exclusive: bool,
+}
 
 impl Borrow {
     /// Hold `start..end` (addresses), shared or exclusive; a `BufferError` if another view
@@ -134,20 +138,32 @@ impl Borrow {
                  it alone: drop the other views first"
             }));
         }
-        let entry = Entry {
+        held.push(Entry {
             start,
             end,
             exclusive,
             holder: VIEW,
-        };
-        held.push(entry);
-        Ok(Some(Borrow(entry)))
+        });
+        Ok(Some(Borrow {
+            start,
+            end,
+            exclusive,
+        }))
     }
 
     /// End the hold, the GIL held (`py`).
     pub fn give_back(self, py: Python<'_>) {
-        remove(py, self.0);
+        remove(py, self.entry());
         std::mem::forget(self);
+    }
+
+    fn entry(&self) -> Entry {
+        Entry {
+            start: self.start,
+            end: self.end,
+            exclusive: self.exclusive,
+            holder: VIEW,
+        }
     }
 }
 
@@ -215,7 +231,7 @@ fn remove(_py: Python<'_>, entry: Entry) {
 
 impl Drop for Borrow {
     fn drop(&mut self) {
-        Python::attach(|py| remove(py, self.0));
+        Python::attach(|py| remove(py, self.entry()));
     }
 }
 

@@ -12,7 +12,7 @@ use dlpack_core::layout::{SelfOverlap, self_overlap};
 use pyo3::prelude::*;
 
 use super::borrows::{self, Borrow};
-use super::rust_numpy::NumpyBorrow;
+use super::rust_numpy::{self, NumpyBorrow};
 use crate::error::{Error, Result};
 use crate::ffi::python::GilCell;
 use crate::import::{self, array_interface::type_name};
@@ -108,9 +108,12 @@ impl Held {
         // SAFETY: whole, just above, and ours alone.
         let held = unsafe { &mut *dst };
         match held.hold(obj) {
-            Ok((borrow, numpy)) => {
+            Ok(borrow) => {
                 held.source.borrow = borrow;
-                held.source.numpy = numpy;
+                if held.source.borrow.is_some() && rust_numpy::views_borrow_there(obj.py()) {
+                    // SAFETY: per the contract, the `Held` is not used again if this fails.
+                    return unsafe { held.hold_in_rust_numpy(obj) };
+                }
                 Ok(())
             }
             Err(err) => {
@@ -122,9 +125,8 @@ impl Held {
         }
     }
 
-    /// Check what an exclusive view needs, and take the memory's borrows: the registry's, then
-    /// rust-numpy's (only for memory the registry lent, so a conflict there is rust-numpy's).
-    fn hold(&self, obj: &Bound<'_, PyAny>) -> Result<(Option<Borrow>, Option<NumpyBorrow>)> {
+    /// Check what an exclusive view needs, and take the memory's borrow in the registry.
+    fn hold(&self, obj: &Bound<'_, PyAny>) -> Result<Option<Borrow>> {
         let tensor = self.tensor(obj.py());
         if self.source.exclusive {
             host_memory(tensor)?;
@@ -143,17 +145,35 @@ impl Held {
         }
         // Only host memory is read in place by Rust, so only host memory is held.
         if host_memory(tensor).is_err() || tensor.indirect() {
-            return Ok((None, None));
+            return Ok(None);
         }
         let (start, end) = borrows::range_of(tensor)?;
-        let exclusive = self.source.exclusive;
-        let Some(borrow) = Borrow::take(obj.py(), start, end, exclusive)? else {
-            return Ok((None, None)); // no bytes: nothing to alias
-        };
-        match NumpyBorrow::take(obj, tensor, (start, end), exclusive) {
-            Ok(numpy) => Ok((Some(borrow), numpy)),
+        Borrow::take(obj.py(), start, end, self.source.exclusive)
+    }
+
+    /// Take the same memory's borrow in another extension's table of rust-numpy's borrows too
+    /// (asked once the registry lent it, so a conflict there is rust-numpy's); when that fails,
+    /// give the registry's back and release the source.
+    ///
+    /// # Safety
+    /// The `Held` is whole; if this fails, it is not used again (as `drop_source` asks).
+    #[cold]
+    #[inline(never)]
+    unsafe fn hold_in_rust_numpy(&mut self, obj: &Bound<'_, PyAny>) -> Result<()> {
+        let tensor = self.tensor(obj.py());
+        let taken = borrows::range_of(tensor)
+            .and_then(|range| NumpyBorrow::take(obj, tensor, range, self.source.exclusive));
+        match taken {
+            Ok(numpy) => {
+                self.source.numpy = numpy;
+                Ok(())
+            }
             Err(err) => {
-                borrow.give_back(obj.py());
+                if let Some(borrow) = self.source.borrow.take() {
+                    borrow.give_back(obj.py());
+                }
+                // SAFETY: not used again (the contract).
+                unsafe { self.drop_source(obj.py()) };
                 Err(err)
             }
         }

@@ -34,6 +34,7 @@ use std::ffi::{CStr, c_int, c_void};
 use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use numpy::npyffi::{
     self, NPY_ARRAY_WRITEABLE, NPY_TYPES, NpyTypes, PY_ARRAY_API, PyArrayObject, PyDataType_ELSIZE,
@@ -105,8 +106,27 @@ static FLAGS: PyOnceLock<Option<Flags>> = PyOnceLock::new();
 /// `sys.modules`, to tell whether numpy is imported without importing it.
 static MODULES: PyOnceLock<Option<Py<PyDict>>> = PyOnceLock::new();
 
+/// `FLAGS`' answer for a view, in one load: whether it takes a borrow in another extension's
+/// table (`THEIRS`), or takes nothing more than its registry borrow (`REGISTRY`: the runtime's
+/// table, or none), or `UNKNOWN` until numpy is imported.
+static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
+const UNKNOWN: u8 = 0;
+const REGISTRY: u8 = 1;
+const THEIRS: u8 = 2;
+
+/// Whether a view borrows in another extension's table too (`NumpyBorrow`).
+#[inline]
+pub fn views_borrow_there(py: Python<'_>) -> bool {
+    match MODE.load(Ordering::Relaxed) {
+        REGISTRY => false,
+        THEIRS => true,
+        _ => matches!(flags(py), Some(Flags::Theirs(_))),
+    }
+}
+
 /// How views meet rust-numpy's borrows, once numpy is imported (no numpy array exists before,
 /// nor any rust-numpy borrow).
+#[cold]
 fn flags(py: Python<'_>) -> Option<&'static Flags> {
     if let Some(flags) = FLAGS.get(py) {
         return flags.as_ref();
@@ -124,7 +144,7 @@ fn flags(py: Python<'_>) -> Option<&'static Flags> {
     if !imported {
         return None;
     }
-    FLAGS
+    let flags = FLAGS
         .get_or_init(py, || {
             let module = numpy::get_array_module(py).ok()?;
             if module.hasattr(CAPSULE).ok()? {
@@ -133,7 +153,13 @@ fn flags(py: Python<'_>) -> Option<&'static Flags> {
                 install(&module)
             }
         })
-        .as_ref()
+        .as_ref();
+    let mode = match flags {
+        Some(Flags::Theirs(_)) => THEIRS,
+        _ => REGISTRY,
+    };
+    MODE.store(mode, Ordering::Relaxed);
+    flags
 }
 
 /// The table in numpy's module, `module`.
@@ -362,9 +388,9 @@ pub struct NumpyBorrow {
 
 impl NumpyBorrow {
     /// Borrow `start..end` (addresses, a non-empty range a view of `obj` reads, imported as
-    /// `tensor`) in another extension's table, shared or `exclusive`: `None` where the runtime
-    /// installed the table (the registry holds rust-numpy's borrows) and where no numpy array
-    /// holds the memory; a `BufferError` when a rust-numpy borrow conflicts.
+    /// `tensor`) in another extension's table (asked where `views_borrow_there`), shared or
+    /// `exclusive`: `None` where no numpy array holds the memory; a `BufferError` when a
+    /// rust-numpy borrow conflicts.
     pub fn take(
         obj: &Bound<'_, PyAny>,
         tensor: &Tensor,
