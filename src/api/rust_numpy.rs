@@ -144,14 +144,19 @@ fn flags(py: Python<'_>) -> Option<&'static Flags> {
     if !imported {
         return None;
     }
+    // Python code runs (imports, numpy's version): attached through PyO3, so that references
+    // dropped on the way are released now rather than queued (a C API caller holds the GIL
+    // without PyO3 knowing).
     let flags = FLAGS
         .get_or_init(py, || {
-            let module = numpy::get_array_module(py).ok()?;
-            if module.hasattr(CAPSULE).ok()? {
-                theirs(&module).map(Flags::Theirs)
-            } else {
-                install(&module)
-            }
+            Python::attach(|py| {
+                let module = numpy::get_array_module(py).ok()?;
+                if module.hasattr(CAPSULE).ok()? {
+                    theirs(&module).map(Flags::Theirs)
+                } else {
+                    install(&module)
+                }
+            })
         })
         .as_ref();
     let mode = match flags {
