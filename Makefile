@@ -248,6 +248,8 @@ lint: deps
 	cargo clippy -p dlpack-core --no-default-features --lib --quiet -- -D warnings
 	# PyO3's stable ABI is the client extension's choice: the Rust API crate must not turn it on
 	! cargo tree -p dlpack-adapter -e features -i pyo3 | grep abi3
+	# the C API's header (dlpack/include/dlpack_adapter.h) is what its Rust declaration generates
+	cargo run --quiet -p dlpack-header -- --check
 	$(PY) tools/module_cycles.py
 	# messages without holes (a line break left in a literal, words run together)
 	$(PY) tools/check_messages.py --self-test

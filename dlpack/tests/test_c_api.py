@@ -4,14 +4,21 @@ views of any array through the runtime's importers, one registry of borrowed mem
 
 import ctypes
 import gc
+import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
+import sysconfig
 import threading
 
 import pytest
 
+import dlpack
 from dlpack import _dlpack, asdlpack, copyto
 
+from . import _c_api
 from ._c_api import (
     DLPACK_ADAPTER_ABI_VERSION,
     DLPACK_ADAPTER_FEATURE_VERSION,
@@ -27,7 +34,7 @@ from ._c_api import (
     address,
     table,
 )
-from ._helpers import NUMPY_NATIVE_DTYPES, need, run_python
+from ._helpers import NUMPY_NATIVE_DTYPES, REQUIRABLE_SKIPS, REQUIRE_ENV, need, required, run_python
 
 np = need("numpy")
 
@@ -61,6 +68,94 @@ def test_the_table_says_its_versions_and_size():
     assert API.reserved == 0
     # The capsule is the module's one table: asking again gives the same.
     assert ctypes.addressof(table()) == ctypes.addressof(API)
+
+
+HEADER = os.path.join(dlpack.get_include(), "dlpack_adapter.h")
+
+
+def _header() -> str:
+    with open(HEADER) as f:
+        return f.read()
+
+
+def test_the_header_ships_with_the_package_and_says_what_the_runtime_has():
+    """``dlpack.get_include()`` holds the C header, whose versions and capsule name are the
+    runtime's, and whose flags are the tests' (and so the runtime's, which the tests check)."""
+    text = _header()
+    defines = dict(re.findall(r"^#define (DLPACK_ADAPTER_\w+) (\S.*)$", text, re.M))
+    assert int(defines["DLPACK_ADAPTER_ABI_VERSION"]) == API.abi_version
+    assert int(defines["DLPACK_ADAPTER_FEATURE_VERSION"]) == API.feature_version
+    name = ctypes.pythonapi.PyCapsule_GetName
+    name.argtypes, name.restype = [ctypes.py_object], ctypes.c_char_p
+    assert defines["DLPACK_ADAPTER_CAPSULE_NAME"] == f'"{name(_dlpack._C_API).decode()}"'
+    for constant, value in vars(_c_api).items():
+        if constant.startswith(("DLPACK_ADAPTER_VIEW_", "DLPACK_ADAPTER_MEMORY_")):
+            assert int(defines[constant]) == value, constant
+    assert defines["DLPACK_ADAPTER_VIEW_REQUESTS"] == "DLPACK_ADAPTER_VIEW_MUTABLE"
+
+
+def _declared_fields(text: str, struct: str) -> list[str]:
+    """The field names of ``struct``'s typedef in the header, in order."""
+    body = re.search(r"typedef struct (?:\w+ )?\{([^{}]*)\} " + struct + ";", text)
+    assert body, f"{struct} is not declared in {HEADER}"
+    code = re.sub(r"/\*.*?\*/", "", body.group(1), flags=re.S)
+    return [m.group(1) or m.group(2) for m in re.finditer(r"\(\*(\w+)\)\([^;]*\);|(\w+);", code)]
+
+
+def test_the_ctypes_declaration_names_the_headers_fields_in_order():
+    """The tests' ctypes structs (dlpack/tests/_c_api.py) have the header's fields, in the
+    header's order (read from its text: no compiler needed)."""
+    text = _header()
+    for struct in _c_api.STRUCTS:
+        declared = [name for name, *_ in struct._fields_]
+        assert _declared_fields(text, struct.__name__) == declared, struct.__name__
+
+
+def _c_compiler() -> list[str]:
+    """The C compiler this Python was built with, or ``cc``; a skip where there is none or no
+    Python.h (a failure where DLPACK_TESTS_REQUIRE names ``cc``)."""
+    __tracebackhide__ = True
+    command = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    include = sysconfig.get_paths()["include"]
+    if shutil.which(command[0]) is None:
+        command = ["cc"]
+    if shutil.which(command[0]) is None:
+        reason = "no C compiler (cc) to compile the C header with"
+    elif not os.path.exists(os.path.join(include, "Python.h")):
+        reason = f"no Python.h in {include} to compile the C header with"
+    else:
+        return [*command, f"-I{include}", f"-I{dlpack.get_include()}"]
+    if required("cc"):
+        pytest.fail(f"{reason}, and {REQUIRE_ENV} requires cc", pytrace=False)
+    REQUIRABLE_SKIPS.add(reason)
+    pytest.skip(reason)
+
+
+def test_the_ctypes_declaration_has_the_headers_offsets_and_sizes(tmp_path):
+    """Every field's offset and every struct's size, as ctypes computes them, asserted of the
+    header by a C compiler (a C11 program of static assertions, checked and not built); the
+    header itself compiles without a warning."""
+    compiler = _c_compiler()
+    checks = []
+    for struct in _c_api.STRUCTS:
+        name = struct.__name__
+        checks.append(f'_Static_assert(sizeof({name}) == {ctypes.sizeof(struct)}, "{name}");')
+        for field, *_ in struct._fields_:
+            offset = getattr(struct, field).offset
+            checks.append(
+                f"_Static_assert(offsetof({name}, {field}) == {offset}, "
+                f'"{name}.{field} at {offset}");'
+            )
+    probe = tmp_path / "probe.c"
+    probe.write_text('#include "dlpack_adapter.h"\n' + "\n".join(checks) + "\n")
+    out = subprocess.run(
+        [*compiler, "-std=gnu11", "-Wall", "-Wextra", "-fsyntax-only", str(probe)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "dlpack_adapter.h" not in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("bit", [1 << i for i in range(1, 32)], ids=lambda bit: f"{bit:#x}")
