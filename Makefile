@@ -122,6 +122,12 @@ example-test: venv
 	$(PY) -m maturin build --profile checked --quiet -m bench/rust-api/Cargo.toml -o dist-example
 	$(PIP) install --force-reinstall --no-deps dist-example/*.whl
 	$(PY) -P -m pytest examples/rust-api/tests -q -ra -p no:cacheprovider
+	# the C example (examples/c-api), built by setuptools against the installed dlpack's header
+	$(PIP) install --force-reinstall --no-deps --no-build-isolation ./examples/c-api
+	$(PY) -P -m pytest examples/c-api/tests -q -ra -p no:cacheprovider
+	# the tests' ctypes declaration against the header, with a C compiler required here
+	DLPACK_TESTS_REQUIRE=cc $(PY) -P -m pytest --pyargs dlpack.tests.test_c_api -k header -q -ra \
+		-p no:cacheprovider
 
 # The Rust API's extraction against rust-numpy's (bench/rust-api).
 bench-rust-api: venv
