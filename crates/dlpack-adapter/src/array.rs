@@ -1,6 +1,7 @@
 //! `view` and `view_mut`: any array Python hands over, read (or written) from Rust in place,
 //! through the runtime's C API (its importers, its one registry of borrowed memory).
 
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 use dlpack_core::abi::DLDevice;
@@ -64,13 +65,21 @@ impl<'py> ArrayView<'py> {
     fn new(obj: &Bound<'py, PyAny>, flags: u32) -> PyResult<Self> {
         let py = obj.py();
         let api = capi::api(py)?;
-        let mut view = DLPackAdapterView::new();
-        // SAFETY: the GIL is held (`obj` is bound); `obj` is a live object; `view` is a
-        // writable view of its declared size.
-        let status = unsafe { (api.view)(obj.as_ptr(), flags, &mut view) };
+        // Only the size is set beforehand: the runtime, of this crate's feature level or later
+        // (`capi::api` checked), fills every field of this crate's declaration.
+        let mut filled = MaybeUninit::<DLPackAdapterView>::uninit();
+        let size = filled.as_mut_ptr().cast::<u32>();
+        // SAFETY: `size` is the first field of the view `filled` has room for.
+        unsafe { size.write(size_of::<DLPackAdapterView>() as u32) };
+        // SAFETY: the GIL is held (`obj` is bound); `obj` is a live object; `filled` is a
+        // writable view whose size says its declared size.
+        let status = unsafe { (api.view)(obj.as_ptr(), flags, filled.as_mut_ptr()) };
         if status != 0 {
             return Err(PyErr::fetch(py));
         }
+        // SAFETY: the runtime filled it (status 0): every field of a view of the size it was
+        // given, a runtime of this crate's level or later knowing them all.
+        let view = unsafe { filled.assume_init() };
         let mut made = ArrayView {
             view,
             numel: 0,
