@@ -129,11 +129,12 @@ example-test: venv
 	DLPACK_TESTS_REQUIRE=cc $(PY) -P -m pytest --pyargs dlpack.tests.test_c_api -k header -q -ra \
 		-p no:cacheprovider
 
-# The Rust API's extraction against rust-numpy's (bench/rust-api).
+# The Rust API's extraction against rust-numpy's (bench/rust-api), and the C example's.
 bench-rust-api: venv
 	rm -rf dist-bench
 	$(PY) -m maturin build --release --quiet -m bench/rust-api/Cargo.toml -o dist-bench
 	$(PIP) install --force-reinstall --no-deps dist-bench/*.whl
+	$(PIP) install --force-reinstall --no-deps --no-build-isolation ./examples/c-api
 	$(PY) -P bench/bench_rust_api.py
 
 # -P keeps the source tree off sys.path, so `dlpack` is the installed wheel. Through the
