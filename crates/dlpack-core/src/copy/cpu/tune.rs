@@ -800,6 +800,33 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
+        /// A copy below the parallel threshold has no band (nothing measured or kept applies:
+        /// one thread, ordinary stores) and takes one thread whatever the choice; above it,
+        /// every thread gets its least share, and no more threads than the choice's.
+        #[test]
+        fn small_copies_take_one_thread(
+            bytes in prop_oneof![0usize..(64 << 20), any::<usize>()],
+            threads in 0usize..=MAX_THREADS_SETTING,
+            streaming in any::<bool>(),
+        ) {
+            let l = Limits::DEFAULT;
+            let t = l.threads_for(bytes, Choice { threads, streaming });
+            prop_assert!(t >= 1 && t <= threads.max(1));
+            if bytes < l.parallel {
+                prop_assert_eq!(t, 1);
+                prop_assert_eq!(Band::of(bytes, &l), None);
+            } else {
+                prop_assert!(Band::of(bytes, &l).is_some());
+            }
+            if t > 1 {
+                prop_assert!(bytes / t >= l.min_bytes_per_thread);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
         /// Pruning never drops the first candidate or the fastest, and drops only candidates
         /// that `decide` can't pick from the times so far.
         #[test]
