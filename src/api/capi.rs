@@ -23,14 +23,14 @@ use dlpack_adapter::capi::{
     DLPackAdapterAPI, DLPackAdapterMemory, DLPackAdapterView, MEMORY_SIZE_1, VIEW_SIZE_1,
 };
 use dlpack_core::abi::DLDevice;
-use dlpack_core::dtype::{DType, Element as Stored};
+use dlpack_core::dtype::{DType, StoredType as Stored};
 use dlpack_core::layout::Layout;
 use pyo3::ffi::PyObject;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use super::borrows;
-use super::held::{Held, check_disjoint};
+use super::lease::{Lease, check_disjoint};
 use crate::copy::host;
 use crate::error::{Error, Result, at_c_boundary};
 use crate::ffi::python;
@@ -109,12 +109,12 @@ fn unknown_view_flags(flags: u32) -> Error {
     ))
 }
 
-/// The `Held` behind a filled view.
+/// The `Lease` behind a filled view.
 ///
 /// # Safety
 /// `view` is null or a view that `view` filled and `release_view` has not given back (or gave
 /// back, its `held` now null).
-unsafe fn held<'a>(view: *const DLPackAdapterView) -> Result<&'a Held> {
+unsafe fn lease<'a>(view: *const DLPackAdapterView) -> Result<&'a Lease> {
     if view.is_null() {
         return Err(Error::type_("the dlpack C API got a NULL view"));
     }
@@ -123,8 +123,8 @@ unsafe fn held<'a>(view: *const DLPackAdapterView) -> Result<&'a Held> {
     // SAFETY: a field of feature level 1, within the view's size (checked).
     let held =
         unsafe { field::<*mut c_void>(view, offset_of!(DLPackAdapterView, held)).read_unaligned() };
-    // SAFETY: `held` of a filled view is the `Box<Held>` `view` leaked, alive until released.
-    unsafe { held.cast::<Held>().as_ref() }
+    // SAFETY: `held` of a filled view is the `Box<Lease>` `view` leaked, alive until released.
+    unsafe { held.cast::<Lease>().as_ref() }
         .ok_or_else(|| Error::value("this view was released or never filled"))
 }
 
@@ -142,12 +142,12 @@ unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut DLPackAdapte
         }
         // SAFETY: a caller holding the GIL passes a live object (checked not null).
         let obj = unsafe { Bound::from_borrowed_ptr(py, obj) };
-        let held = Held::make(&obj, flags & DLPACK_ADAPTER_VIEW_MUTABLE != 0)?;
-        let tensor = held.tensor(py);
+        let lease = Lease::make(&obj, flags & DLPACK_ADAPTER_VIEW_MUTABLE != 0)?;
+        let tensor = lease.tensor(py);
         let device = match tensor.device().get() {
             Ok(device) => device,
             Err(err) => {
-                held.release(py);
+                lease.release(py);
                 return Err(err);
             }
         };
@@ -174,7 +174,7 @@ unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut DLPackAdapte
             ndim: layout.ndim() as i32,
             shape: layout.shape().as_ptr(),
             byte_strides: layout.byte_strides().as_ptr(),
-            held: Box::into_raw(held).cast(),
+            held: Box::into_raw(lease).cast(),
         };
         // Every field this runtime knows is of feature level 1, which the caller's size holds
         // (checked): the whole struct, in one store of a known size. A field appended at a
@@ -182,7 +182,7 @@ unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut DLPackAdapte
         // assertion makes the one who appends see.
         const _: () = assert!(VIEW_SIZE_1 == size_of::<DLPackAdapterView>());
         // SAFETY: `out` is writable for the caller's `size` bytes, at least the struct's (the
-        // assertion above, and `view_size`). The pointers in it point into the boxed `Held`'s
+        // assertion above, and `view_size`). The pointers in it point into the boxed `Lease`'s
         // tensor, which stays where it is until released.
         unsafe { out.write_unaligned(filled) };
         Ok(0)
@@ -205,8 +205,8 @@ unsafe extern "C" fn release_view(view: *mut DLPackAdapterView) {
         // SAFETY: the same field, writable (the caller's view).
         unsafe { field.write_unaligned(std::ptr::null_mut()) };
         if !held.is_null() {
-            // SAFETY: the `Box<Held>` `view` leaked, given back once (the field is now null).
-            unsafe { Box::from_raw(held.cast::<Held>()) }.release(py);
+            // SAFETY: the `Box<Lease>` `view` leaked, given back once (the field is now null).
+            unsafe { Box::from_raw(held.cast::<Lease>()) }.release(py);
         }
         Ok(())
     })
@@ -221,7 +221,7 @@ unsafe extern "C" fn copy_to(
     let py = unsafe { Python::assume_attached() };
     at_c_boundary(py, -1, |py| {
         // SAFETY: per `copy_to`'s contract, a filled view or null.
-        let tensor = unsafe { held(view) }?.tensor(py);
+        let tensor = unsafe { lease(view) }?.tensor(py);
         exact_size(tensor, bytes)?;
         if dst.is_null() && bytes > 0 {
             return Err(Error::type_(
@@ -244,13 +244,13 @@ unsafe extern "C" fn copy_from(
     let py = unsafe { Python::assume_attached() };
     at_c_boundary(py, -1, |py| {
         // SAFETY: per `copy_from`'s contract, a filled view or null.
-        let held = unsafe { held(view) }?;
-        if !held.exclusive() {
+        let lease = unsafe { lease(view) }?;
+        if !lease.exclusive() {
             return Err(Error::buffer(
                 "copy_from writes: the view must be mutable (VIEW_MUTABLE)",
             ));
         }
-        let tensor = held.tensor(py);
+        let tensor = lease.tensor(py);
         exact_size(tensor, bytes)?;
         check_disjoint(tensor)?;
         if src.is_null() && bytes > 0 {
@@ -396,7 +396,7 @@ unsafe extern "C" fn from_memory(memory: *const DLPackAdapterMemory) -> *mut PyO
             context: memory.context,
             disarmed: AtomicBool::new(false),
         });
-        let owner = Owner::Held(release.clone());
+        let owner = Owner::RustValue(release.clone());
         // SAFETY: the caller vouches, as `DLPackAdapterMemory` asks, that `data` and the layout address host
         // memory of `dtype`'s elements in native order, writable unless `readonly`, alive until
         // `release` runs (when the owner goes).

@@ -372,7 +372,7 @@ fn numpy_array<'py>(
     }
     let holder = match tensor.owner() {
         Owner::Object(holder) => holder.bind(py),
-        Owner::ArrayStruct { source, .. } => source.bind(py),
+        Owner::ArrayStruct { producer, .. } => producer.bind(py),
         Owner::Buffer { exporter, .. } => exporter.bind(py),
         _ => return None,
     };
