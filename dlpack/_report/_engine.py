@@ -59,7 +59,8 @@ def _why(choice: dict[str, Any], margin: float) -> str:
         for (t, s), r in rates.items()
     )
     cost, took = choice["cost_seconds"] * 1e3, choice["seconds"] * 1e3
-    return f"{verdict} ({measured} GB/s; measuring cost {cost:.1f} ms, its chunks took {took:.1f})"
+    spent = f"measuring cost {cost:.1f} ms, its chunks and warm-up took {took:.1f}"
+    return f"{verdict} ({measured} GB/s; {spent})"
 
 
 def engine_lines(facts: dict[str, Any]) -> list[str]:

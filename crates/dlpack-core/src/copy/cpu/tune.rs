@@ -336,11 +336,12 @@ pub enum How {
 pub struct Measurement {
     /// The candidates and each one's fastest chunk in seconds per byte (`None`: no time).
     pub candidates: Vec<(Choice, Option<f64>)>,
-    /// Bytes of the copy measured on, and of it the calibration's chunks.
+    /// Bytes of the copy measured on, and of it the calibration's: its chunks and the untimed
+    /// ones before them, which the first candidate copies.
     pub copy_bytes: usize,
     pub calibrated_bytes: usize,
-    /// Seconds the chunks took, and the calibration's one-time cost ([`cost`] against the
-    /// chosen candidate).
+    /// Seconds those took, and the calibration's one-time cost ([`cost`] against the chosen
+    /// candidate).
     pub seconds: f64,
     pub cost_seconds: f64,
 }
@@ -545,8 +546,8 @@ pub struct Calibration<'a> {
 
 impl Calibration<'_> {
     /// Keep the candidate [`decide`] picks from `trials` (per candidate, seconds per byte of
-    /// each chunk; `bytes`, of its chunks), measured on `copy_bytes` bytes in chunks that took
-    /// `seconds`; returns the choice.
+    /// each timed chunk; `bytes`, what it copied, untimed bytes too), measured on `copy_bytes`
+    /// bytes in `seconds`; returns the choice.
     pub fn keep(
         self,
         trials: &[Vec<f64>],
