@@ -5,12 +5,13 @@
 #   make lint  - formatting, clippy, module cycles, message holes, SAFETY notes, ruff, mypy
 #   make wheel - the sdist, and the manylinux2014 abi3 release wheel built from it, in dist/
 #   make mixed - the suite (the report included), from the wheel, among many more array libraries
-#   make pythons - the suite from the wheel on each other CPython the wheel claims (3.12, 3.13)
+#   make pythons - the suite from the wheel on each other CPython this machine has (3.12, 3.13)
+#   make debian-pythons - the same on CPythons from Debian's packages, in a chroot (3.14, 3.15)
 #   make release-check - what publishing needs: cargo publish --dry-run, twine check, metadata
 #   make lock  - recompile requirements/lock*.txt from pyproject.toml's extras (newest versions)
 #   make memcheck - the core's tests and a smoke subset of the suite under valgrind's memcheck
-# VENV may point elsewhere (CI keeps one in its cache directory), and MIXED_VENV and
-# PYTHONS_VENVS too.
+# VENV may point elsewhere (CI keeps one in its cache directory), and MIXED_VENV,
+# PYTHONS_VENVS and DEBIAN_ROOT too.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -24,6 +25,7 @@ LOCK := requirements/lock.txt
 LOCK_MIXED := requirements/lock-mixed.txt
 # CPython 3.11 on x86_64 Linux; glibc 2.35 is the oldest mlx's wheels run on
 LOCK_FOR := --python-version 3.11 --python-platform x86_64-manylinux_2_35
+# ... and requirements/lock-py3.X.txt for each of OTHER_PYTHONS and DEBIAN_PYTHONS (below)
 
 # Import names of the libraries the suite must find usable (DLPACK_TESTS_REQUIRE): their tests
 # fail instead of skipping when one is missing, broken or crashing. The test extra installs them.
@@ -40,17 +42,24 @@ MIXED_PY := $(MIXED_VENV)/bin/python
 
 # The CPythons the abi3 wheel claims besides VENV's and MIXED_VENV's 3.11 (pyproject.toml's
 # classifiers name all of them: tools/check_metadata.py compares), each with a virtualenv of its
-# own in PYTHONS_VENVS, its libraries pinned by requirements/lock-py3.X.txt: the test extra, at
-# the versions of LOCK, wheels only.
+# own, its libraries pinned by requirements/lock-py3.X.txt: the test extra, wheels only
+# (tools/lock_python.py: a library with no wheel for that CPython is left out, the lock says so,
+# and the suite there doesn't require it).
+# Those this machine has (PATH, pyenv), in PYTHONS_VENVS, at the versions of LOCK:
 OTHER_PYTHONS ?= 3.12 3.13
 PYTHONS_VENVS ?= .venvs
+# Those newer than any it has: Debian's packages of them from its newest suite, in a chroot of
+# its stable suite in DEBIAN_ROOT (tools/debian_chroot.sh; needs root), each with a virtualenv
+# inside; at the newest versions with wheels for them (those of LOCK, for 3.11, may have none).
+DEBIAN_PYTHONS ?= 3.14 3.15
+DEBIAN_ROOT ?= $(HOME)/.cache/dlpack-adapter/debian
 # Suites run at once: each keeps to about one core (3.12 and 3.13 side by side: 253 s, against
 # 230 s each alone, on 2 cores)
 PYTHONS_JOBS ?= 2
 
 .PHONY: demo test lint bench build wheel sdist mixed mixed-venv lock deps rust-test py-test \
 	py-test-checked py-test-x64 stubtest mypy venv clean example-test bench-rust-api docs memcheck \
-	pythons release-check
+	pythons release-check debian-chroot debian-pythons
 
 venv: $(PY)
 $(PY):
@@ -66,10 +75,10 @@ lock: deps
 	$(UV) pip compile -q --upgrade pyproject.toml $(LOCK_FOR) --custom-compile-command "make lock" \
 		--extra test --extra mixed -o $(LOCK_MIXED)
 	for v in $(OTHER_PYTHONS); do \
-		$(UV) pip compile -q pyproject.toml --python-version $$v \
-			--python-platform x86_64-manylinux_2_35 --only-binary :all: \
-			--custom-compile-command "make lock" --extra test -c $(LOCK) \
-			-o requirements/lock-py$$v.txt || exit 1; \
+		$(PY) tools/lock_python.py $$v -c $(LOCK) -o requirements/lock-py$$v.txt || exit 1; \
+	done
+	for v in $(DEBIAN_PYTHONS); do \
+		$(PY) tools/lock_python.py $$v -o requirements/lock-py$$v.txt || exit 1; \
 	done
 
 # The sdist, and the release wheel built from it, so building the wheel shows the sdist holds
@@ -195,15 +204,16 @@ py-test-checked: venv
 
 # What CI runs after lint: the suite on the checked build, the stubs, the Rust tests, the Rust
 # API's example; then the sdist and the release wheel built from it, and the suite from that
-# wheel in the mixed environment (3.11) and on each of OTHER_PYTHONS, side by side: each suite
-# keeps to about one core (`make py-test` after `make build` runs it in VENV instead).
+# wheel in the mixed environment (3.11), on each of OTHER_PYTHONS and on each of DEBIAN_PYTHONS,
+# side by side: each suite keeps to about one core (`make py-test` after `make build` runs it
+# in VENV instead).
 test: deps
 	$(MAKE) py-test-checked
 	$(MAKE) stubtest
 	$(MAKE) rust-test
 	$(MAKE) example-test
 	$(MAKE) wheel
-	$(MAKE) -j2 --output-sync=recurse mixed pythons
+	$(MAKE) -j2 --output-sync=recurse mixed pythons debian-pythons
 
 # The mixed extra's environment, made again from scratch whenever its lock changes (the lock's
 # hash is kept inside it).
@@ -227,6 +237,22 @@ pythons: venv
 		--venvs $(abspath $(PYTHONS_VENVS)) --jobs $(PYTHONS_JOBS) \
 		$(if $(REQUIRE_PYTHONS),--require) $(OTHER_PYTHONS)
 
+# The chroot holding DEBIAN_PYTHONS, made again whenever the stable suite's codename or the list
+# changes (about 80 s).
+debian-chroot:
+	tools/debian_chroot.sh make $(DEBIAN_ROOT) $(DEBIAN_PYTHONS)
+
+# The suite from the wheel in dist/ on each of DEBIAN_PYTHONS, as `make pythons` does, inside
+# the chroot with /proc, /dev, /dev/pts and /dev/shm mounted while it runs; each virtualenv made
+# again whenever its lock changes (its wheels fetched here: pip can't reach the index from
+# inside). Where no chroot can be made (no root; status 3), the log says so, and with
+# REQUIRE_PYTHONS=1 the run fails.
+debian-pythons: venv
+	tools/debian_chroot.sh make $(DEBIAN_ROOT) $(DEBIAN_PYTHONS) || [ $$? = 3 ]
+	DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) tools/debian_chroot.sh run $(DEBIAN_ROOT) -- \
+		$(PY) tools/other_pythons.py --wheel 'dist/*.whl' --chroot $(DEBIAN_ROOT) \
+		--jobs $(PYTHONS_JOBS) $(if $(REQUIRE_PYTHONS),--require) $(DEBIAN_PYTHONS)
+
 # What publishing needs besides the tests (docs/releasing.md), on the sdist and wheel in dist/
 # (`make wheel`): the crates meant for crates.io package and build from their packaged files
 # alone, PyPI will render the sdist's and wheel's metadata, and both sides say the same version,
@@ -234,7 +260,8 @@ pythons: venv
 release-check: venv
 	cargo publish --dry-run --quiet -p dlpack-core -p dlpack-adapter
 	$(PY) -m twine check --strict dist/*
-	$(PY) tools/check_metadata.py --wheel dist/*.whl --pythons 3.11 $(OTHER_PYTHONS)
+	$(PY) tools/check_metadata.py --wheel dist/*.whl --pythons 3.11 $(OTHER_PYTHONS) \
+		$(DEBIAN_PYTHONS)
 
 mypy:
 	$(PY) -m mypy
