@@ -1,7 +1,10 @@
 # Two entry points, both working on a fresh machine with only Rust and Python:
 #   make demo  - install, build, and show exchanges with the libraries installed here
-#   make test  - install test dependencies, build the wheel, run every Rust and Python test
+#   make test  - install test dependencies, build, run every Rust and Python test on this
+#                machine's interpreter (what a contributor runs before a pull request)
 # and for maintainers:
+#   make test-matrix - the release wheel, and the suite from it in the mixed environment and on
+#                every other CPython the wheel claims (CI runs it after make test)
 #   make lint  - formatting, clippy, module cycles, message holes, SAFETY notes, ruff, mypy
 #   make wheel - the sdist, and the manylinux2014 abi3 release wheel built from it, in dist/
 #   make mixed - the suite (the report included), from the wheel, among many more array libraries
@@ -59,15 +62,18 @@ PYTHONS_JOBS ?= 2
 
 .PHONY: demo test lint bench build wheel sdist mixed mixed-venv lock deps rust-test py-test \
 	py-test-checked py-test-x64 stubtest mypy venv clean example-test bench-rust-api docs memcheck \
-	pythons release-check debian-chroot debian-pythons
+	pythons release-check test-matrix debian-chroot debian-pythons
 
 venv: $(PY)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -U pip
 
+# uv installs the lock (its own version pinned there): about 40 s from an empty cache, where pip
+# took 204 s
 deps: venv
-	$(PIP) install -r $(LOCK)
+	$(PIP) install $$(grep '^uv==' $(LOCK))
+	$(UV) pip install -q --python $(PY) -r $(LOCK)
 
 lock: deps
 	$(UV) pip compile -q --upgrade pyproject.toml $(LOCK_FOR) --custom-compile-command "make lock" \
@@ -202,16 +208,19 @@ py-test-checked: venv
 	$(MAKE) py-test
 	$(MAKE) py-test-x64
 
-# What CI runs after lint: the suite on the checked build, the stubs, the Rust tests, the Rust
-# API's example; then the sdist and the release wheel built from it, and the suite from that
-# wheel in the mixed environment (3.11), on each of OTHER_PYTHONS and on each of DEBIAN_PYTHONS,
-# side by side: each suite keeps to about one core (`make py-test` after `make build` runs it
-# in VENV instead).
+# What a contributor runs before a pull request, and CI after lint: on this machine's
+# interpreter, the suite on the checked build, the stubs, the Rust tests, the Rust API's example.
 test: deps
 	$(MAKE) py-test-checked
 	$(MAKE) stubtest
 	$(MAKE) rust-test
 	$(MAKE) example-test
+
+# What CI runs after `make test`: the sdist and the release wheel built from it, and the suite
+# from that wheel in the mixed environment (3.11), on each of OTHER_PYTHONS and on each of
+# DEBIAN_PYTHONS, side by side: each suite keeps to about one core (`make py-test` after
+# `make build` runs it in VENV instead).
+test-matrix: deps
 	$(MAKE) wheel
 	$(MAKE) -j2 --output-sync=recurse mixed pythons debian-pythons
 
