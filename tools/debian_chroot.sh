@@ -66,7 +66,21 @@ remove_root() {
 }
 
 stable_codename() {
-    curl -fsS --max-time 30 "$MIRROR/dists/stable/Release" | sed -n 's/^Codename: //p'
+    local url=$MIRROR/dists/stable/Release
+    if command -v curl >/dev/null; then
+        curl -fsS --max-time 30 "$url"
+    else
+        wget -qO- --timeout=30 "$url" # debootstrap's own dependency
+    fi | sed -n 's/^Codename: //p'
+}
+
+# Unmounts ROOT's mounts when this script ends, however it ends: an interrupt or a termination
+# ends it (a trap that returned would let it go on), and the exit trap unmounts.
+unmount_at_exit() {
+    # shellcheck disable=SC2064 # the folder is fixed when the trap is set
+    trap "unmount_all $(printf %q "$1")" EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
 }
 
 make_root() {
@@ -116,7 +130,7 @@ make_root() {
     printf 'Package: *\nPin: release n=%s\nPin-Priority: 100\n' "$NEWEST" \
         >"$new/etc/apt/preferences.d/$NEWEST"
     cp /etc/resolv.conf "$new/etc/resolv.conf"
-    trap 'unmount_all "$new"' EXIT INT TERM
+    unmount_at_exit "$new"
     mount_all "$new"
     chroot "$new" apt-get update -qq
     DEBIAN_FRONTEND=noninteractive chroot "$new" apt-get install -y -qq --no-install-recommends \
@@ -138,7 +152,7 @@ run_in() {
     shift
     [[ $# -gt 0 ]] || usage
     [[ -f $root/.inputs ]] || exec "$@"
-    trap 'unmount_all "$root"' EXIT INT TERM
+    unmount_at_exit "$root"
     unmount_all "$root" # what an earlier run killed with SIGKILL left behind
     mount_all "$root"
     local status=0

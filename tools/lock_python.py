@@ -4,9 +4,10 @@
 
 uv compiles ``pyproject.toml``'s test extra for that CPython on x86_64 manylinux_2_35 Linux,
 wheels only (``--only-binary :all:``), at the newest versions or at those of the constraint files
-given. Where that fails, each library of the extra is resolved alone, and those that can't be
-(no wheel for that CPython, for it or for something it needs) are left out of the resolution
-(``--excludes``) and named on a line below uv's header::
+given (``--upgrade``: the versions the lock had don't hold it back). Where that fails, each
+library of the extra is resolved alone, and those that can't be (no wheel for that CPython, for
+it or for something it needs) are left out of the resolution (``--excludes``) and named on a
+line below uv's header::
 
     # no wheel for CPython 3.15, left out: nanoarrow (nanoarrow), ray (ray)
 
@@ -69,7 +70,7 @@ def main() -> int:
     def compile_extra(excludes: Path | None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [
-                *uv, "pyproject.toml", "--extra", "test", *flags,
+                *uv, "--upgrade", "pyproject.toml", "--extra", "test", *flags,
                 *(["--excludes", str(excludes)] if excludes else []),
                 "--custom-compile-command", "make lock", "-o", str(args.output),
             ],
