@@ -62,6 +62,7 @@ PYTHONS_JOBS ?= 2
 
 .PHONY: demo test lint bench build wheel sdist mixed mixed-venv lock deps rust-test py-test \
 	py-test-checked py-test-x64 stubtest mypy venv clean example-test bench-rust-api docs memcheck \
+	build-tools checked-build example-build example-run rust-build test-python \
 	pythons release-check test-matrix debian-chroot debian-pythons
 
 venv: $(PY)
@@ -69,10 +70,12 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -U pip
 
-# uv installs the lock (its own version pinned there): about 40 s from an empty cache, where pip
-# took 204 s
-deps: venv
-	$(PIP) install $$(grep '^uv==' $(LOCK))
+# uv and maturin at the lock's versions: all that building the extension needs of VENV
+build-tools: venv
+	$(PIP) install $$(grep -E '^(uv|maturin)==' $(LOCK))
+
+# uv installs the lock: about 40 s from an empty cache, where pip took 204 s
+deps: build-tools
 	$(UV) pip install -q --python $(PY) -r $(LOCK)
 
 lock: deps
@@ -127,14 +130,28 @@ rust-test:
 	PYTHONPATH=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
 		cargo test $(RUST_TEST_ARGS)
 
+# What rust-test and example-test build, built ahead (`make test` builds it beside the Python
+# suite, at a lower priority, so the suite keeps its core). The example first: rust-test, run
+# next, then builds nothing.
+rust-build: build-tools
+	nice $(MAKE) example-build
+	nice cargo test $(RUST_TEST_ARGS) --no-run
+
 # The example extension on the Rust API (examples/rust-api), built against this checkout and
 # tested with the libraries the suite uses; beside it the benchmark extension (bench/rust-api),
 # a second client of the runtime in the same process. The checked profile: no LTO, so they
 # build quickly.
-example-test: venv
+example-build: build-tools
 	rm -rf dist-example
 	$(PY) -m maturin build --profile checked --quiet -m examples/rust-api/Cargo.toml -o dist-example
 	$(PY) -m maturin build --profile checked --quiet -m bench/rust-api/Cargo.toml -o dist-example
+
+example-test: example-build
+	$(MAKE) example-run
+
+# The example's and the benchmark's wheels in dist-example/ (`make example-build`), installed and
+# tested.
+example-run:
 	$(PIP) install --force-reinstall --no-deps dist-example/*.whl
 	$(PY) -P -m pytest examples/rust-api/tests -q -ra -p no:cacheprovider
 
@@ -201,20 +218,30 @@ stubtest:
 # profile), installed in place of the release wheel for the run: undefined behaviour that Rust's
 # checks can see (null slices, overflows) fails the suite instead of passing silently. Then the
 # interop tests in JAX's other mode.
-py-test-checked: venv
-	rm -rf dist-checked
-	$(PY) -m maturin build --profile checked --quiet -o dist-checked
+py-test-checked: checked-build
 	$(PIP) install --force-reinstall --no-deps dist-checked/*.whl
 	$(MAKE) py-test
 	$(MAKE) py-test-x64
 
+checked-build: build-tools
+	rm -rf dist-checked
+	$(PY) -m maturin build --profile checked --quiet -o dist-checked
+
 # What a contributor runs before a pull request, and CI after lint: on this machine's
 # interpreter, the suite on the checked build, the stubs, the Rust tests, the Rust API's example.
-test: deps
-	$(MAKE) py-test-checked
-	$(MAKE) stubtest
+# Rust builds while the lock installs, and again while the suite runs (one core each: the suite
+# keeps to about one); the example's wheels are installed only once the suite is done.
+test: build-tools
+	$(MAKE) -j2 --output-sync=recurse deps checked-build
+	$(PIP) install --force-reinstall --no-deps dist-checked/*.whl
+	$(MAKE) -j2 --output-sync=recurse test-python rust-build
 	$(MAKE) rust-test
-	$(MAKE) example-test
+	$(MAKE) example-run
+
+test-python:
+	$(MAKE) py-test
+	$(MAKE) py-test-x64
+	$(MAKE) stubtest
 
 # What CI runs after `make test`: the sdist and the release wheel built from it, and the suite
 # from that wheel in the mixed environment (3.11), on each of OTHER_PYTHONS and on each of
