@@ -3,6 +3,7 @@
 #
 #   tools/debian_chroot.sh make ROOT 3.14 3.15    the chroot, made again when its inputs change
 #   tools/debian_chroot.sh run ROOT -- COMMAND... COMMAND on the host, with ROOT's mounts up
+#   tools/debian_chroot.sh enter ROOT COMMAND...  COMMAND inside ROOT (under `run`)
 #
 # `make` debootstraps Debian's stable suite (minbase) into ROOT, adds the newest suite (sid) for
 # the python3.X packages alone (its Release file has expired on some mirrors, so its validity
@@ -15,6 +16,11 @@
 # chroot as it needs: `chroot ROOT ...`), and unmounts them whatever happens (a trap on exit,
 # interrupt and termination). Its status is COMMAND's. Where ROOT was never made, COMMAND runs
 # without mounts, to say what it can't find there.
+#
+# `enter` runs COMMAND inside ROOT as `chroot ROOT COMMAND` would, but with ROOT made the root of
+# a mount namespace of its own (pivot_root) instead: the kernel refuses user namespaces to a
+# chrooted process, and the suite makes one (a tiny /dev/shm of its own). The host's tree is
+# unmounted there before COMMAND starts.
 #
 # DEBIAN_MIRROR picks the mirror (default deb.debian.org). Without root, or without debootstrap
 # and apt-get to install it, `make` says why and exits 3, so a caller can tell "can't here" from
@@ -160,9 +166,25 @@ run_in() {
     exit $status
 }
 
+enter_root() {
+    local root
+    root=$(realpath "$1")
+    shift
+    [[ $# -gt 0 ]] || usage
+    # .host is where the old root goes; never removed, as another namespace may have its old
+    # root there at the same time
+    mkdir -p "$root/.host"
+    # shellcheck disable=SC2016 # expanded by the shells started here
+    exec unshare --mount --propagation private /bin/sh -c '
+        mount --rbind "$1" "$1" && cd "$1" && pivot_root . .host && shift &&
+        exec /usr/sbin/chroot . /bin/sh -c "umount -l /.host && exec \"\$@\"" sh "$@"' \
+        sh "$root" "$@"
+}
+
 [[ $# -ge 2 ]] || usage
 case $1 in
 make) make_root "${@:2}" ;;
 run) run_in "${@:2}" ;;
+enter) enter_root "${@:2}" ;;
 *) usage ;;
 esac

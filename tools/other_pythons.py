@@ -16,7 +16,7 @@ fails the run instead of passing it silently.
 With ``--chroot``, the interpreters are ``/usr/bin/python3.X`` inside the Debian chroot ROOT
 (``tools/debian_chroot.sh``, which must have its mounts up: run this under its ``run``), the
 virtualenvs ``/opt/venvs/py3.X`` inside it, their wheels fetched here and installed offline
-there, and the suites run inside it in a clean environment.
+there, and the suites run inside it (its ``enter``) in a clean environment.
 """
 
 from __future__ import annotations
@@ -161,9 +161,12 @@ def main() -> int:
         while len(running) >= max(args.jobs, 1):
             finish_one()
         if args.chroot:
-            # a clean environment: nothing of this machine's paths or settings inside
+            # entered as the root of a mount namespace (the suite makes a user namespace, which
+            # a chrooted process can't), in a clean environment: nothing of this machine's
+            # paths or settings inside
             command = [
-                "chroot", str(args.chroot), "/usr/bin/env", "-i", "-C", "/opt/venvs",
+                str(ROOT / "tools/debian_chroot.sh"), "enter", str(args.chroot),
+                "/usr/bin/env", "-i", "-C", "/opt/venvs",
                 "HOME=/root", "LANG=C.UTF-8", f"PATH={venv}/bin:/usr/bin:/bin",
                 f"DLPACK_TESTS_REQUIRE={require}", f"{venv}/bin/python",
             ]  # fmt: skip
