@@ -131,11 +131,10 @@ rust-test:
 		cargo test $(RUST_TEST_ARGS)
 
 # What rust-test and example-test build, built ahead (`make test` builds it beside the Python
-# suite, at a lower priority, so the suite keeps its core). The example first: rust-test, run
-# next, then builds nothing.
+# suite). The example first: rust-test, run next, then builds nothing.
 rust-build: build-tools
-	nice $(MAKE) example-build
-	nice cargo test $(RUST_TEST_ARGS) --no-run
+	$(MAKE) example-build
+	cargo test $(RUST_TEST_ARGS) --no-run
 
 # The example extension on the Rust API (examples/rust-api), built against this checkout and
 # tested with the libraries the suite uses; beside it the benchmark extension (bench/rust-api),
