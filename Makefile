@@ -96,9 +96,13 @@ lock: deps
 # install it. This machine's glibc is newer and its linker would pull in newer symbols, so zig
 # (the ziglang package in VENV, found on PATH by maturin) links against glibc 2.17's. auditwheel
 # must find the wheel manylinux_2_17, or the build fails. The wheel is built in this tree's target
-# folder, so later builds reuse what was built there.
+# folder, so later builds reuse what was built there: the dependencies. The workspace's own crates
+# are built again each time, as the sdist's files all carry one old time (maturin's), which cargo
+# would take for older than what it built before (a changed dlpack-core was left out that way).
 wheel: sdist
 	rm -rf dist/*.whl
+	cargo clean --quiet --release --target x86_64-unknown-linux-gnu --target-dir $(abspath target) \
+		-p dlpack-runtime -p dlpack-core -p dlpack-adapter
 	PATH="$(abspath $(VENV))/bin:$$PATH" CARGO_TARGET_DIR=$(abspath target) \
 		MATURIN_PEP517_ARGS="--zig --compatibility manylinux2014" \
 		$(PIP) wheel --no-deps --no-build-isolation -w dist dist/*.tar.gz
