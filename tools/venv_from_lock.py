@@ -50,7 +50,9 @@ def make_chroot_venv(root: Path, python: str, venv: str, lock: Path, version: st
     outside = root / venv.lstrip("/")
     stamp = outside / ".lock-hash"
     made = stamp.is_file() and stamp.read_text().strip() == digest
-    if made and (outside / "bin/python").exists():
+    # bin/python links to the chroot's interpreter by its path inside: seen from here it
+    # points nowhere, so the link itself is what is looked for
+    if made and os.path.lexists(outside / "bin/python"):
         return False
     shutil.rmtree(outside, ignore_errors=True)
     wheels = root / "var/tmp/wheels"
