@@ -14,21 +14,19 @@
 //! tensor   description (Tensor, Device, Exportable) and owner (what keeps the memory alive)
 //! export   policy (what a request gets), capsule, buffer (PEP 3118), interface (numpy's and
 //!          the CUDA array interfaces), arrow and arrow_stream (the Arrow PyCapsule interface)
-//! arrow_c  the Arrow PyCapsule interface's methods and capsule names, and the C Device
-//!          interface's structs, which arrow-rs doesn't bind
 //! copy     copies between tensors: host, cuda, copyto (the checks both share)
 //! object   DLPackObject: state, methods, instance (its CPython memory), pytype (the type and
 //!          entry points), arguments, exchange_api; asdlpack and copy_into (the module's
 //!          functions)
-//! ffi      capsule names, numpy's structs, python (every raw CPython call); DLPack's ABI is
-//!          the core's
+//! ffi      capsule names, numpy's structs, arrow (the Arrow PyCapsule interface's methods
+//!          and capsule names, the C Device interface's structs arrow-rs doesn't bind), python
+//!          (every raw CPython call); DLPack's ABI is the core's
 //! facts_for_python  device types, element types and layout math for the Python package
 //! testing  hooks for the package's tests and benchmarks (dlpack._dlpack._testing), not API
 //! error    the core's error or Python's, one mapping to Python exceptions
 //! ```
 
 mod api;
-mod arrow_c;
 mod copy;
 mod error;
 mod export;

@@ -21,27 +21,27 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
 
 use super::arrow_stream;
-use crate::arrow_c::{FFI_ArrowDeviceArray, Method, SCHEMA};
 use crate::copy::to_c_order;
 use crate::error::{Error, Result};
+use crate::ffi::arrow::{FFI_ArrowDeviceArray, Method, SCHEMA};
 use crate::import::arrow_check;
 use crate::import::arrow_values::{arrow_type, fixed_shape_tensor};
 use crate::tensor::Tensor;
 
 /// What keeps exported memory alive: the `DLPackObject`, or a copy of our own.
-struct Keep(#[allow(dead_code, reason = "held until Arrow lets go")] AssertUnwindSafe<Held>);
+struct Keep(#[allow(dead_code, reason = "held until Arrow lets go")] AssertUnwindSafe<Keeper>);
 
-enum Held {
+enum Keeper {
     Object(std::mem::ManuallyDrop<Py<PyAny>>),
     Copy(#[allow(dead_code, reason = "held")] Box<Tensor>),
 }
 
-impl Drop for Held {
+impl Drop for Keeper {
     fn drop(&mut self) {
         // Arrow consumers release on any thread, with or without the interpreter: the reference
         // goes at once where this thread can attach (PyO3 would otherwise queue it until its
         // next call), and is left to the process' exit where it can't (shutdown).
-        if let Held::Object(object) = self {
+        if let Keeper::Object(object) = self {
             // SAFETY: taken once, here; the field is not used again.
             let object = unsafe { std::mem::ManuallyDrop::take(object) };
             let mut slot = Some(object);
@@ -147,7 +147,7 @@ fn export(
     // layout checked when it was made (they fit an i64).
     let rows: usize = shape[..shape.len() - row.dims].iter().product();
     // The memory, C-ordered in native byte order: the tensor's own, or a copy (whose buffer
-    // stays where it is when the copy moves into `Held`).
+    // stays where it is when the copy moves into `Keeper`).
     // Arrow buffers are aligned to their elements (arrow-rs refuses others): a misaligned
     // source is copied, as other layouts are.
     let aligned = (tensor.data() as usize).is_multiple_of(tensor.dtype().itemsize().max(1));
@@ -155,11 +155,11 @@ fn export(
     let (data, held) = if in_place {
         (
             tensor.data(),
-            Held::Object(std::mem::ManuallyDrop::new(object.clone().unbind())),
+            Keeper::Object(std::mem::ManuallyDrop::new(object.clone().unbind())),
         )
     } else {
         let copy = to_c_order(py, tensor)?;
-        (copy.data(), Held::Copy(Box::new(copy)))
+        (copy.data(), Keeper::Copy(Box::new(copy)))
     };
     let numel = tensor.layout().numel() as usize;
     let itemsize = tensor.dtype().itemsize();

@@ -20,7 +20,7 @@ use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 use arrow_schema::Field;
 
-use crate::arrow_c::{FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, StreamKind};
+use crate::ffi::arrow::{FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, StreamKind};
 
 /// `errno` values the interface returns; the same numbers on every platform CPython runs on
 /// (POSIX systems and the Windows C runtime).

@@ -34,9 +34,9 @@ pub enum Kind {
 
 /// The tensor an export describes, and what keeps its memory alive for as long as the export
 /// lives.
-pub enum Source<'a> {
-    /// A tensor held by a Python object (a `DLPackObject`), made by `Source::held`.
-    Held(Held<'a>),
+pub enum Described<'a> {
+    /// A tensor a Python object (a `DLPackObject`) lends, made by `Described::lent`.
+    Lent(Lent<'a>),
     /// A tensor of the export's own: a copy, or a fresh export from the producer.
     Own(Arc<Tensor>),
 }
@@ -44,19 +44,19 @@ pub enum Source<'a> {
 /// A tensor and the Python object that keeps it alive and unchanged, of which the export keeps
 /// a strong reference; made while attached to Python (the export is then allocated and freed
 /// under the GIL, see `new_export`).
-pub struct Held<'a> {
+pub struct Lent<'a> {
     holder: Py<PyAny>,
     tensor: &'a Tensor,
     _attached: Python<'a>,
 }
 
-impl<'a> Source<'a> {
+impl<'a> Described<'a> {
     /// `tensor`, kept alive by a reference to `holder`.
     ///
     /// # Safety
     /// `holder` keeps `tensor` alive and unchanged for as long as it lives.
-    pub unsafe fn held(py: Python<'a>, holder: Py<PyAny>, tensor: &'a Tensor) -> Self {
-        Source::Held(Held {
+    pub unsafe fn lent(py: Python<'a>, holder: Py<PyAny>, tensor: &'a Tensor) -> Self {
+        Described::Lent(Lent {
             holder,
             tensor,
             _attached: py,
@@ -65,8 +65,8 @@ impl<'a> Source<'a> {
 
     fn tensor(&self) -> &Tensor {
         match self {
-            Source::Held(held) => held.tensor,
-            Source::Own(tensor) => tensor,
+            Described::Lent(lent) => lent.tensor,
+            Described::Own(tensor) => tensor,
         }
     }
 
@@ -74,8 +74,8 @@ impl<'a> Source<'a> {
     /// export's head).
     fn into_raw(self) -> (*const c_void, bool) {
         match self {
-            Source::Held(held) => (held.holder.into_ptr().cast_const().cast(), true),
-            Source::Own(tensor) => (Arc::into_raw(tensor).cast(), false),
+            Described::Lent(lent) => (lent.holder.into_ptr().cast_const().cast(), true),
+            Described::Own(tensor) => (Arc::into_raw(tensor).cast(), false),
         }
     }
 }
@@ -84,7 +84,7 @@ impl<'a> Source<'a> {
 #[repr(C)]
 struct Export<M> {
     managed: M,
-    /// What keeps the memory alive, as `Source::into_raw` gave it.
+    /// What keeps the memory alive, as `Described::into_raw` gave it.
     holder: *const c_void,
     ndim: u32,
     holder_is_object: bool,
@@ -107,23 +107,23 @@ pub fn export_bytes(ndim: usize, versioned: bool) -> usize {
     }
 }
 
-/// Allocate and fill one export of the source's tensor; `make` wraps the finished `DLTensor`
+/// Allocate and fill one export of the described tensor; `make` wraps the finished `DLTensor`
 /// in the managed struct. Fails for a tensor DLPack can't describe as it is (the export policy
 /// copies those first).
 fn new_export<M>(
-    source: Source<'_>,
+    described: Described<'_>,
     device: DLDevice,
     make: impl FnOnce(DLTensor) -> M,
 ) -> Result<NonNull<Export<M>>> {
-    let tensor = source.tensor().exportable().map_err(Error::buffer)?;
+    let tensor = described.tensor().exportable().map_err(Error::buffer)?;
     let ndim = tensor.shape.len();
     let (layout, dims_offset) = export_layout::<M>(ndim);
-    let held = matches!(source, Source::Held(_));
+    let lent = matches!(described, Described::Lent(_));
     // An export held by an object is only made and freed under the GIL (see `free_export`), so
     // it can come from Python's small-object allocator, cheaper than the C heap's.
     // The layout has non-zero size (it holds at least the managed struct).
-    let base = if held {
-        // SAFETY: a held source was made attached (`Held` carries the token) and lives no
+    let base = if lent {
+        // SAFETY: a lent tensor was made attached (`Lent` carries the token) and lives no
         // longer, so the GIL is held; Python's allocator aligns to 16 bytes, more than the
         // layout needs.
         unsafe { python::mem_alloc(layout.size()) }
@@ -145,7 +145,7 @@ fn new_export<M>(
     // fresh allocation; the tensor's strides have one per dimension, `ndim`.
     unsafe { ptr::copy_nonoverlapping(tensor.strides.as_ptr(), strides, ndim) };
     let dl_tensor = dl_tensor(tensor, device, shape, strides);
-    let (holder, holder_is_object) = source.into_raw();
+    let (holder, holder_is_object) = described.into_raw();
     let head = base.cast::<Export<M>>();
     let export = Export {
         managed: make(dl_tensor),
@@ -290,15 +290,15 @@ unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut PyObject) {
     unsafe { delete::<DLManagedTensorVersioned>(managed.cast(), true) }
 }
 
-/// A new versioned managed tensor of the source's tensor on `device`, outside any capsule (the C
+/// A new versioned managed tensor of the described tensor on `device`, outside any capsule (the C
 /// exchange API hands these out directly). Its deleter frees it.
 pub fn new_versioned(
-    source: Source<'_>,
+    described: Described<'_>,
     device: DLDevice,
     minor: u32,
     flags: u64,
 ) -> Result<NonNull<DLManagedTensorVersioned>> {
-    let head = new_export(source, device, |dl_tensor| DLManagedTensorVersioned {
+    let head = new_export(described, device, |dl_tensor| DLManagedTensorVersioned {
         version: DLPackVersion {
             major: DLPACK_MAJOR_VERSION,
             minor,
@@ -313,8 +313,8 @@ pub fn new_versioned(
     Ok(head.cast())
 }
 
-fn new_legacy(source: Source<'_>, device: DLDevice) -> Result<NonNull<DLManagedTensor>> {
-    let head = new_export(source, device, |dl_tensor| DLManagedTensor {
+fn new_legacy(described: Described<'_>, device: DLDevice) -> Result<NonNull<DLManagedTensor>> {
+    let head = new_export(described, device, |dl_tensor| DLManagedTensor {
         dl_tensor,
         manager_ctx: ptr::null_mut(),
         deleter: Some(delete_legacy),
@@ -325,10 +325,10 @@ fn new_legacy(source: Source<'_>, device: DLDevice) -> Result<NonNull<DLManagedT
     Ok(head.cast())
 }
 
-/// Export the source's tensor on `device` as a new capsule.
+/// Export the described tensor on `device` as a new capsule.
 pub fn to_capsule<'py>(
     py: Python<'py>,
-    source: Source<'_>,
+    described: Described<'_>,
     device: DLDevice,
     kind: Kind,
 ) -> Result<Bound<'py, PyAny>> {
@@ -340,7 +340,7 @@ pub fn to_capsule<'py>(
         unsafe fn(*mut c_void),
     ) = match kind {
         Kind::Legacy => (
-            new_legacy(source, device)?.as_ptr().cast(),
+            new_legacy(described, device)?.as_ptr().cast(),
             CAPSULE_LEGACY,
             destroy_legacy_capsule,
             // SAFETY: called only where `capsule_new` fails, on this export, once, holding the
@@ -348,7 +348,9 @@ pub fn to_capsule<'py>(
             |p| unsafe { delete::<DLManagedTensor>(p.cast(), true) },
         ),
         Kind::Versioned { minor, flags } => (
-            new_versioned(source, device, minor, flags)?.as_ptr().cast(),
+            new_versioned(described, device, minor, flags)?
+                .as_ptr()
+                .cast(),
             CAPSULE_VERSIONED,
             destroy_versioned_capsule,
             // SAFETY: called only where `capsule_new` fails, on this export, once, holding the

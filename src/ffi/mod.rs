@@ -1,7 +1,9 @@
 //! The C ABIs we speak beside DLPack's (which is the core's, `dlpack_core::abi`): the Python
-//! DLPack protocol's capsule names (`capsule`), numpy's structs (`numpy`), and (in
-//! `python`) every raw call into CPython's C API.
+//! DLPack protocol's capsule names (`capsule`), numpy's structs (`numpy`), the Arrow PyCapsule
+//! interface's methods and the C Device interface's structs (`arrow`), and (in `python`) every
+//! raw call into CPython's C API.
 
+pub mod arrow;
 mod capsule;
 mod numpy;
 pub mod python;

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::ffi::python;
 use crate::ffi::{PyArrayInterface, array_struct_flags};
 use crate::tensor::{Device, Owner, Storage, Tensor};
-use dlpack_core::dtype::{self, DType, Element, TypeStr};
+use dlpack_core::dtype::{self, DType, StoredType, TypeStr};
 use dlpack_core::layout::Layout;
 
 /// Reads the fields of an interface dict, naming the interface in its errors.
@@ -178,11 +178,11 @@ pub fn type_name(value: &Bound<'_, PyAny>) -> String {
 
 /// Resolve a typestr; opaque element types (ml_dtypes' bfloat16, float8_*) are named by the
 /// source's `dtype.name`.
-pub fn resolve_dtype(source: &Bound<'_, PyAny>, typestr: &str) -> Result<Element> {
+pub fn resolve_dtype(source: &Bound<'_, PyAny>, typestr: &str) -> Result<StoredType> {
     match dtype::parse_typestr(typestr)? {
         TypeStr::Known(element) => Ok(element),
         TypeStr::Opaque { itemsize, swapped } => named_dtype(source, itemsize)
-            .map(|dtype| Element { dtype, swapped })
+            .map(|dtype| StoredType { dtype, swapped })
             .ok_or_else(|| {
                 Error::buffer(format!(
                     "typestr {typestr:?} (opaque or structured elements) is not a DLPack type"
@@ -210,7 +210,7 @@ pub fn import(source: &Bound<'_, PyAny>, interface: Bound<'_, PyAny>) -> Result<
     let shape = fields.shape()?;
     let strides = fields.strides()?;
     let typestr = fields.typestr()?;
-    let Element { dtype, swapped } = resolve_dtype(source, &typestr)?;
+    let StoredType { dtype, swapped } = resolve_dtype(source, &typestr)?;
     let layout = Layout::from_byte_strides(&shape, strides.as_deref(), dtype.itemsize())?;
     let data = fields.get("data")?;
     let (data, readonly, owner) = match data {
@@ -328,7 +328,7 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
         '<'
     };
     let typestr = format!("{order}{}{itemsize}", info.typekind as char);
-    let Element { dtype, swapped } = resolve_dtype(source, &typestr)?;
+    let StoredType { dtype, swapped } = resolve_dtype(source, &typestr)?;
     // SAFETY: numpy's protocol: the shape has `nd` entries while the capsule (ours here) lives;
     // not null when `ndim > 0` (checked above), not read when 0.
     let shape = unsafe { dlpack_core::abi::c_array(info.shape, ndim) };
@@ -343,7 +343,7 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
     Tensor::check_data(info.data, &layout)?;
     let owner = Owner::ArrayStruct {
         capsule: ManuallyDrop::new(capsule.into_any().unbind()),
-        source: ManuallyDrop::new(source.clone().unbind()),
+        producer: ManuallyDrop::new(source.clone().unbind()),
     };
     let storage = Storage {
         data: info.data,

@@ -21,10 +21,10 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
 
 use super::arrow_check::{self, Array, Schema};
 use super::arrow_values::{element_type, from_chunks, host_values};
-use crate::arrow_c::{
+use crate::error::{Error, Result};
+use crate::ffi::arrow::{
     ARROW_DEVICE_CPU, FFI_ArrowDeviceArray, FFI_ArrowDeviceArrayStream, Method, SCHEMA, StreamKind,
 };
-use crate::error::{Error, Result};
 use crate::tensor::{Owner, Tensor};
 use dlpack_core::layout::Layout;
 
@@ -208,7 +208,7 @@ impl StreamLimit {
                     available::human(self.bytes),
                     self.bytes,
                     available::human(free.bytes),
-                    free.source
+                    free.figure_from
                 ))))
             }
             _ => Ok(()),

@@ -21,8 +21,8 @@ use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_schema::{DataType, Field};
 
 use super::arrow_values::{element_type, table_dtype, unsupported};
-use crate::arrow_c::{ArrayFields, SchemaFields};
 use crate::error::{Error, Result};
+use crate::ffi::arrow::{ArrayFields, SchemaFields};
 
 /// Deeper trees are refused: real types nest a few levels, and a cycle of children never ends.
 const MAX_DEPTH: usize = 64;

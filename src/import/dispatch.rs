@@ -6,8 +6,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use super::{array_interface, arrow, buffer, cuda_array_interface, dlpack, numpy, protocols};
-use crate::arrow_c::Method;
 use crate::error::{Error, Result};
+use crate::ffi::arrow::Method;
 use crate::tensor::Tensor;
 
 /// What `asdlpack` imported, and the DLPack producer to ask again when a consumer names a

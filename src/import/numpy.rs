@@ -24,7 +24,7 @@ use crate::ffi::{NPY_ARRAY_WRITEABLE, NumpyArrayFields};
 use crate::tensor::{Device, Owner, Storage, Tensor};
 use dlpack_core::abi::DLDataType;
 use dlpack_core::dtype::DType;
-use dlpack_core::dtype::Element;
+use dlpack_core::dtype::StoredType;
 use dlpack_core::layout::Layout;
 
 /// Whether `ty` is numpy's ndarray itself (not a subclass, which may export differently, nor a
@@ -145,7 +145,7 @@ fn self_check(array: ExactNdarray<'_, '_>) -> Option<FieldsOffset> {
 }
 
 /// Element types by dtype object, each dtype held alive so its address stays its own.
-type DescrCache = AddressMap<(Py<PyAny>, Option<Element>)>;
+type DescrCache = AddressMap<(Py<PyAny>, Option<StoredType>)>;
 static DESCRS: Mutex<Option<DescrCache>> = Mutex::new(None);
 const MAX_CACHED_DESCRS: usize = 256;
 
@@ -156,7 +156,7 @@ static LAST_SEQ: AtomicU64 = AtomicU64::new(0);
 static LAST_DESCR: AtomicUsize = AtomicUsize::new(0);
 static LAST_ELEMENT: AtomicU64 = AtomicU64::new(0);
 
-fn pack(element: Element) -> u64 {
+fn pack(element: StoredType) -> u64 {
     let DLDataType { code, bits, lanes } = element.dtype.0;
     1 | u64::from(code) << 8
         | u64::from(bits) << 16
@@ -164,8 +164,8 @@ fn pack(element: Element) -> u64 {
         | u64::from(element.swapped) << 40
 }
 
-fn unpack(packed: u64) -> Option<Element> {
-    (packed & 1 == 1).then_some(Element {
+fn unpack(packed: u64) -> Option<StoredType> {
+    (packed & 1 == 1).then_some(StoredType {
         dtype: DType(DLDataType {
             code: (packed >> 8) as u8,
             bits: (packed >> 16) as u8,
@@ -176,7 +176,7 @@ fn unpack(packed: u64) -> Option<Element> {
 }
 
 /// The element of the last dtype published, if `key` is its address.
-fn last(key: usize) -> Option<Option<Element>> {
+fn last(key: usize) -> Option<Option<StoredType>> {
     let seq = LAST_SEQ.load(Ordering::Acquire);
     if seq & 1 == 1 || LAST_DESCR.load(Ordering::Relaxed) != key {
         return None;
@@ -187,7 +187,7 @@ fn last(key: usize) -> Option<Option<Element>> {
 }
 
 /// Publish a dtype held by `DESCRS` (the caller holds its lock).
-fn publish(key: usize, element: Option<Element>) {
+fn publish(key: usize, element: Option<StoredType>) {
     LAST_SEQ.fetch_add(1, Ordering::Relaxed);
     fence(Ordering::Release);
     LAST_DESCR.store(key, Ordering::Relaxed);
@@ -196,7 +196,7 @@ fn publish(key: usize, element: Option<Element>) {
 }
 
 /// The element type of the array's dtype, if DLPack has it.
-fn element(fields: Fields<'_, '_>) -> Option<Element> {
+fn element(fields: Fields<'_, '_>) -> Option<StoredType> {
     let (array, descr) = (fields.array, fields.fields.descr);
     let key = descr as usize;
     if let Some(element) = last(key) {
@@ -261,7 +261,7 @@ pub unsafe fn import_known_into(array: ExactNdarray<'_, '_>, dst: *mut Tensor) -
     matches!(unsafe { describe_into(fields, element, dst) }, Ok(true))
 }
 
-fn describe(fields: Fields<'_, '_>, element: Element) -> Result<Option<Tensor>> {
+fn describe(fields: Fields<'_, '_>, element: StoredType) -> Result<Option<Tensor>> {
     let mut tensor = std::mem::MaybeUninit::<Tensor>::uninit();
     // SAFETY: `tensor` is valid for writes.
     let written = unsafe { describe_into(fields, element, tensor.as_mut_ptr())? };
@@ -277,7 +277,7 @@ fn describe(fields: Fields<'_, '_>, element: Element) -> Result<Option<Tensor>> 
 #[inline(always)]
 unsafe fn describe_into(
     Fields { array, fields: f }: Fields<'_, '_>,
-    Element { dtype, swapped }: Element,
+    StoredType { dtype, swapped }: StoredType,
     dst: *mut Tensor,
 ) -> Result<bool> {
     let Ok(ndim) = usize::try_from(f.nd) else {

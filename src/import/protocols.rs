@@ -9,8 +9,8 @@ use pyo3::sync::Interned;
 use pyo3::types::{PyCapsule, PyString, PyType};
 
 use super::address_map::AddressMap;
-use crate::arrow_c::Method;
 use crate::ffi::CAPSULE_EXCHANGE_API;
+use crate::ffi::arrow::Method;
 use crate::ffi::python;
 use dlpack_core::abi::DLPACK_MAJOR_VERSION;
 use dlpack_core::abi::DLPackExchangeAPI;

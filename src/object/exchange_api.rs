@@ -16,7 +16,7 @@ use pyo3::types::PyCapsule;
 use super::instance::{self, new_object};
 use super::state::DLPackObject;
 use crate::error::{Error, Result, at_c_boundary, panic_message};
-use crate::export::capsule::{self, Source};
+use crate::export::capsule::{self, Described};
 use crate::ffi::CAPSULE_EXCHANGE_API;
 use crate::ffi::python;
 use crate::import::dlpack::import_versioned;
@@ -227,7 +227,7 @@ unsafe fn allocate(prototype: &DLTensor) -> Result<ptr::NonNull<DLManagedTensorV
     let buffer = AlignedBuffer::new(bytes)?;
     let tensor = Arc::new(Tensor::host_allocation(buffer, dtype, layout)?);
     capsule::new_versioned(
-        Source::Own(tensor),
+        Described::Own(tensor),
         prototype.device,
         DLPACK_MINOR_VERSION,
         0,

@@ -10,12 +10,12 @@ use super::view::{Described, new_view, spelled};
 use crate::error::{Error, Result};
 use crate::import::buffer::View;
 use dlpack_core::abi::DLDevice;
-use dlpack_core::dtype::{DType, Element};
+use dlpack_core::dtype::{DType, StoredType};
 use dlpack_core::layout::Layout;
 
 /// The element type `typestr` spells (in either byte order), named `dtype` (the name decides
 /// for the types a typestr has no code for: bfloat16, the float8 types).
-fn element(typestr: &str, dtype: &str) -> Result<Element> {
+fn element(typestr: &str, dtype: &str) -> Result<StoredType> {
     let named = DType::from_name(dtype)
         .ok_or_else(|| Error::value(format!("unknown element type {dtype:?}")))?;
     spelled(named, typestr).ok_or_else(|| {

@@ -15,7 +15,7 @@ use super::instance::{new_object, state, state_unchecked};
 use super::state::DLPackObject;
 use crate::copy;
 use crate::error::{Error, Result};
-use crate::export::capsule::{self, Kind, Source};
+use crate::export::capsule::{self, Described, Kind};
 use crate::export::interface::{self, Data};
 use crate::export::policy::{self, MANAGED_REQUEST, Request};
 use crate::ffi::python::{self, GilCell};
@@ -26,11 +26,11 @@ use dlpack_core::abi::DLManagedTensorVersioned;
 impl DLPackObject {
     /// What the export of this object's tensor shares it through: a reference to `slf`, this
     /// object's Python side.
-    pub(super) fn held<'a>(&'a self, slf: &Bound<'a, PyAny>) -> Source<'a> {
+    pub(super) fn lent<'a>(&'a self, slf: &Bound<'a, PyAny>) -> Described<'a> {
         self.check_is_state_of(slf);
         // SAFETY: `slf` is the object whose state this is (checked just above), which keeps its
         // tensor, immutable, as long as it lives.
-        unsafe { Source::held(slf.py(), slf.clone().unbind(), &self.tensor) }
+        unsafe { Described::lent(slf.py(), slf.clone().unbind(), &self.tensor) }
     }
 
     /// That `slf` is the object whose state this is: an export through it lives on `slf`'s
@@ -43,15 +43,15 @@ impl DLPackObject {
         );
     }
 
-    /// The source of an export `policy::prepare` decided on: this object's tensor, or its own.
-    pub(super) fn source<'a>(
+    /// The tensor an export `policy::prepare` decided on describes: this object's, or its own.
+    pub(super) fn described<'a>(
         &'a self,
         slf: &Bound<'a, PyAny>,
         own: Option<Arc<Tensor>>,
-    ) -> Source<'a> {
+    ) -> Described<'a> {
         match own {
-            None => self.held(slf),
-            Some(tensor) => Source::Own(tensor),
+            None => self.lent(slf),
+            Some(tensor) => Described::Own(tensor),
         }
     }
 
@@ -63,7 +63,7 @@ impl DLPackObject {
         let py = slf.py();
         let producer = self.producer.as_ref();
         let (own, device, kind) = policy::prepare(py, &self.tensor, producer, &request)?;
-        capsule::to_capsule(py, self.source(slf, own), device, kind)
+        capsule::to_capsule(py, self.described(slf, own), device, kind)
     }
 
     /// A versioned managed tensor for the C exchange API: as `__dlpack__(max_version=(1, 3))`
@@ -77,7 +77,7 @@ impl DLPackObject {
         let producer = self.producer.as_ref();
         match policy::prepare(slf.py(), &self.tensor, producer, &MANAGED_REQUEST)? {
             (own, device, Kind::Versioned { minor, flags }) => {
-                capsule::new_versioned(self.source(slf, own), device, minor, flags)
+                capsule::new_versioned(self.described(slf, own), device, minor, flags)
             }
             (_, _, Kind::Legacy) => unreachable!("a versioned request gives a versioned export"),
         }
@@ -91,7 +91,7 @@ impl DLPackObject {
     ) -> Option<NonNull<DLManagedTensorVersioned>> {
         match policy::in_place(&self.tensor, &MANAGED_REQUEST)? {
             (device, Kind::Versioned { minor, flags }) => {
-                capsule::new_versioned(self.held(slf), device, minor, flags).ok()
+                capsule::new_versioned(self.lent(slf), device, minor, flags).ok()
             }
             (_, Kind::Legacy) => None,
         }

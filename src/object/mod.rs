@@ -37,7 +37,7 @@
 //! - The state is immutable while the object lives: the type has no setters, no `__dict__` and no
 //!   `tp_setattro`, and nothing takes `&mut` to a live state. So `&DLPackObject` stays valid
 //!   across Python code the exports run, and an export may point into the tensor for as long as
-//!   it holds a reference to the object: capsules hold one (`DLPackObject::held`, which asserts
+//!   it holds a reference to the object: capsules hold one (`DLPackObject::lent`, which asserts
 //!   the object is the state's own), buffer views another (`export::buffer::fill` sets `obj`).
 //! - Deallocation, in this order (`instance::dealloc`): read the type, untrack, release the state
 //!   exactly once (`DLPackObject::release_attached_in_place`, which may run Python code: the

@@ -16,10 +16,10 @@ use pyo3::types::{PyBool, PyModule, PyString, PyType};
 use super::instance::{self, Instance, dealloc, state_unchecked, traverse};
 use super::state::DLPackObject;
 use super::{arguments, asdlpack, exchange_api, methods, pickling};
-use crate::arrow_c::Method;
 use crate::error::{Result, at_c_boundary};
 use crate::export::policy::{self, Request};
 use crate::export::{arrow, buffer, capsule};
+use crate::ffi::arrow::Method;
 use crate::ffi::python::{self, Py_ssize_t, PyObject, PyTypeObject};
 use crate::import::array_interface::to_i64;
 
@@ -190,8 +190,8 @@ pub(super) unsafe fn dlpack_in_place(
     // SAFETY: `slf` is a live object (this function's contract), and we hold the GIL (`py`); the
     // capsule takes a reference of its own.
     let slf = unsafe { Borrowed::from_ptr(py, slf) };
-    let source = object.held(&slf);
-    Some(capsule::to_capsule(py, source, device, kind).map(Bound::into_ptr))
+    let described = object.lent(&slf);
+    Some(capsule::to_capsule(py, described, device, kind).map(Bound::into_ptr))
 }
 
 /// `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)` in general: the
@@ -274,7 +274,7 @@ unsafe extern "C" fn arrow_entry<const METHOD: u8>(
     nargs: Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    let method = Method::from_u8(METHOD);
+    let method = const { Method::numbered::<METHOD>() };
     entry(ptr::null_mut(), |py| {
         // SAFETY: CPython calls this holding the GIL, with fast-call arguments it holds for the
         // call (this function's contract), as `optional_argument` requires.
@@ -467,7 +467,7 @@ static PROPERTIES: [(&CStr, &CStr, Getter); 17] = [
 /// (whose first line is its signature).
 fn arrow_method<const METHOD: u8>(doc: &'static CStr) -> python::PyMethodDef {
     python::PyMethodDef {
-        ml_name: Method::from_u8(METHOD).c_name().as_ptr(),
+        ml_name: const { Method::numbered::<METHOD>() }.c_name().as_ptr(),
         ml_meth: python::PyMethodDefPointer {
             PyCFunctionFastWithKeywords: arrow_entry::<METHOD>,
         },

@@ -4,7 +4,7 @@
 
 use std::ffi::c_void;
 
-use dlpack_core::dtype::{Element, TypeStr, parse_typestr};
+use dlpack_core::dtype::{StoredType, TypeStr, parse_typestr};
 use dlpack_core::memory::AlignedBuffer;
 use pyo3::prelude::*;
 
@@ -21,7 +21,7 @@ pub struct Described {
     /// The address of the first element.
     pub data: *mut c_void,
     pub device: DLDevice,
-    pub element: Element,
+    pub element: StoredType,
     pub layout: Layout,
     pub readonly: bool,
 }
@@ -64,7 +64,7 @@ pub unsafe fn new_view(
 /// A host view of no elements.
 pub fn empty_view<'py>(
     py: Python<'py>,
-    element: Element,
+    element: StoredType,
     layout: Layout,
     readonly: bool,
 ) -> Result<Bound<'py, PyAny>> {
@@ -85,11 +85,11 @@ pub fn empty_view<'py>(
 
 /// The element type `dtype` stored in the byte order `typestr` spells, if `typestr` spells
 /// `dtype` (its kind and size, or raw bytes of its size).
-pub fn spelled(dtype: DType, typestr: &str) -> Option<Element> {
+pub fn spelled(dtype: DType, typestr: &str) -> Option<StoredType> {
     match parse_typestr(typestr).ok()? {
         TypeStr::Known(element) if element.dtype == dtype => Some(element),
         TypeStr::Opaque { itemsize, swapped } if itemsize == dtype.itemsize() => {
-            Some(Element { dtype, swapped })
+            Some(StoredType { dtype, swapped })
         }
         _ => None,
     }

@@ -1,5 +1,5 @@
 //! This process's mappings of segments (`Mapped`), each of a whole segment and registered
-//! while it lives: what views of a segment hold (`Owner::Held`), unmapped when the last of
+//! while it lives: what views of a segment hold (`Owner::RustValue`), unmapped when the last of
 //! them goes. Segments come mapped from here: made (`create`), reused (`reuse`), or adopted from
 //! a descriptor a handle led to (`adopt`).
 //!

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::object::{empty_view, tensor_of};
 use crate::tensor::{Owner, Tensor};
 use dlpack_core::dtype::DType;
-use dlpack_core::dtype::Element;
+use dlpack_core::dtype::StoredType;
 use dlpack_core::layout::Layout;
 use dlpack_core::share::handle_state::{self, HandleState, Lent, boot_id_text, malformed};
 use dlpack_core::share::system;
@@ -59,7 +59,7 @@ pub fn write<'py>(view: &Bound<'py, PyAny>, writable: bool) -> Result<Bound<'py,
 /// The mapping a handle's view lies in (`None` for a view without elements).
 pub fn mapped_of(tensor: &Tensor) -> Option<&Mapped> {
     match tensor.owner() {
-        Owner::Held(value) => value.downcast_ref::<Mapped>(),
+        Owner::RustValue(value) => value.downcast_ref::<Mapped>(),
         _ => None,
     }
 }
@@ -132,11 +132,11 @@ pub fn open<'py>(state: &Bound<'py, PyAny>) -> Result<(Bound<'py, PyAny>, bool)>
 
 /// The element type a state names, if it is one a handle can carry (a type `share` shares,
 /// in the other byte order only where it has one).
-fn element(state: &HandleState) -> Option<Element> {
+fn element(state: &HandleState) -> Option<StoredType> {
     let dtype = DType::from_dlpack(state.dtype).ok()?;
     // As the array interface spells it: bytes and raw (`V`) types have no byte order.
     let has_order = dtype.itemsize() > 1 && dtype.typekind() != b'V';
-    (has_order || !state.swapped).then_some(Element {
+    (has_order || !state.swapped).then_some(StoredType {
         dtype,
         swapped: state.swapped,
     })

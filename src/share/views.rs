@@ -1,9 +1,9 @@
-//! Segments' memory as `DLPackObject`s, each holding its segment (`Owner::Held`), and what
+//! Segments' memory as `DLPackObject`s, each holding its segment (`Owner::RustValue`), and what
 //! `share` and `empty_shared` make of them: the view a handle holds (see `handle`).
 
 use std::sync::Arc;
 
-use dlpack_core::dtype::Element;
+use dlpack_core::dtype::StoredType;
 use pyo3::prelude::*;
 
 use super::lender;
@@ -26,7 +26,7 @@ pub fn segment_view(
     py: Python<'_>,
     mapped: Arc<Mapped>,
     offset: i64,
-    element: Element,
+    element: StoredType,
     layout: Layout,
     readonly: bool,
 ) -> Result<Bound<'_, PyAny>> {
@@ -51,7 +51,7 @@ pub fn segment_view(
     };
     // SAFETY: the elements lie inside the mapping (checked just above), which the owner holds,
     // readable and writable while it lives; read-only views are flagged so.
-    unsafe { new_view(py, Owner::Held(mapped), described) }
+    unsafe { new_view(py, Owner::RustValue(mapped), described) }
 }
 
 /// The view a handle to `tensor`'s memory holds if it is host memory, `None` otherwise: shared
@@ -109,7 +109,7 @@ fn find<'py>(
     tensor: &Tensor,
     writable: bool,
 ) -> Result<Option<Bound<'py, PyAny>>> {
-    let element = Element {
+    let element = StoredType {
         dtype: tensor.dtype(),
         swapped: tensor.swapped(),
     };
@@ -187,7 +187,7 @@ fn copy<'py>(py: Python<'py>, tensor: &Tensor) -> Result<Bound<'py, PyAny>> {
             Device::CPU,
             tensor.dtype(),
             dense.clone(),
-            Owner::Held(mapped.clone()),
+            Owner::RustValue(mapped.clone()),
         )
     };
     target.set_swapped(tensor.swapped()); // the bytes are shared as they are stored
@@ -195,7 +195,7 @@ fn copy<'py>(py: Python<'py>, tensor: &Tensor) -> Result<Bound<'py, PyAny>> {
     drop(target);
     // Never written again until reused: sealed, so no process maps it writable.
     mapped.freeze()?;
-    let element = Element {
+    let element = StoredType {
         dtype: tensor.dtype(),
         swapped: tensor.swapped(),
     };
@@ -207,7 +207,7 @@ fn copy<'py>(py: Python<'py>, tensor: &Tensor) -> Result<Bound<'py, PyAny>> {
 pub fn empty<'py>(py: Python<'py>, shape: &[i64], name: &str) -> Result<Bound<'py, PyAny>> {
     let dtype = DType::from_name(name)
         .ok_or_else(|| Error::value(format!("unknown element type {name:?}")))?;
-    let element = Element {
+    let element = StoredType {
         dtype,
         swapped: false,
     };

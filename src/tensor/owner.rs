@@ -27,7 +27,7 @@ pub enum Owner {
     /// An `__array_struct__` capsule and the object it came from.
     ArrayStruct {
         capsule: ManuallyDrop<Py<PyAny>>,
-        source: ManuallyDrop<Py<PyAny>>,
+        producer: ManuallyDrop<Py<PyAny>>,
     },
     /// A producer's legacy managed tensor; its deleter is called on drop.
     Legacy(Managed<DLManagedTensor>),
@@ -53,7 +53,7 @@ pub enum Owner {
     /// Memory a Rust value holds (a shared segment's mapping, unmapped when the last holder
     /// goes): freed by the value's own drop, on any thread; needs no Python. Its holders tell
     /// their own values apart by downcasting.
-    Held(std::sync::Arc<dyn std::any::Any + Send + Sync>),
+    RustValue(std::sync::Arc<dyn std::any::Any + Send + Sync>),
 }
 
 /// A buffer view that `get_buffer` filled, which its owner releases once: only `new` makes one.
@@ -127,7 +127,9 @@ impl Owner {
             }
             Owner::Buffer { exporter, .. } => each(&[exporter.as_ptr()]),
             Owner::Object(obj) => each(&[obj.as_ptr()]),
-            Owner::ArrayStruct { capsule, source } => each(&[capsule.as_ptr(), source.as_ptr()]),
+            Owner::ArrayStruct { capsule, producer } => {
+                each(&[capsule.as_ptr(), producer.as_ptr()])
+            }
             Owner::Legacy(_)
             | Owner::Versioned(_)
             | Owner::Arrow(_)
@@ -135,7 +137,7 @@ impl Owner {
             | Owner::Allocation(_)
             | Owner::Copied { .. }
             | Owner::DeviceAllocation(_) => 0,
-            Owner::Held(_) => 0,
+            Owner::RustValue(_) => 0,
         }
     }
 
@@ -157,13 +159,13 @@ impl Owner {
             // SAFETY: the owner's own reference to `obj` (`ManuallyDrop`: never dropped), given up
             // once, as this runs once, holding the GIL (this function's contract).
             Owner::Object(obj) => unsafe { python::decref(obj.as_ptr()) },
-            Owner::ArrayStruct { capsule, source } => {
+            Owner::ArrayStruct { capsule, producer } => {
                 // SAFETY: the owner's own reference to `capsule` (`ManuallyDrop`: never dropped),
                 // given up once, as this runs once, holding the GIL (this function's contract).
                 unsafe { python::decref(capsule.as_ptr()) };
-                // SAFETY: the owner's own reference to `source` (`ManuallyDrop`: never dropped),
+                // SAFETY: the owner's own reference to `producer` (`ManuallyDrop`: never dropped),
                 // given up once, as this runs once, holding the GIL (this function's contract).
-                unsafe { python::decref(source.as_ptr()) };
+                unsafe { python::decref(producer.as_ptr()) };
             }
             Owner::Legacy(managed) => {
                 // SAFETY: a `Managed` is valid until its deleter runs, which happens only here.
@@ -188,7 +190,7 @@ impl Owner {
             // not used afterwards (this function's contract); the producer's release gets the GIL.
             Owner::ArrowC(array) => unsafe { ManuallyDrop::drop(array) },
             Owner::Allocation(_) | Owner::Copied { .. } | Owner::DeviceAllocation(_) => {}
-            Owner::Held(_) => {}
+            Owner::RustValue(_) => {}
         }
     }
 
@@ -224,7 +226,7 @@ impl Owner {
             Owner::DeviceAllocation(buffer) => unsafe { std::ptr::drop_in_place(buffer) },
             // SAFETY: `owner` is not used nor dropped again (this function's contract), so this is
             // `value`'s only drop.
-            Owner::Held(value) => unsafe { std::ptr::drop_in_place(value) },
+            Owner::RustValue(value) => unsafe { std::ptr::drop_in_place(value) },
             Owner::Object(_)
             | Owner::ArrayStruct { .. }
             | Owner::Legacy(_)
@@ -249,7 +251,7 @@ impl Owner {
             Owner::Allocation(_)
                 | Owner::Copied { .. }
                 | Owner::DeviceAllocation(_)
-                | Owner::Held(_)
+                | Owner::RustValue(_)
         )
     }
 }

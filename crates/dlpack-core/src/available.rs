@@ -18,7 +18,7 @@ pub const CHECK_FROM: u64 = 16 << 20;
 pub struct Available {
     pub bytes: u64,
     /// e.g. `MemAvailable` or `cgroup /user.slice (limit 4.0 GiB, 1.2 GiB in use)`.
-    pub source: String,
+    pub figure_from: String,
 }
 
 /// A `MemoryError` unless `bytes` (of `what`, e.g. "shared memory") can be had; sizes under
@@ -32,7 +32,7 @@ pub fn check(bytes: u64, what: &str) -> Result<()> {
             "can't allocate {bytes} bytes ({}) of {what}: only {} can be had ({})",
             human(bytes),
             human(free.bytes),
-            free.source
+            free.figure_from
         ))),
         _ => Ok(()),
     }
@@ -52,7 +52,7 @@ pub fn available() -> Option<Available> {
         if let Some(bytes) = read("/proc/meminfo").as_deref().and_then(mem_available) {
             consider(Available {
                 bytes,
-                source: "MemAvailable".into(),
+                figure_from: "MemAvailable".into(),
             });
         }
         if let Some(groups) = read("/proc/self/cgroup") {
@@ -84,7 +84,7 @@ pub fn address_space() -> Option<Available> {
     let mapped = pages.checked_mul(rustix::param::page_size() as u64)?;
     Some(Available {
         bytes: limit.saturating_sub(mapped),
-        source: format!(
+        figure_from: format!(
             "RLIMIT_AS: limit {}, {} mapped",
             human(limit),
             human(mapped)
@@ -163,7 +163,7 @@ fn cgroup_headroom(groups: &str, read: impl Fn(&str) -> Option<String>) -> Vec<A
                 let shown = if group.is_empty() { "/" } else { &group };
                 found.push(Available {
                     bytes: limit.saturating_sub(used),
-                    source: format!(
+                    figure_from: format!(
                         "cgroup {shown}: limit {}, {} in use",
                         human(limit),
                         human(used)
@@ -249,7 +249,7 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].bytes, (3 << 30) - (512 << 20));
         assert!(
-            found[0].source.starts_with("cgroup /a: limit 3.0 GiB"),
+            found[0].figure_from.starts_with("cgroup /a: limit 3.0 GiB"),
             "{found:?}"
         );
     }

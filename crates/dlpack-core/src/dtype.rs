@@ -174,7 +174,7 @@ fn int(signed: bool, bytes: usize) -> DType {
 /// An element type as a source stores it: DLPack type and whether its bytes are swapped
 /// relative to this machine (then only a copy can serve it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Element {
+pub struct StoredType {
     pub dtype: DType,
     pub swapped: bool,
 }
@@ -185,7 +185,7 @@ pub struct Element {
 /// d Zf Zd`. Native-size (`@`) and standard-size prefixes differ only for `l`/`L`; since ctypes
 /// writes `<l` for an 8-byte C long, either size is accepted there, always checked against the
 /// buffer's `itemsize`.
-pub fn parse_buffer_format(format: &[u8], itemsize: usize) -> Result<Element> {
+pub fn parse_buffer_format(format: &[u8], itemsize: usize) -> Result<StoredType> {
     let unsupported = || {
         Error::buffer(format!(
             "buffer format {:?} is not a DLPack type (numeric scalars only)",
@@ -223,7 +223,7 @@ pub fn parse_buffer_format(format: &[u8], itemsize: usize) -> Result<Element> {
     if !sizes.contains(&itemsize) || dtype.itemsize() != itemsize {
         return Err(size_mismatch(format, itemsize));
     }
-    Ok(Element {
+    Ok(StoredType {
         dtype,
         swapped: is_swapped(order, itemsize),
     })
@@ -252,7 +252,7 @@ fn is_swapped(order: u8, itemsize: usize) -> bool {
 #[derive(Debug, PartialEq, Eq)]
 pub enum TypeStr {
     /// A type DLPack carries.
-    Known(Element),
+    Known(StoredType),
     /// Opaque bytes (`V` kind, or numpy's `f1` for `ml_dtypes.float8_e5m2`): the element type
     /// must come from the object's `dtype` name.
     Opaque { itemsize: usize, swapped: bool },
@@ -302,7 +302,7 @@ pub fn parse_typestr(typestr: &str) -> Result<TypeStr> {
         (b't', _) => return Err(unsupported("bit field")),
         _ => return Err(malformed()),
     };
-    Ok(TypeStr::Known(Element {
+    Ok(TypeStr::Known(StoredType {
         dtype,
         swapped: is_swapped(bytes[0], itemsize),
     }))
@@ -315,7 +315,7 @@ mod tests {
 
     #[test]
     fn buffer_formats() {
-        let native = |dtype| Element {
+        let native = |dtype| StoredType {
             dtype,
             swapped: false,
         };
@@ -323,7 +323,7 @@ mod tests {
         assert_eq!(parse_buffer_format(b"f", 4).unwrap(), native(f32));
         assert_eq!(parse_buffer_format(b"<f", 4).unwrap(), native(f32));
         assert_eq!(parse_buffer_format(b"=f", 4).unwrap(), native(f32));
-        let swapped = Element {
+        let swapped = StoredType {
             dtype: f32,
             swapped: true,
         };
@@ -358,7 +358,7 @@ mod tests {
 
     #[test]
     fn typestrs() {
-        let known = |dtype, swapped| TypeStr::Known(Element { dtype, swapped });
+        let known = |dtype, swapped| TypeStr::Known(StoredType { dtype, swapped });
         let f32 = DType::new(tc::FLOAT, 32);
         assert_eq!(parse_typestr("<f4").unwrap(), known(f32, false));
         assert_eq!(
@@ -533,7 +533,7 @@ mod tests {
         Expect::Known(kind, (itemsize * 8) as u8, foreign(order, itemsize))
     }
 
-    fn observed_format(parsed: Result<Element>) -> Expect {
+    fn observed_format(parsed: Result<StoredType>) -> Expect {
         match parsed {
             Ok(el) => {
                 assert_eq!(el.dtype.0.lanes, 1);
@@ -556,7 +556,7 @@ mod tests {
                         itemsize: dt.itemsize(),
                         swapped: false,
                     },
-                    _ => TypeStr::Known(Element {
+                    _ => TypeStr::Known(StoredType {
                         dtype: dt,
                         swapped: swapped && dt.itemsize() > 1,
                     }),
@@ -571,7 +571,7 @@ mod tests {
                     Some(Err(e)) => panic!("{name}: its own format is refused: {e}"),
                     Some(Ok(el)) => assert_eq!(
                         el,
-                        Element {
+                        StoredType {
                             dtype: dt,
                             swapped: swapped && dt.itemsize() > 1,
                         },

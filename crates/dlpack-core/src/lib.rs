@@ -14,7 +14,7 @@
 //! abi        DLPack's C ABI (dlpack.h 1.3): tensors, managed tensors, versions, flags, device
 //!            and type codes, the C exchange API table
 //! device     device type names (DEVICE_TYPES), host and CPU-readable memory, DLDevice's names
-//! dtype      DType, Element (type and byte order), TypeStr; buffer formats and typestrs
+//! dtype      DType, StoredType (type and byte order), TypeStr; buffer formats and typestrs
 //! layout     strided (Layout: shape, byte and element strides, checked), derived (dense and
 //!            broadcast strides, byte extents), overlap (whether elements share bytes)
 //! available  memory this process can still have (MemAvailable, cgroup limits): MemoryError

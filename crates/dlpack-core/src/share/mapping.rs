@@ -203,7 +203,11 @@ impl Mapping {
 fn unmappable(bytes: u64, writes: Writes) -> Error {
     let why = match crate::available::address_space() {
         Some(free) if free.bytes < bytes => {
-            format!("only {} can be had ({})", human(free.bytes), free.source)
+            format!(
+                "only {} can be had ({})",
+                human(free.bytes),
+                free.figure_from
+            )
         }
         _ if writes == Writes::Private => "the kernel refused the address space (the \
              vm.max_map_count sysctl), or the commit its copy-on-write pages could take \

@@ -1,5 +1,6 @@
-//! What a view of an object's memory holds, for the C API: the source that keeps the memory
-//! alive and the memory's borrow in the process's one registry (`borrows`).
+//! A view's lease on an object's memory, for the C API: the source that keeps the memory
+//! alive and the memory's borrow in the process's one registry (`borrows`), and in rust-numpy's
+//! borrow flags when a numpy array holds the memory (`rust_numpy`).
 //!
 //! A view is made and given back once per call of a Rust function taking an array, so its
 //! description is written in place into a reused box: moving a tensor and allocating its box
@@ -11,6 +12,7 @@ use dlpack_core::layout::{SelfOverlap, self_overlap};
 use pyo3::prelude::*;
 
 use super::borrows::{self, Borrow};
+use super::rust_numpy::{self, NumpyBorrow};
 use crate::error::{Error, Result};
 use crate::ffi::python::GilCell;
 use crate::import::{self, array_interface::type_name};
@@ -18,45 +20,47 @@ use crate::object::tensor_of;
 use crate::tensor::Tensor;
 
 /// What a view holds, free of the interpreter's lifetime (the C API hands it out boxed): the
-/// source that keeps the memory alive, and the memory's borrow. Given back with the GIL held
+/// source that keeps the memory alive, and the memory's borrows. Given back with the GIL held
 /// (`release`); only `make` builds one.
-pub(crate) struct Held {
-    /// The imported tensor, initialised exactly when `source.object` is `None`.
+pub(crate) struct Lease {
+    /// The imported tensor, initialised exactly when `claims.object` is `None`.
     imported: MaybeUninit<Tensor>,
-    source: Source,
+    claims: Claims,
 }
 
-/// The rest of a `Held`, written at once beside the tensor written in place.
-struct Source {
+/// The rest of a `Lease`, written at once beside the tensor written in place.
+struct Claims {
     /// A `DLPackObject`, whose own tensor is read in place; `None`: `imported` is the tensor.
     object: Option<Py<PyAny>>,
     borrow: Option<Borrow>,
+    /// The same memory's borrow in rust-numpy's flags, when a numpy array holds it.
+    numpy: Option<NumpyBorrow>,
     exclusive: bool,
 }
 
 /// One box kept from the last view given back, for the next view to reuse.
-static SPARE: GilCell<Option<Box<MaybeUninit<Held>>>> = GilCell::new(None);
+static SPARE: GilCell<Option<Box<MaybeUninit<Lease>>>> = GilCell::new(None);
 
-fn take_box(_py: Python<'_>) -> Box<MaybeUninit<Held>> {
+fn take_box(_py: Python<'_>) -> Box<MaybeUninit<Lease>> {
     // SAFETY: the GIL is held (`_py`); the value is moved out at once.
     let spare = unsafe { SPARE.get() }.take();
     spare.unwrap_or_else(Box::new_uninit)
 }
 
-fn keep_box(_py: Python<'_>, spare: Box<MaybeUninit<Held>>) {
+fn keep_box(_py: Python<'_>, spare: Box<MaybeUninit<Lease>>) {
     // SAFETY: the GIL is held (`_py`); the old box is moved out, then freed (no Python code).
     drop(unsafe { SPARE.get() }.replace(spare));
 }
 
-impl Held {
+impl Lease {
     /// `obj`'s memory, held shared, or `exclusive`ly (writable host memory only), in a box.
-    pub(crate) fn make(obj: &Bound<'_, PyAny>, exclusive: bool) -> Result<Box<Held>> {
+    pub(crate) fn make(obj: &Bound<'_, PyAny>, exclusive: bool) -> Result<Box<Lease>> {
         let py = obj.py();
         let mut slot = take_box(py);
         let dst = slot.as_mut_ptr();
-        // SAFETY: `dst` is the box's memory, ours alone and valid for writes of a `Held`.
-        match unsafe { Held::write(dst, obj, exclusive) } {
-            // SAFETY: `write` initialised the whole `Held` when it succeeded.
+        // SAFETY: `dst` is the box's memory, ours alone and valid for writes of a `Lease`.
+        match unsafe { Lease::write(dst, obj, exclusive) } {
+            // SAFETY: `write` initialised the whole `Lease` when it succeeded.
             Ok(()) => Ok(unsafe { slot.assume_init() }),
             Err(err) => {
                 keep_box(py, slot);
@@ -69,8 +73,8 @@ impl Held {
     /// it fails.
     ///
     /// # Safety
-    /// `dst` is valid for writes of a `Held`.
-    unsafe fn write(dst: *mut Held, obj: &Bound<'_, PyAny>, exclusive: bool) -> Result<()> {
+    /// `dst` is valid for writes of a `Lease`.
+    unsafe fn write(dst: *mut Lease, obj: &Bound<'_, PyAny>, exclusive: bool) -> Result<()> {
         // SAFETY: per the contract, `dst`'s fields may be written.
         let imported = unsafe { (&raw mut (*dst).imported).cast::<Tensor>() };
         let object = if tensor_of(obj).is_some() {
@@ -89,37 +93,42 @@ impl Held {
             unsafe { imported.write(tensor) };
             None
         };
-        // SAFETY: per the contract, `dst` addresses a `Held`'s memory, which its fields lie in.
-        let source = unsafe { &raw mut (*dst).source };
+        // SAFETY: per the contract, `dst` addresses a `Lease`'s memory, which its fields lie in.
+        let claims = unsafe { &raw mut (*dst).claims };
         // SAFETY: the field is valid for writes (the contract) and written once, here; the
-        // tensor was written exactly when `object` is `None`, so the `Held` is now whole.
+        // tensor was written exactly when `object` is `None`, so the `Lease` is now whole.
         unsafe {
-            source.write(Source {
+            claims.write(Claims {
                 object,
                 borrow: None,
+                numpy: None,
                 exclusive,
             })
         };
         // SAFETY: whole, just above, and ours alone.
-        let held = unsafe { &mut *dst };
-        match held.hold(obj) {
+        let lease = unsafe { &mut *dst };
+        match lease.hold(obj) {
             Ok(borrow) => {
-                held.source.borrow = borrow;
+                lease.claims.borrow = borrow;
+                if lease.claims.borrow.is_some() && rust_numpy::views_borrow_there(obj.py()) {
+                    // SAFETY: per the contract, the `Lease` is not used again if this fails.
+                    return unsafe { lease.hold_in_rust_numpy(obj) };
+                }
                 Ok(())
             }
             Err(err) => {
-                // SAFETY: the `Held` is not used again: `make` keeps its memory as
-                // uninitialised (it holds no borrow, and nothing else needs dropping).
-                unsafe { held.drop_source(obj.py()) };
+                // SAFETY: the `Lease` is not used again: `make` keeps its memory as
+                // uninitialised (it holds no borrows, and nothing else needs dropping).
+                unsafe { lease.drop_source(obj.py()) };
                 Err(err)
             }
         }
     }
 
-    /// Check what an exclusive view needs, and take the memory's borrow.
+    /// Check what an exclusive view needs, and take the memory's borrow in the registry.
     fn hold(&self, obj: &Bound<'_, PyAny>) -> Result<Option<Borrow>> {
         let tensor = self.tensor(obj.py());
-        if self.source.exclusive {
+        if self.claims.exclusive {
             host_memory(tensor)?;
             if let Some(why) = tensor.copied() {
                 return Err(a_copy(obj, why));
@@ -139,13 +148,41 @@ impl Held {
             return Ok(None);
         }
         let (start, end) = borrows::range_of(tensor)?;
-        Borrow::take(obj.py(), start, end, self.source.exclusive)
+        Borrow::take(obj.py(), start, end, self.claims.exclusive)
+    }
+
+    /// Take the same memory's borrow in another extension's table of rust-numpy's borrows too
+    /// (asked once the registry lent it, so a conflict there is rust-numpy's); when that fails,
+    /// give the registry's back and release the source.
+    ///
+    /// # Safety
+    /// The `Lease` is whole; if this fails, it is not used again (as `drop_source` asks).
+    #[cold]
+    #[inline(never)]
+    unsafe fn hold_in_rust_numpy(&mut self, obj: &Bound<'_, PyAny>) -> Result<()> {
+        let tensor = self.tensor(obj.py());
+        let taken = borrows::range_of(tensor)
+            .and_then(|range| NumpyBorrow::take(obj, tensor, range, self.claims.exclusive));
+        match taken {
+            Ok(numpy) => {
+                self.claims.numpy = numpy;
+                Ok(())
+            }
+            Err(err) => {
+                if let Some(borrow) = self.claims.borrow.take() {
+                    borrow.give_back(obj.py());
+                }
+                // SAFETY: not used again (the contract).
+                unsafe { self.drop_source(obj.py()) };
+                Err(err)
+            }
+        }
     }
 
     /// The memory held, as described when the view was made (a `DLPackObject`'s tensor never
     /// changes).
     pub(crate) fn tensor<'a>(&'a self, py: Python<'a>) -> &'a Tensor {
-        match &self.source.object {
+        match &self.claims.object {
             Some(object) => tensor_of(object.bind(py))
                 .expect("a DLPackObject when the view was made, and still"),
             // SAFETY: without an object, the imported tensor is initialised (the type's rule).
@@ -155,17 +192,17 @@ impl Held {
 
     /// Whether the memory is held exclusively (a mutable view).
     pub(crate) fn exclusive(&self) -> bool {
-        self.source.exclusive
+        self.claims.exclusive
     }
 
     /// Release the source, the GIL held (`py`), leaving the rest: an imported tensor's owner
     /// is released directly, where dropping it would first ask whether this thread may attach.
     ///
     /// # Safety
-    /// Nothing of the `Held` but its borrow is used again: its memory is then freed (or kept)
-    /// as uninitialised, never dropped as a `Held`.
+    /// Nothing of the `Lease` but its borrows is used again: its memory is then freed (or kept)
+    /// as uninitialised, never dropped as a `Lease`.
     unsafe fn drop_source(&mut self, py: Python<'_>) {
-        match self.source.object.take() {
+        match self.claims.object.take() {
             // Released as attached: a `Py` dropped here would be queued for later, as PyO3
             // can't tell that a C API caller holds the GIL.
             Some(object) => drop(object.into_bound(py)),
@@ -180,23 +217,27 @@ impl Held {
     pub(crate) fn release(self: Box<Self>, py: Python<'_>) {
         let raw = Box::into_raw(self);
         // SAFETY: the box's contents, live and ours alone.
-        let held = unsafe { &mut *raw };
-        // SAFETY: only the borrow is used after this, and the memory is kept as uninitialised.
-        unsafe { held.drop_source(py) };
-        if let Some(borrow) = held.source.borrow.take() {
+        let lease = unsafe { &mut *raw };
+        // SAFETY: only the borrows are used after this, and the memory is kept as
+        // uninitialised.
+        unsafe { lease.drop_source(py) };
+        if let Some(numpy) = lease.claims.numpy.take() {
+            numpy.give_back(py);
+        }
+        if let Some(borrow) = lease.claims.borrow.take() {
             borrow.give_back(py);
         }
-        // SAFETY: the allocation `Box::into_raw` gave; its source was released and its borrow
-        // given back above, and what remains (a `None` and a bool) needs no drop.
+        // SAFETY: the allocation `Box::into_raw` gave; its source was released and its borrows
+        // given back above, and what remains (`None`s and a bool) needs no drop.
         keep_box(py, unsafe {
-            Box::from_raw(raw.cast::<MaybeUninit<Held>>())
+            Box::from_raw(raw.cast::<MaybeUninit<Lease>>())
         });
     }
 }
 
-impl Drop for Held {
+impl Drop for Lease {
     fn drop(&mut self) {
-        if self.source.object.is_none() {
+        if self.claims.object.is_none() {
             // SAFETY: without an object, the imported tensor is initialised (the type's rule),
             // and dropped once, here.
             unsafe { self.imported.assume_init_drop() };

@@ -39,12 +39,23 @@ impl Method {
         Method::Stream,
     ];
 
-    pub fn from_u8(number: u8) -> Method {
+    /// The method numbered `number` (`as u8`); `None` for a number no method has.
+    pub const fn from_u8(number: u8) -> Option<Method> {
         match number {
-            0 => Method::Array,
-            1 => Method::Stream,
-            2 => Method::DeviceArray,
-            _ => Method::DeviceStream,
+            0 => Some(Method::Array),
+            1 => Some(Method::Stream),
+            2 => Some(Method::DeviceArray),
+            3 => Some(Method::DeviceStream),
+            _ => None,
+        }
+    }
+
+    /// The method numbered `NUMBER`, found at compile time: a number no method has doesn't
+    /// compile.
+    pub const fn numbered<const NUMBER: u8>() -> Method {
+        match Method::from_u8(NUMBER) {
+            Some(method) => method,
+            None => panic!("no Arrow method has this number"),
         }
     }
 
@@ -361,3 +372,18 @@ const _: () = {
     assert!(offset_of!(ArrayFields, buffers) == 40);
     assert!(offset_of!(ArrayFields, release) == 64);
 };
+
+#[cfg(test)]
+mod method_numbers {
+    use super::Method;
+
+    #[test]
+    fn each_method_is_its_own_number_and_no_other_number_is_a_method() {
+        for method in Method::ALL {
+            assert_eq!(Method::from_u8(method as u8), Some(method));
+        }
+        for number in 4..=u8::MAX {
+            assert_eq!(Method::from_u8(number), None, "{number}");
+        }
+    }
+}
