@@ -1,16 +1,20 @@
 # Two entry points, both working on a fresh machine with only Rust and Python:
 #   make demo  - install, build, and show exchanges with the libraries installed here
-#   make test  - install test dependencies, build the wheel, run every Rust and Python test
+#   make test  - install test dependencies, build, run every Rust and Python test on this
+#                machine's interpreter (what a contributor runs before a pull request)
 # and for maintainers:
+#   make test-matrix - the release wheel, and the suite from it in the mixed environment and on
+#                every other CPython the wheel claims (CI runs it after make test)
 #   make lint  - formatting, clippy, module cycles, message holes, SAFETY notes, ruff, mypy
 #   make wheel - the sdist, and the manylinux2014 abi3 release wheel built from it, in dist/
 #   make mixed - the suite (the report included), from the wheel, among many more array libraries
-#   make pythons - the suite from the wheel on each other CPython the wheel claims (3.12, 3.13)
+#   make pythons - the suite from the wheel on each other CPython this machine has (3.12, 3.13)
+#   make debian-pythons - the same on CPythons from Debian's packages, in a chroot (3.14, 3.15)
 #   make release-check - what publishing needs: cargo publish --dry-run, twine check, metadata
 #   make lock  - recompile requirements/lock*.txt from pyproject.toml's extras (newest versions)
 #   make memcheck - the core's tests and a smoke subset of the suite under valgrind's memcheck
-# VENV may point elsewhere (CI keeps one in its cache directory), and MIXED_VENV and
-# PYTHONS_VENVS too.
+# VENV may point elsewhere (CI keeps one in its cache directory), and MIXED_VENV,
+# PYTHONS_VENVS and DEBIAN_ROOT too.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -24,6 +28,7 @@ LOCK := requirements/lock.txt
 LOCK_MIXED := requirements/lock-mixed.txt
 # CPython 3.11 on x86_64 Linux; glibc 2.35 is the oldest mlx's wheels run on
 LOCK_FOR := --python-version 3.11 --python-platform x86_64-manylinux_2_35
+# ... and requirements/lock-py3.X.txt for each of OTHER_PYTHONS and DEBIAN_PYTHONS (below)
 
 # Import names of the libraries the suite must find usable (DLPACK_TESTS_REQUIRE): their tests
 # fail instead of skipping when one is missing, broken or crashing. The test extra installs them.
@@ -40,25 +45,38 @@ MIXED_PY := $(MIXED_VENV)/bin/python
 
 # The CPythons the abi3 wheel claims besides VENV's and MIXED_VENV's 3.11 (pyproject.toml's
 # classifiers name all of them: tools/check_metadata.py compares), each with a virtualenv of its
-# own in PYTHONS_VENVS, its libraries pinned by requirements/lock-py3.X.txt: the test extra, at
-# the versions of LOCK, wheels only.
+# own, its libraries pinned by requirements/lock-py3.X.txt: the test extra, wheels only
+# (tools/lock_python.py: a library with no wheel for that CPython is left out, the lock says so,
+# and the suite there doesn't require it).
+# Those this machine has (PATH, pyenv), in PYTHONS_VENVS, at the versions of LOCK:
 OTHER_PYTHONS ?= 3.12 3.13
 PYTHONS_VENVS ?= .venvs
+# Those newer than any it has: Debian's packages of them from its newest suite, in a chroot of
+# its stable suite in DEBIAN_ROOT (tools/debian_chroot.sh; needs root), each with a virtualenv
+# inside; at the newest versions with wheels for them (those of LOCK, for 3.11, may have none).
+DEBIAN_PYTHONS ?= 3.14 3.15
+DEBIAN_ROOT ?= $(HOME)/.cache/dlpack-adapter/debian
 # Suites run at once: each keeps to about one core (3.12 and 3.13 side by side: 253 s, against
 # 230 s each alone, on 2 cores)
 PYTHONS_JOBS ?= 2
 
 .PHONY: demo test lint bench build wheel sdist mixed mixed-venv lock deps rust-test py-test \
 	py-test-checked py-test-x64 stubtest mypy venv clean example-test bench-rust-api docs memcheck \
-	pythons release-check
+	build-tools checked-build example-build example-run rust-build test-python \
+	pythons release-check test-matrix debian-chroot debian-pythons
 
 venv: $(PY)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -U pip
 
-deps: venv
-	$(PIP) install -r $(LOCK)
+# uv and maturin at the lock's versions: all that building the extension needs of VENV
+build-tools: venv
+	$(PIP) install $$(grep -E '^(uv|maturin)==' $(LOCK))
+
+# uv installs the lock: about 40 s from an empty cache, where pip took 204 s
+deps: build-tools
+	$(UV) pip install -q --python $(PY) -r $(LOCK)
 
 lock: deps
 	$(UV) pip compile -q --upgrade pyproject.toml $(LOCK_FOR) --custom-compile-command "make lock" \
@@ -66,10 +84,10 @@ lock: deps
 	$(UV) pip compile -q --upgrade pyproject.toml $(LOCK_FOR) --custom-compile-command "make lock" \
 		--extra test --extra mixed -o $(LOCK_MIXED)
 	for v in $(OTHER_PYTHONS); do \
-		$(UV) pip compile -q pyproject.toml --python-version $$v \
-			--python-platform x86_64-manylinux_2_35 --only-binary :all: \
-			--custom-compile-command "make lock" --extra test -c $(LOCK) \
-			-o requirements/lock-py$$v.txt || exit 1; \
+		$(PY) tools/lock_python.py $$v -c $(LOCK) -o requirements/lock-py$$v.txt || exit 1; \
+	done
+	for v in $(DEBIAN_PYTHONS); do \
+		$(PY) tools/lock_python.py $$v -o requirements/lock-py$$v.txt || exit 1; \
 	done
 
 # The sdist, and the release wheel built from it, so building the wheel shows the sdist holds
@@ -78,9 +96,13 @@ lock: deps
 # install it. This machine's glibc is newer and its linker would pull in newer symbols, so zig
 # (the ziglang package in VENV, found on PATH by maturin) links against glibc 2.17's. auditwheel
 # must find the wheel manylinux_2_17, or the build fails. The wheel is built in this tree's target
-# folder, so later builds reuse what was built there.
+# folder, so later builds reuse what was built there: the dependencies. The workspace's own crates
+# are built again each time, as the sdist's files all carry one old time (maturin's), which cargo
+# would take for older than what it built before (a changed dlpack-core was left out that way).
 wheel: sdist
 	rm -rf dist/*.whl
+	cargo clean --quiet --release --target x86_64-unknown-linux-gnu --target-dir $(abspath target) \
+		-p dlpack-runtime -p dlpack-core -p dlpack-adapter
 	PATH="$(abspath $(VENV))/bin:$$PATH" CARGO_TARGET_DIR=$(abspath target) \
 		MATURIN_PEP517_ARGS="--zig --compatibility manylinux2014" \
 		$(PIP) wheel --no-deps --no-build-isolation -w dist dist/*.tar.gz
@@ -112,16 +134,29 @@ rust-test:
 	PYTHONPATH=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
 		cargo test $(RUST_TEST_ARGS)
 
+# What rust-test and example-test build, built ahead (`make test` builds it beside the Python
+# suite). The example first: rust-test, run next, then builds nothing.
+rust-build: build-tools
+	$(MAKE) example-build
+	cargo test $(RUST_TEST_ARGS) --no-run
+
 # The example extension on the Rust API (examples/rust-api), built against this checkout and
 # tested with the libraries the suite uses; beside it the benchmark extension (bench/rust-api),
 # a second client of the runtime in the same process, and the extension on both dlpack-adapter
 # and rust-numpy (examples/rust-numpy), whose borrows meet. The checked profile: no LTO, so they
 # build quickly.
-example-test: venv
+example-build: build-tools
 	rm -rf dist-example
 	$(PY) -m maturin build --profile checked --quiet -m examples/rust-api/Cargo.toml -o dist-example
 	$(PY) -m maturin build --profile checked --quiet -m bench/rust-api/Cargo.toml -o dist-example
 	$(PY) -m maturin build --profile checked --quiet -m examples/rust-numpy/Cargo.toml -o dist-example
+
+example-test: example-build
+	$(MAKE) example-run
+
+# The wheels in dist-example/ (`make example-build`) installed and tested, then the C example
+# built against the installed header and tested.
+example-run:
 	$(PIP) install --force-reinstall --no-deps dist-example/*.whl
 	$(PY) -P -m pytest examples/rust-api/tests examples/rust-numpy/tests -q -ra -p no:cacheprovider
 	# the C example (examples/c-api), built by setuptools against the installed dlpack's header
@@ -195,24 +230,38 @@ stubtest:
 # profile), installed in place of the release wheel for the run: undefined behaviour that Rust's
 # checks can see (null slices, overflows) fails the suite instead of passing silently. Then the
 # interop tests in JAX's other mode.
-py-test-checked: venv
-	rm -rf dist-checked
-	$(PY) -m maturin build --profile checked --quiet -o dist-checked
+py-test-checked: checked-build
 	$(PIP) install --force-reinstall --no-deps dist-checked/*.whl
 	$(MAKE) py-test
 	$(MAKE) py-test-x64
 
-# What CI runs after lint: the suite on the checked build, the stubs, the Rust tests, the Rust
-# API's example; then the sdist and the release wheel built from it, and the suite from that
-# wheel in the mixed environment (3.11) and on each of OTHER_PYTHONS, side by side: each suite
-# keeps to about one core (`make py-test` after `make build` runs it in VENV instead).
-test: deps
-	$(MAKE) py-test-checked
-	$(MAKE) stubtest
+checked-build: build-tools
+	rm -rf dist-checked
+	$(PY) -m maturin build --profile checked --quiet -o dist-checked
+
+# What a contributor runs before a pull request, and CI after lint: on this machine's
+# interpreter, the suite on the checked build, the stubs, the Rust tests, the Rust API's example.
+# Rust builds while the lock installs, and again while the suite runs (one core each: the suite
+# keeps to about one); the example's wheels are installed only once the suite is done.
+test: build-tools
+	$(MAKE) -j2 --output-sync=recurse deps checked-build
+	$(PIP) install --force-reinstall --no-deps dist-checked/*.whl
+	$(MAKE) -j2 --output-sync=recurse test-python rust-build
 	$(MAKE) rust-test
-	$(MAKE) example-test
+	$(MAKE) example-run
+
+test-python:
+	$(MAKE) py-test
+	$(MAKE) py-test-x64
+	$(MAKE) stubtest
+
+# What CI runs after `make test`: the sdist and the release wheel built from it, and the suite
+# from that wheel in the mixed environment (3.11), on each of OTHER_PYTHONS and on each of
+# DEBIAN_PYTHONS, side by side: each suite keeps to about one core (`make py-test` after
+# `make build` runs it in VENV instead).
+test-matrix: deps
 	$(MAKE) wheel
-	$(MAKE) -j2 --output-sync=recurse mixed pythons
+	$(MAKE) -j2 --output-sync=recurse mixed pythons debian-pythons
 
 # The mixed extra's environment, made again from scratch whenever its lock changes (the lock's
 # hash is kept inside it).
@@ -236,6 +285,22 @@ pythons: venv
 		--venvs $(abspath $(PYTHONS_VENVS)) --jobs $(PYTHONS_JOBS) \
 		$(if $(REQUIRE_PYTHONS),--require) $(OTHER_PYTHONS)
 
+# The chroot holding DEBIAN_PYTHONS, made again whenever the stable suite's codename or the list
+# changes (about 80 s).
+debian-chroot:
+	tools/debian_chroot.sh make $(DEBIAN_ROOT) $(DEBIAN_PYTHONS)
+
+# The suite from the wheel in dist/ on each of DEBIAN_PYTHONS, as `make pythons` does, inside
+# the chroot with /proc, /dev, /dev/pts and /dev/shm mounted while it runs; each virtualenv made
+# again whenever its lock changes (its wheels fetched here: pip can't reach the index from
+# inside). Where no chroot can be made (no root; status 3), the log says so, and with
+# REQUIRE_PYTHONS=1 the run fails.
+debian-pythons: venv
+	tools/debian_chroot.sh make $(DEBIAN_ROOT) $(DEBIAN_PYTHONS) || [ $$? = 3 ]
+	DLPACK_TESTS_REQUIRE=$(TESTS_REQUIRE) tools/debian_chroot.sh run $(DEBIAN_ROOT) -- \
+		$(PY) tools/other_pythons.py --wheel 'dist/*.whl' --chroot $(DEBIAN_ROOT) \
+		--jobs $(PYTHONS_JOBS) $(if $(REQUIRE_PYTHONS),--require) $(DEBIAN_PYTHONS)
+
 # What publishing needs besides the tests (docs/releasing.md), on the sdist and wheel in dist/
 # (`make wheel`): the crates meant for crates.io package and build from their packaged files
 # alone, PyPI will render the sdist's and wheel's metadata, and both sides say the same version,
@@ -243,7 +308,8 @@ pythons: venv
 release-check: venv
 	cargo publish --dry-run --quiet -p dlpack-core -p dlpack-adapter
 	$(PY) -m twine check --strict dist/*
-	$(PY) tools/check_metadata.py --wheel dist/*.whl --pythons 3.11 $(OTHER_PYTHONS)
+	$(PY) tools/check_metadata.py --wheel dist/*.whl --pythons 3.11 $(OTHER_PYTHONS) \
+		$(DEBIAN_PYTHONS)
 
 mypy:
 	$(PY) -m mypy

@@ -6,12 +6,17 @@ The lock's SHA-256 is kept in ``VENV/.lock-hash``; while it matches (and the vir
 python is there) nothing is done. uv, run by the python running this, makes the virtualenv for
 ``PYTHON`` and installs the lock into it. ``make mixed-venv`` and ``tools/other_pythons.py``
 make theirs this way.
+
+``make_chroot_venv`` does the same inside a chroot (``tools/debian_chroot.sh``), whose pip can't
+reach the package index: the lock's wheels are fetched here (``pip download`` for that CPython,
+wheels only) and installed offline inside by uv, this uv's binary copied in.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -33,6 +38,64 @@ def make_venv(python: str, venv: Path, lock: Path) -> Path:
         )
         stamp.write_text(digest + "\n")
     return venv_python
+
+
+def make_chroot_venv(root: Path, python: str, venv: str, lock: Path, version: str) -> bool:
+    """``venv`` (a path inside the chroot ``root``) for ``python`` (likewise) with ``lock``
+    installed. Its wheels are fetched into ``root``'s /var/tmp/wheels and unpacked into uv's cache
+    there, both left for ``clean_chroot_downloads`` once every virtualenv is made: CPythons share
+    many wheels (the virtualenvs share their files too, linked from that cache). True if it was
+    made anew."""
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()
+    outside = root / venv.lstrip("/")
+    stamp = outside / ".lock-hash"
+    made = stamp.is_file() and stamp.read_text().strip() == digest
+    # bin/python links to the chroot's interpreter by its path inside: seen from here it
+    # points nowhere, so the link itself is what is looked for
+    if made and os.path.lexists(outside / "bin/python"):
+        return False
+    shutil.rmtree(outside, ignore_errors=True)
+    wheels = root / "var/tmp/wheels"
+    subprocess.run(
+        [
+            sys.executable, "-m", "pip", "download", "-q", "--no-cache-dir", "--no-deps",
+            "--python-version", version, "--only-binary=:all:", "-d", str(wheels),
+            "-r", str(lock),
+        ],
+        check=True,
+    )  # fmt: skip
+    uv = chroot_uv(root)
+    shutil.copyfile(lock, root / "var/tmp" / lock.name)
+    in_root = ["chroot", str(root), "/usr/bin/env", "UV_CACHE_DIR=/var/tmp/uv-cache", uv]
+    subprocess.run([*in_root, "venv", "-q", "--python", python, venv], check=True)
+    subprocess.run(
+        [
+            *in_root, "pip", "install", "-q", "--offline", "--no-index",
+            "--find-links", "/var/tmp/wheels", "--python", f"{venv}/bin/python",
+            "-r", f"/var/tmp/{lock.name}",
+        ],
+        check=True,
+    )  # fmt: skip
+    stamp.write_text(digest + "\n")
+    return True
+
+
+def clean_chroot_downloads(root: Path) -> None:
+    """Removes what ``make_chroot_venv`` fetched and unpacked: the virtualenvs hold their files."""
+    for folder in ("var/tmp/wheels", "var/tmp/uv-cache"):
+        shutil.rmtree(root / folder, ignore_errors=True)
+
+
+def chroot_uv(root: Path) -> str:
+    """The path inside ``root`` of this uv's binary, copied there if it differs."""
+    import uv  # the dev extra's, in the virtualenv running this
+
+    source = Path(uv.find_uv_bin())
+    target = root / "usr/local/bin/uv"
+    if not (target.exists() and target.read_bytes() == source.read_bytes()):
+        shutil.copyfile(source, target)
+        os.chmod(target, 0o755)
+    return "/usr/local/bin/uv"
 
 
 def main() -> int:

@@ -4,6 +4,7 @@ and read-only memory asked for a legacy capsule."""
 
 import ctypes
 import mmap
+import re
 
 import pytest
 
@@ -370,22 +371,35 @@ def test_readonly_through_legacy_consumer_numpy():
         np.from_dlpack(LegacyConsumer(asdlpack(src)), copy=False)
 
 
+# ref: numpy's own writable array of the same values and layout
 @pytest.mark.parametrize(
     "src, ref",
     [
-        (b"\x01\x02\x03\x04", [1, 2, 3, 4]),
-        (np.frombuffer(np.arange(5, dtype=np.float32).tobytes(), np.float32), np.arange(5.0)),
-        (np.frombuffer(np.arange(12, dtype=np.int32).tobytes(), np.int32)[::-2], None),
+        (b"\x01\x02\x03\x04", np.array([1, 2, 3, 4], np.uint8)),
+        (
+            np.frombuffer(np.arange(5, dtype=np.float32).tobytes(), np.float32),
+            np.arange(5, dtype=np.float32),
+        ),
+        (
+            np.frombuffer(np.arange(12, dtype=np.int32).tobytes(), np.int32)[::-2],
+            np.arange(12, dtype=np.int32)[::-2],
+        ),
     ],
     ids=["bytes", "readonly-numpy", "readonly-reversed"],
 )
 def test_jax_from_readonly_source(src, ref):
     jnp = need("jax.numpy", "jax")
 
-    ref = np.asarray(src) if ref is None else ref
     obj = asdlpack(src)
     assert obj.readonly
-    out = jnp.from_dlpack(obj)
+    try:
+        out = jnp.from_dlpack(obj)
+    except Exception as refusal:
+        # only what JAX refuses of numpy's array of this layout: from 0.12 it refuses negative
+        # strides (and 0.10 gets a copy of read-only memory, its legacy capsule can't say so)
+        with pytest.raises(type(refusal), match=re.escape(str(refusal))):
+            jnp.from_dlpack(ref)
+        return
     np.testing.assert_array_equal(np.asarray(out), ref)
 
 
