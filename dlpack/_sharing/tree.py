@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..interop._pytree import _flatten, _leaf_paths, _Slot
+from ..interop._pytree import _TORCH, _flatten, _leaf_paths, _Slot
 from .process import not_linux
 
 __all__ = ["SharedTree", "TreeSnapshot", "share_tree"]
@@ -59,9 +59,9 @@ def share_tree(tree: Any, *, writable: bool = False) -> SharedTree:
     """
     if type(writable) is not bool:
         raise TypeError(f"writable must be True or False, not {type(writable).__name__}")
-    skeleton, leaves, _ = _flatten(tree)
+    skeleton, leaves, kinds = _flatten(tree)
     structure = _dump(skeleton)
-    segment = _share_tree(leaves, structure, writable, _namer(tree))
+    segment = _share_tree(_detached(leaves, kinds), structure, writable, _namer(tree))
     return SharedTree._of(segment, structure)
 
 
@@ -134,10 +134,10 @@ class SharedTree:
         the leaves holds here is not written (BufferError).
         """
         timeout = _timeout(timeout)
-        skeleton, leaves, _ = _flatten(tree)
+        skeleton, leaves, kinds = _flatten(tree)
         if _dump(skeleton) != self._structure:
             raise ValueError(self._difference(tree))
-        return self._segment.update(leaves, _namer(tree), timeout)
+        return self._segment.update(_detached(leaves, kinds), _namer(tree), timeout)
 
     @property
     def generation(self) -> int:
@@ -221,6 +221,15 @@ def _load(structure: bytes, leaves: Any) -> Any:
     unpickler = pickle.Unpickler(io.BytesIO(structure))
     unpickler.persistent_load = leaves.__getitem__  # type: ignore[method-assign]
     return unpickler.load()
+
+
+def _detached(leaves: list[Any], kinds: list[int]) -> list[Any]:
+    """``leaves`` with torch tensors that require grad detached (torch won't export them; their
+    values are what is shared)."""
+    for k, kind in enumerate(kinds):
+        if kind == _TORCH and leaves[k].requires_grad:
+            leaves[k] = leaves[k].detach()
+    return leaves
 
 
 def _namer(tree: Any) -> Callable[[int], str]:

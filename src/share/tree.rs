@@ -29,7 +29,7 @@ use dlpack_core::share::lock::{WriteLock, write_locked};
 use dlpack_core::share::seqlock::{Attempt, SeqLock};
 use dlpack_core::share::tree::{self, HEADER, Header, Leaf, SEQUENCE_OFFSET, TreeLayout};
 use dlpack_core::share::{ReadMapping, SealedFile, system};
-use pyo3::exceptions::{PyTimeoutError, PyTypeError};
+use pyo3::exceptions::{PyBufferError, PyTimeoutError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
@@ -46,6 +46,7 @@ use crate::error::{Error, Result};
 use crate::object::{self, Described, empty_view, new_view, tensor_of};
 use crate::tensor::{Device, Owner, Tensor};
 use dlpack_core::abi::DLDevice;
+use dlpack_core::error::Error as CoreError;
 
 /// A pytree's segment as this process holds it: its mapping, layout, and what this process
 /// may do with it.
@@ -174,7 +175,8 @@ fn _share_tree<'py>(
     let mut read = Vec::with_capacity(leaves.len());
     let mut specs = Vec::with_capacity(leaves.len());
     for (k, leaf) in leaves.iter().enumerate() {
-        let as_read = object::read(&leaf).map_err(|err| named_error(err, || leaf_name(name, k)))?;
+        let as_read =
+            object::read(&leaf).map_err(|err| named_error(py, err, || leaf_name(name, k)))?;
         specs.push(host_leaf(as_read.tensor(), || leaf_name(name, k))?);
         read.push(as_read);
     }
@@ -204,7 +206,7 @@ fn _share_tree<'py>(
         }
         let target = slot(&segment.mapped, leaf, c_layout.clone(), placed.offset);
         copy::copy_into(py, &target, source.tensor(), None)
-            .map_err(|err| named_error(err, || leaf_name(name, k)))?;
+            .map_err(|err| named_error(py, err, || leaf_name(name, k)))?;
     }
     Ok(Bound::new(py, segment)?)
 }
@@ -224,19 +226,34 @@ fn segment_for(py: Python<'_>, size: u64) -> Result<Arc<Mapped>> {
     Ok(mapped)
 }
 
-/// `err` with `name()` before its message (an exception Python raised is left as it is).
-fn named_error(err: Error, name: impl Fn() -> String) -> Error {
+/// `err` with `name()` before its message, where it says why a leaf can't be read or written:
+/// one of ours, or a BufferError, TypeError or ValueError a library raised reading it (made
+/// anew, of its type, the library's own its cause); anything else as it is.
+fn named_error(py: Python<'_>, err: Error, name: impl Fn() -> String) -> Error {
     match err {
         Error::Core(core) => {
             let message = format!("{}: {}", name(), core.message());
             Error::Core(match core {
-                dlpack_core::error::Error::Buffer(_) => dlpack_core::error::Error::Buffer(message),
-                dlpack_core::error::Error::Type(_) => dlpack_core::error::Error::Type(message),
-                dlpack_core::error::Error::Value(_) => dlpack_core::error::Error::Value(message),
+                CoreError::Buffer(_) => CoreError::Buffer(message),
+                CoreError::Type(_) => CoreError::Type(message),
+                CoreError::Value(_) => CoreError::Value(message),
                 other => other,
             })
         }
-        other => other,
+        Error::Python(raised) => {
+            let kind = raised.get_type(py);
+            let said = [
+                py.get_type::<PyBufferError>(),
+                py.get_type::<PyTypeError>(),
+                py.get_type::<PyValueError>(),
+            ];
+            if !said.iter().any(|said| kind.is(said)) {
+                return Error::Python(raised);
+            }
+            let named = PyErr::from_type(kind, format!("{}: {}", name(), raised.value(py)));
+            named.set_cause(py, Some(raised));
+            Error::Python(named)
+        }
     }
 }
 
@@ -528,7 +545,7 @@ impl TreeSegment {
         let mut sources = Vec::with_capacity(count);
         for (k, leaf) in leaves.iter().enumerate() {
             let read =
-                object::read(&leaf).map_err(|err| named_error(err, || leaf_name(name, k)))?;
+                object::read(&leaf).map_err(|err| named_error(py, err, || leaf_name(name, k)))?;
             let tensor = read.tensor();
             self.check_leaf(k, tensor, name)?;
             // Memory in the segment itself (its leaves, in another order) or behind suboffsets
