@@ -80,10 +80,13 @@ class SharedTree:
     snapshot. In the process that made it, it keeps the memory alive.
     """
 
-    __slots__ = ("__weakref__", "_segment", "_structure")
+    __slots__ = ("__weakref__", "_keys", "_segment", "_structure")
 
     _segment: TreeSegment
     _structure: bytes
+    # A tree that is a plain dict of array leaves in order (a state dict): its keys, to make it
+    # again without unpickling; None for any other tree, False until the first tree is made.
+    _keys: tuple[Any, ...] | None | bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("SharedTree objects are made by dlpack.share_tree()")
@@ -93,6 +96,19 @@ class SharedTree:
         tree = object.__new__(cls)
         tree._segment = segment
         tree._structure = structure
+        tree._keys = False
+        return tree
+
+    def _tree_of(self, leaves: list[Any]) -> Any:
+        """The tree with ``leaves`` in its slots."""
+        keys = self._keys
+        if type(keys) is tuple:
+            return dict(zip(keys, leaves, strict=True))
+        tree = _load(self._structure, leaves)
+        if keys is False:
+            flat = type(tree) is dict and len(tree) == len(leaves)
+            flat = flat and all(v is leaf for v, leaf in zip(tree.values(), leaves, strict=True))
+            self._keys = tuple(tree) if flat else None
         return tree
 
     def open(self) -> Any:
@@ -105,7 +121,7 @@ class SharedTree:
         process's own pages only, in a receiver of a read-only tree; snapshots still read the
         tree's memory.
         """
-        return _load(self._structure, self._segment.leaves())
+        return self._tree_of(self._segment.leaves())
 
     def snapshot(self, *, timeout: float | None = None) -> TreeSnapshot:
         """A copy of the tree, every leaf of one generation, and that generation:
@@ -120,7 +136,7 @@ class SharedTree:
         without a pause as long as this copy, can keep it retrying until ``timeout``.
         """
         leaves, generation = self._segment.snapshot(_timeout(timeout))
-        return TreeSnapshot(_load(self._structure, leaves), generation)
+        return TreeSnapshot(self._tree_of(leaves), generation)
 
     def update(self, tree: Any, *, timeout: float | None = None) -> int:
         """Write ``tree``'s array leaves into the shared memory as the next generation, which it

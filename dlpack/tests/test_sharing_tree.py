@@ -17,6 +17,7 @@ import pickle
 import signal
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -254,6 +255,28 @@ def test_an_update_from_the_trees_own_memory_reads_it_first():
     ]
 
 
+def test_a_snapshot_still_held_is_never_rewritten():
+    """Snapshots reuse the memory and leaves of earlier ones that nothing holds any more: a
+    leaf held through an export (a numpy array, a torch tensor) keeps its snapshot's memory its
+    own."""
+    torch = need("torch")
+    shared = dlpack.share_tree({"w": np.zeros(4), "v": [np.zeros(2, np.int32)]})
+    as_numpy = np.asarray(shared.snapshot().tree["w"])  # only the export holds the leaf
+    as_torch = torch.from_dlpack(shared.snapshot().tree["v"][0])
+    dropped = shared.snapshot()
+    first_leaf = dropped.tree["w"]
+    del dropped
+    for generation in range(1, 8):
+        shared.update({"w": np.full(4, float(generation)), "v": [np.full(2, generation, np.int32)]})
+        tree, made = shared.snapshot()
+        assert made == generation
+        assert np.asarray(tree["w"]).tolist() == [float(generation)] * 4
+        assert np.asarray(tree["v"][0]).tolist() == [generation] * 2
+        del tree
+    assert as_numpy.tolist() == [0.0] * 4 and as_torch.tolist() == [0, 0]
+    assert np.asarray(first_leaf).tolist() == [0.0] * 4
+
+
 def test_read_only_receivers_cant_update_and_writable_ones_can(peer):
     tree = {"w": np.zeros(4)}
     read_only = dlpack.share_tree(tree)
@@ -420,11 +443,15 @@ def test_a_writer_that_dies_mid_update_leaves_a_torn_tree_until_the_next():
     theirs.close()
     try:
         assert ours.poll(120) and ours.recv() == "updating"
-        for _ in range(1000):  # stopped mid-write at last
+        deadline = time.monotonic() + 120
+        while shared.generation < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the first update landed: it writes back to back from now on
+        for _ in range(2000):  # stopped mid-write at last (it writes nearly all the time)
             os.kill(writer.pid, signal.SIGSTOP)
             if shared._segment._sequence % 2 == 1:
                 break
             os.kill(writer.pid, signal.SIGCONT)
+            time.sleep(0.003)
         assert shared._segment._sequence % 2 == 1
         # Stopped, it still holds its lock: a reader waits for it, here at most a little.
         with pytest.raises(TimeoutError, match="a writer is still writing"):

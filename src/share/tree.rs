@@ -43,6 +43,7 @@ use super::views::{POPULATE_MIN_BYTES, nameable, segment_view, unnameable};
 use crate::api::borrows;
 use crate::copy;
 use crate::error::{Error, Result};
+use crate::ffi::python;
 use crate::object::{self, Described, empty_view, new_view, tensor_of};
 use crate::tensor::{Device, Owner, Tensor};
 use dlpack_core::abi::DLDevice;
@@ -69,14 +70,23 @@ pub struct TreeSegment {
     own: Mutex<Option<(i32, Arc<SealedFile>)>>,
     /// The leaves `open` gives (made once).
     leaves: PyOnceLock<Py<PyList>>,
-    /// The memory of the last snapshots, for the next ones once nothing else holds it (see
-    /// `snapshot_buffer`).
-    buffers: Mutex<Vec<Arc<AlignedBuffer>>>,
+    /// The last snapshots' memory and leaves, for the next ones once nothing else holds them
+    /// (see `snapshot_memory`).
+    kept: Mutex<Vec<Kept>>,
+}
+
+/// A snapshot's memory, and its leaves where they can be handed out again.
+type SnapshotMemory = (Arc<AlignedBuffer>, Option<Vec<Py<PyAny>>>);
+
+/// A snapshot's memory and the leaves over it.
+struct Kept {
+    buffer: Arc<AlignedBuffer>,
+    leaves: Vec<Py<PyAny>>,
 }
 
 /// How many snapshots' memory a tree keeps: two, so that a loop holding its last snapshot while
 /// it takes the next (`snap = tree.snapshot()`) reuses the one before.
-const BUFFERS_KEPT: usize = 2;
+const SNAPSHOTS_KEPT: usize = 2;
 
 impl TreeSegment {
     fn new(
@@ -102,7 +112,7 @@ impl TreeSegment {
             reader,
             own: Mutex::new(None),
             leaves: PyOnceLock::new(),
-            buffers: Mutex::new(Vec::new()),
+            kept: Mutex::new(Vec::new()),
         })
     }
 }
@@ -416,22 +426,47 @@ impl TreeSegment {
         ))
     }
 
-    /// Memory for a snapshot of `len` bytes: an earlier snapshot's that nothing holds any more
-    /// (no view of it, no export: only this tree), else new (a MemoryError before allocating
-    /// what can't be had), kept for later snapshots. A fresh allocation faults its pages in
-    /// as the copy writes them, which costs many times the copy.
-    fn snapshot_buffer(&self, len: usize) -> Result<Arc<AlignedBuffer>> {
-        let mut kept = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
-        // Only `kept` holds one whose count is 1, and only `kept` hands out new references.
-        if let Some(free) = kept.iter().find(|buffer| Arc::strong_count(buffer) == 1) {
-            return Ok(free.clone());
+    /// Memory for a snapshot of `len` bytes, and its leaves if they can be handed out again: an
+    /// earlier snapshot's that nothing holds any more (no reference to its leaves but ours, no
+    /// view or export of its memory: every holder of it holds a leaf, or a reference to the
+    /// memory, which its count tells), else new (a MemoryError before allocating what can't be
+    /// had). A fresh allocation faults its pages in as the copy writes them, which costs many
+    /// times the copy, and a thousand small leaves cost as much to make as their copy.
+    fn snapshot_memory(&self, py: Python<'_>, len: usize) -> Result<SnapshotMemory> {
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let views = self
+            .layout
+            .placed()
+            .iter()
+            .filter(|placed| placed.nbytes > 0)
+            .count();
+        // The GIL is held: no reference to a leaf, nor to the memory (each taken through a leaf
+        // or its exports, or here), can be made meanwhile.
+        let free = kept.iter().find(|kept| {
+            Arc::strong_count(&kept.buffer) == 1 + views
+                && kept
+                    .leaves
+                    .iter()
+                    .all(|leaf| python::sole_reference(leaf.bind(py)))
+        });
+        if let Some(free) = free {
+            let leaves = free.leaves.iter().map(|leaf| leaf.clone_ref(py)).collect();
+            return Ok((free.buffer.clone(), Some(leaves)));
         }
-        let made = Arc::new(AlignedBuffer::new(len)?);
-        if kept.len() >= BUFFERS_KEPT {
-            kept.remove(0); // its snapshot still holds it
-        }
-        kept.push(made.clone());
-        Ok(made)
+        Ok((Arc::new(AlignedBuffer::new(len)?), None))
+    }
+
+    /// Keep a new snapshot's memory and leaves for later ones (the oldest let go of, beyond
+    /// `SNAPSHOTS_KEPT`: its snapshot, if alive, still holds it).
+    fn keep_snapshot(&self, buffer: Arc<AlignedBuffer>, leaves: &Bound<'_, PyList>) {
+        let leaves = leaves.iter().map(|leaf| leaf.unbind()).collect();
+        let dropped = {
+            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            let dropped = (kept.len() >= SNAPSHOTS_KEPT).then(|| kept.remove(0));
+            kept.push(Kept { buffer, leaves });
+            dropped
+        };
+        drop(dropped); // its references let go of outside the lock
     }
 
     /// Leaf `k`'s element type and shape as its layout holds them.
@@ -636,7 +671,7 @@ impl TreeSegment {
         timeout: Option<f64>,
     ) -> Result<(Bound<'py, PyList>, u64)> {
         let (data, len) = self.layout.data();
-        let buffer = self.snapshot_buffer(len as usize)?;
+        let (buffer, reused) = self.snapshot_memory(py, len as usize)?;
         let from = self.source()?.wrapping_add(data as usize);
         let sequence = SeqLock::new(self.sequence()?);
         let started = Instant::now();
@@ -657,7 +692,7 @@ impl TreeSegment {
                 // SAFETY: `from` is the segment's leaves, `len` bytes from `data`, inside the
                 // segment (`TreeLayout::decode` checked it holds them), readable while `self`
                 // holds its mapping; `to` is our buffer of `len` bytes, which no view or export
-                // holds (`snapshot_buffer` hands out one only then). Other processes may
+                // holds (`snapshot_memory` hands out one only then). Other processes may
                 // write the bytes meanwhile (this process doesn't: the GIL is held): a copy
                 // that overlapped a write is thrown away, as the sequence tells.
                 unsafe { copy_strided(&to, &from, 1, None) }
@@ -696,6 +731,9 @@ impl TreeSegment {
             py.detach(|| std::thread::sleep(nap));
             nap = (nap * 2).min(MAX_NAP);
         };
+        if let Some(leaves) = reused {
+            return Ok((PyList::new(py, leaves)?, generation));
+        }
         let list = PyList::empty(py);
         let leaves = self.layout.leaves().iter().zip(self.layout.placed());
         for ((leaf, placed), layout) in leaves.zip(&self.c_layouts) {
@@ -720,6 +758,7 @@ impl TreeSegment {
             };
             list.append(view)?;
         }
+        self.keep_snapshot(buffer, &list);
         Ok((list, generation))
     }
 
