@@ -329,14 +329,14 @@ fn _share_tree_rebuild<'py>(state: &Bound<'py, PyAny>) -> Result<Bound<'py, Tree
     };
     // SAFETY: the segment's first HEADER bytes (checked to hold that many), readable through
     // `base` while `mapped` and `reader` are held; copied out before they are checked.
-    let header = unsafe { read_bytes(base, 0, HEADER) };
+    let header = unsafe { read_bytes(base, 0, HEADER) }?;
     let header = Header::decode(header.as_slice().try_into().expect("HEADER bytes"))?;
     if header.table_len > capacity - HEADER {
         return Err(tree::malformed("its table runs past its segment").into());
     }
     // SAFETY: `table_len` bytes from HEADER lie in the segment (checked just above), readable
     // through `base`.
-    let table = unsafe { read_bytes(base, HEADER, header.table_len) };
+    let table = unsafe { read_bytes(base, HEADER, header.table_len) }?;
     let layout = TreeLayout::decode(&header, &table, capacity)?;
     let may_write = writable && !mapped.is_private();
     let segment = TreeSegment::new(mapped, whole, layout, may_write, writable, reader)?;
@@ -354,16 +354,25 @@ fn shape_text(shape: &[i64]) -> String {
     }
 }
 
-/// The `len` bytes `at` bytes from `base`, copied out.
+/// The `len` bytes `at` bytes from `base`, copied out (a MemoryError where the copy can't be
+/// had: a table or structure as long as the segment says it is).
 ///
 /// # Safety
 /// Those bytes are readable memory.
-unsafe fn read_bytes(base: *const u8, at: u64, len: u64) -> Vec<u8> {
-    let mut bytes = vec![0u8; len as usize];
-    let from = base.wrapping_add(at as usize);
-    // SAFETY: `from` is `len` readable bytes (the contract); `bytes` is ours, as long.
-    unsafe { std::ptr::copy_nonoverlapping(from, bytes.as_mut_ptr(), bytes.len()) };
+unsafe fn read_bytes(base: *const u8, at: u64, len: u64) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
     bytes
+        .try_reserve_exact(len as usize)
+        .map_err(|_| Error::Core(CoreError::memory(format!("can't copy {len} bytes out"))))?;
+    let from = base.wrapping_add(at as usize);
+    // SAFETY: `from` is `len` readable bytes (the contract), copied into `bytes`' spare
+    // capacity, `len` bytes reserved just above, which then hold them.
+    unsafe {
+        std::ptr::copy_nonoverlapping(from, bytes.as_mut_ptr(), len as usize);
+    }
+    // SAFETY: the first `len` bytes were just written.
+    unsafe { bytes.set_len(len as usize) };
+    Ok(bytes)
 }
 
 impl TreeSegment {
@@ -518,7 +527,7 @@ impl TreeSegment {
         let base = self.source()?;
         // SAFETY: the structure's bytes lie in the segment's first `layout.size()` bytes
         // (`TreeLayout::decode` checked its size against the segment), readable through `base`.
-        let bytes = unsafe { read_bytes(base, at, len) };
+        let bytes = unsafe { read_bytes(base, at, len) }?;
         Ok(PyBytes::new(py, &bytes))
     }
 
