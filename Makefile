@@ -107,27 +107,36 @@ demo: deps
 # The Rust API crate's tests reach the runtime through the dlpack package installed in VENV
 # (`make py-test-checked` installs it), imported by the interpreter they embed.
 RUST_TEST_ARGS := --profile checked --workspace --all-features --quiet --exclude dlpack-example \
-	--exclude dlpack-bench-rust-api
+	--exclude dlpack-rust-numpy-example --exclude dlpack-bench-rust-api
 rust-test:
 	PYTHONPATH=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
 		cargo test $(RUST_TEST_ARGS)
 
 # The example extension on the Rust API (examples/rust-api), built against this checkout and
 # tested with the libraries the suite uses; beside it the benchmark extension (bench/rust-api),
-# a second client of the runtime in the same process. The checked profile: no LTO, so they
+# a second client of the runtime in the same process, and the extension on both dlpack-adapter
+# and rust-numpy (examples/rust-numpy), whose borrows meet. The checked profile: no LTO, so they
 # build quickly.
 example-test: venv
 	rm -rf dist-example
 	$(PY) -m maturin build --profile checked --quiet -m examples/rust-api/Cargo.toml -o dist-example
 	$(PY) -m maturin build --profile checked --quiet -m bench/rust-api/Cargo.toml -o dist-example
+	$(PY) -m maturin build --profile checked --quiet -m examples/rust-numpy/Cargo.toml -o dist-example
 	$(PIP) install --force-reinstall --no-deps dist-example/*.whl
-	$(PY) -P -m pytest examples/rust-api/tests -q -ra -p no:cacheprovider
+	$(PY) -P -m pytest examples/rust-api/tests examples/rust-numpy/tests -q -ra -p no:cacheprovider
+	# the C example (examples/c-api), built by setuptools against the installed dlpack's header
+	$(PIP) install --force-reinstall --no-deps --no-build-isolation ./examples/c-api
+	$(PY) -P -m pytest examples/c-api/tests -q -ra -p no:cacheprovider
+	# the tests' ctypes declaration against the header, with a C compiler required here
+	DLPACK_TESTS_REQUIRE=cc $(PY) -P -m pytest --pyargs dlpack.tests.test_c_api -k header -q -ra \
+		-p no:cacheprovider
 
-# The Rust API's extraction against rust-numpy's (bench/rust-api).
+# The Rust API's extraction against rust-numpy's (bench/rust-api), and the C example's.
 bench-rust-api: venv
 	rm -rf dist-bench
 	$(PY) -m maturin build --release --quiet -m bench/rust-api/Cargo.toml -o dist-bench
 	$(PIP) install --force-reinstall --no-deps dist-bench/*.whl
+	$(PIP) install --force-reinstall --no-deps --no-build-isolation ./examples/c-api
 	$(PY) -P bench/bench_rust_api.py
 
 # -P keeps the source tree off sys.path, so `dlpack` is the installed wheel. Through the
@@ -246,6 +255,10 @@ lint: deps
 	# the runtime's
 	cargo clippy -p dlpack-adapter --all-targets --quiet -- -D warnings
 	cargo clippy -p dlpack-core --no-default-features --lib --quiet -- -D warnings
+	# PyO3's stable ABI is the client extension's choice: the Rust API crate must not turn it on
+	! cargo tree -p dlpack-adapter -e features -i pyo3 | grep abi3
+	# the C API's header (dlpack/include/dlpack_adapter.h) is what its Rust declaration generates
+	cargo run --quiet -p dlpack-header -- --check
 	$(PY) tools/module_cycles.py
 	# messages without holes (a line break left in a literal, words run together)
 	$(PY) tools/check_messages.py --self-test

@@ -10,6 +10,7 @@ protocol, and returns a :class:`DLPackObject` that every ``from_dlpack`` accepts
     t = torch.from_dlpack(asdlpack(b"Hello!"))
 """
 
+import os
 from typing import Any
 
 from ._dlpack import DLPACK_VERSION, DLDeviceType, DLPackObject, __version__, asdlpack, copyto
@@ -31,9 +32,20 @@ __all__ = [
     "asdlpack",
     "copyto",
     "empty_shared",
+    "get_include",
     "share",
     "share_tree",
 ]
+
+
+def get_include() -> str:
+    """The folder holding ``dlpack_adapter.h``, the C header of the runtime's C API (the capsule
+    ``dlpack._dlpack._C_API``), for a C or C++ extension's include path, as
+    ``numpy.get_include()`` gives numpy's::
+
+        Extension("ext", ["ext.c"], include_dirs=[dlpack.get_include()])
+    """
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 
 
 def __getattr__(name: str) -> Any:

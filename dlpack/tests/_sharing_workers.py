@@ -22,6 +22,8 @@ import dlpack
 from dlpack._dlpack import _testing
 from dlpack._sharing import handles
 
+from . import _c_api
+
 
 def live_segments() -> int:
     """How many segments this process maps."""
@@ -178,57 +180,18 @@ def pack(fields: dict) -> bytes:
 # -- the runtime's C API, as a C extension calls it (as test_c_api drives it) -----------------
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _View(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
-        ("dtype", _DLDataType),
-        ("ndim", ctypes.c_int32),
-        ("flags", ctypes.c_uint32),
-        ("readonly", ctypes.c_int32),
-        ("shape", ctypes.c_void_p),
-        ("byte_strides", ctypes.c_void_p),
-        ("held", ctypes.c_void_p),
-    ]
-
-
-class _CApi(ctypes.Structure):
-    """The table's head: version, size, ``view`` and ``release_view``."""
-
-    _fields_ = [
-        ("version", ctypes.c_uint32),
-        ("size", ctypes.c_uint32),
-        (
-            "view",
-            ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint32, ctypes.c_void_p),
-        ),
-        ("release_view", ctypes.PYFUNCTYPE(None, ctypes.c_void_p)),
-    ]
-
-
-VIEW_MUTABLE = 1
+_MUTABLE = _c_api.DLPACK_ADAPTER_VIEW_MUTABLE
 
 
 def c_api_views(objects: list, flags: list[int]) -> list[str]:
     """Borrow views of ``objects`` one after another through the runtime's C API, with
     ``flags``, holding each while the next is asked for: "granted", or the error's type and
     message; all given back after."""
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    get.restype = ctypes.c_void_p
-    api = _CApi.from_address(get(dlpack._dlpack._C_API, b"dlpack._dlpack._C_API"))
+    api = _c_api.table()
     held, outcomes = [], []
     try:
         for obj, flag in zip(objects, flags, strict=True):
-            view = _View()
+            view = _c_api.DLPackAdapterView()
             try:
                 api.view(obj, flag, ctypes.addressof(view))
             except Exception as exc:  # noqa: BLE001 - the test checks what it was
@@ -260,8 +223,8 @@ def one_memory(first: bytes, second: bytes) -> dict:
         "same address": read_only.data_ptr == writable.data_ptr,
         "numpy": (values.flags.writeable, numpy_writes),
         "seen through the read-only view": float(values[0]),
-        "shared then mutable": c_api_views([read_only, writable], [0, VIEW_MUTABLE]),
-        "mutable then shared": c_api_views([writable, read_only], [VIEW_MUTABLE, 0]),
+        "shared then mutable": c_api_views([read_only, writable], [0, _MUTABLE]),
+        "mutable then shared": c_api_views([writable, read_only], [_MUTABLE, 0]),
         "segments": live_segments(),
         "mappings": memfd_mappings(),
     }

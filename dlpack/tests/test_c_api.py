@@ -4,107 +4,262 @@ views of any array through the runtime's importers, one registry of borrowed mem
 
 import ctypes
 import gc
+import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
+import sysconfig
 import threading
 
 import pytest
 
+import dlpack
 from dlpack import _dlpack, asdlpack, copyto
 
-from ._helpers import NUMPY_NATIVE_DTYPES, DLDataType, DLDevice, need, run_python
+from . import _c_api
+from ._c_api import (
+    DLPACK_ADAPTER_ABI_VERSION,
+    DLPACK_ADAPTER_FEATURE_VERSION,
+    DLPACK_ADAPTER_MEMORY_READONLY,
+    DLPACK_ADAPTER_VIEW_C_CONTIGUOUS,
+    DLPACK_ADAPTER_VIEW_MUTABLE,
+    DLPACK_ADAPTER_VIEW_READONLY,
+    DLPACK_ADAPTER_VIEW_SWAPPED,
+    RELEASE,
+    DLPackAdapterAPI,
+    DLPackAdapterMemory,
+    DLPackAdapterView,
+    address,
+    table,
+)
+from ._helpers import NUMPY_NATIVE_DTYPES, REQUIRABLE_SKIPS, REQUIRE_ENV, need, required, run_python
 
 np = need("numpy")
 
-VIEW_MUTABLE, VIEW_SWAPPED, VIEW_INDIRECT, VIEW_C_CONTIGUOUS = 1, 2, 4, 8
-
-
-class View(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("dtype", DLDataType),
-        ("ndim", ctypes.c_int32),
-        ("flags", ctypes.c_uint32),
-        ("readonly", ctypes.c_int32),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_strides", ctypes.POINTER(ctypes.c_int64)),
-        ("held", ctypes.c_void_p),
-    ]
-
-
-RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-class Memory(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("dtype", DLDataType),
-        ("ndim", ctypes.c_int32),
-        ("readonly", ctypes.c_int32),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_strides", ctypes.POINTER(ctypes.c_int64)),
-        ("release", RELEASE),
-        ("context", ctypes.c_void_p),
-    ]
-
-
-# PYFUNCTYPE: called holding the GIL, and a raised exception comes back as one (as in C, where
-# -1 or NULL says one is set).
-_VIEW = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint32, ctypes.POINTER(View))
-_RELEASE_VIEW = ctypes.PYFUNCTYPE(None, ctypes.POINTER(View))
-_COPY_TO = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(View), ctypes.c_void_p, ctypes.c_size_t)
-_COPY_FROM = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(View), ctypes.c_void_p, ctypes.c_size_t)
-_FROM_MEMORY = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.POINTER(Memory))
-_CHECK_MEMORY = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_uint64)
-
-
-class CApi(ctypes.Structure):
-    _fields_ = [
-        ("version", ctypes.c_uint32),
-        ("size", ctypes.c_uint32),
-        ("view", _VIEW),
-        ("release_view", _RELEASE_VIEW),
-        ("copy_to", _COPY_TO),
-        ("copy_from", _COPY_FROM),
-        ("from_memory", _FROM_MEMORY),
-        ("check_memory", _CHECK_MEMORY),
-    ]
-
-
-def _table() -> CApi:
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    get.restype = ctypes.c_void_p
-    return CApi.from_address(get(_dlpack._C_API, b"dlpack._dlpack._C_API"))
-
-
-API = _table()
+API = table()
 
 
 class Viewed:
     """A filled view, given back on exit."""
 
     def __init__(self, obj, flags=0):
-        self.view = View()
-        API.view(obj, flags, ctypes.byref(self.view))
+        self.view = DLPackAdapterView()
+        API.view(obj, flags, address(self.view))
 
     def __enter__(self):
         return self.view
 
     def __exit__(self, *exc):
-        API.release_view(ctypes.byref(self.view))
+        API.release_view(address(self.view))
 
 
 def _dims(pointer, ndim):
     return tuple(pointer[i] for i in range(ndim))
 
 
-def test_the_table_says_its_version_and_size():
-    assert API.version == 1
-    assert API.size == ctypes.sizeof(CApi)
+def test_the_table_says_its_versions_and_size():
+    assert (API.abi_version, API.feature_version) == (
+        DLPACK_ADAPTER_ABI_VERSION,
+        DLPACK_ADAPTER_FEATURE_VERSION,
+    )
+    assert API.size == ctypes.sizeof(DLPackAdapterAPI)
+    assert API.reserved == 0
     # The capsule is the module's one table: asking again gives the same.
-    assert ctypes.addressof(_table()) == ctypes.addressof(API)
+    assert ctypes.addressof(table()) == ctypes.addressof(API)
+
+
+HEADER = os.path.join(dlpack.get_include(), "dlpack_adapter.h")
+
+
+def _header() -> str:
+    with open(HEADER) as f:
+        return f.read()
+
+
+def test_the_header_ships_with_the_package_and_says_what_the_runtime_has():
+    """``dlpack.get_include()`` holds the C header, whose versions and capsule name are the
+    runtime's, and whose flags are the tests' (and so the runtime's, which the tests check)."""
+    text = _header()
+    defines = dict(re.findall(r"^#define (DLPACK_ADAPTER_\w+) (\S.*)$", text, re.M))
+    assert int(defines["DLPACK_ADAPTER_ABI_VERSION"]) == API.abi_version
+    assert int(defines["DLPACK_ADAPTER_FEATURE_VERSION"]) == API.feature_version
+    name = ctypes.pythonapi.PyCapsule_GetName
+    name.argtypes, name.restype = [ctypes.py_object], ctypes.c_char_p
+    assert defines["DLPACK_ADAPTER_CAPSULE_NAME"] == f'"{name(_dlpack._C_API).decode()}"'
+    for constant, value in vars(_c_api).items():
+        if constant.startswith(("DLPACK_ADAPTER_VIEW_", "DLPACK_ADAPTER_MEMORY_")):
+            assert int(defines[constant]) == value, constant
+    assert defines["DLPACK_ADAPTER_VIEW_REQUESTS"] == "DLPACK_ADAPTER_VIEW_MUTABLE"
+
+
+def _declared_fields(text: str, struct: str) -> list[str]:
+    """The field names of ``struct``'s typedef in the header, in order."""
+    body = re.search(r"typedef struct (?:\w+ )?\{([^{}]*)\} " + struct + ";", text)
+    assert body, f"{struct} is not declared in {HEADER}"
+    code = re.sub(r"/\*.*?\*/", "", body.group(1), flags=re.S)
+    return [m.group(1) or m.group(2) for m in re.finditer(r"\(\*(\w+)\)\([^;]*\);|(\w+);", code)]
+
+
+def test_the_ctypes_declaration_names_the_headers_fields_in_order():
+    """The tests' ctypes structs (dlpack/tests/_c_api.py) have the header's fields, in the
+    header's order (read from its text: no compiler needed)."""
+    text = _header()
+    for struct in _c_api.STRUCTS:
+        declared = [name for name, *_ in struct._fields_]
+        assert _declared_fields(text, struct.__name__) == declared, struct.__name__
+
+
+def _c_compiler() -> list[str]:
+    """The C compiler this Python was built with, or ``cc``; a skip where there is none or no
+    Python.h (a failure where DLPACK_TESTS_REQUIRE names ``cc``)."""
+    __tracebackhide__ = True
+    command = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    include = sysconfig.get_paths()["include"]
+    if shutil.which(command[0]) is None:
+        command = ["cc"]
+    if shutil.which(command[0]) is None:
+        reason = "no C compiler (cc) to compile the C header with"
+    elif not os.path.exists(os.path.join(include, "Python.h")):
+        reason = f"no Python.h in {include} to compile the C header with"
+    else:
+        return [*command, f"-I{include}", f"-I{dlpack.get_include()}"]
+    if required("cc"):
+        pytest.fail(f"{reason}, and {REQUIRE_ENV} requires cc", pytrace=False)
+    REQUIRABLE_SKIPS.add(reason)
+    pytest.skip(reason)
+
+
+def test_the_ctypes_declaration_has_the_headers_offsets_and_sizes(tmp_path):
+    """Every field's offset and every struct's size, as ctypes computes them, asserted of the
+    header by a C compiler (a C11 program of static assertions, checked and not built); the
+    header itself compiles without a warning."""
+    compiler = _c_compiler()
+    checks = []
+    for struct in _c_api.STRUCTS:
+        name = struct.__name__
+        checks.append(f'_Static_assert(sizeof({name}) == {ctypes.sizeof(struct)}, "{name}");')
+        for field, *_ in struct._fields_:
+            offset = getattr(struct, field).offset
+            checks.append(
+                f"_Static_assert(offsetof({name}, {field}) == {offset}, "
+                f'"{name}.{field} at {offset}");'
+            )
+    probe = tmp_path / "probe.c"
+    probe.write_text('#include "dlpack_adapter.h"\n' + "\n".join(checks) + "\n")
+    out = subprocess.run(
+        [*compiler, "-std=gnu11", "-Wall", "-Wextra", "-fsyntax-only", str(probe)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "dlpack_adapter.h" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("bit", [1 << i for i in range(1, 32)], ids=lambda bit: f"{bit:#x}")
+def test_flag_bits_view_does_not_take_are_refused(bit):
+    """``view`` takes DLPACK_ADAPTER_VIEW_MUTABLE alone: any other bit (the view's own output
+    bits among them) is a ValueError naming it, never ignored, and nothing stays held."""
+    a = np.zeros(4)
+    for flags in (bit, bit | DLPACK_ADAPTER_VIEW_MUTABLE):
+        with pytest.raises(ValueError, match=f"bits {bit:#x} are none it takes"):
+            Viewed(a, flags)
+    with Viewed(a, DLPACK_ADAPTER_VIEW_MUTABLE):  # nothing was borrowed
+        pass
+
+
+class _Padded(ctypes.Structure):
+    """A view as a client built against a later header declares it: 16 bytes more."""
+
+    _fields_ = [("view", DLPackAdapterView), ("later", ctypes.c_uint8 * 16)]
+
+
+def test_a_view_is_written_no_further_than_the_runtime_knows_or_the_caller_declared():
+    """The caller's ``size`` says how much it declared: a longer view keeps what the runtime
+    doesn't know as the caller left it, and a size short of the fields is a ValueError before
+    anything is written or borrowed."""
+    a = np.arange(3.0)
+    padded = _Padded()
+    padded.view.size = ctypes.sizeof(_Padded)
+    ctypes.memset(padded.later, 0xAB, 16)
+    API.view(a, 0, address(padded))
+    try:
+        assert padded.view.size == ctypes.sizeof(_Padded)
+        assert padded.view.data == a.ctypes.data and padded.view.ndim == 1
+        assert bytes(padded.later) == b"\xab" * 16
+    finally:
+        API.release_view(address(padded))
+    assert padded.view.held is None
+    view = DLPackAdapterView()
+    for size in (0, ctypes.sizeof(DLPackAdapterView) - 1):
+        view.size = size
+        with pytest.raises(ValueError, match=f"size says {size} bytes, short of the "):
+            API.view(a, DLPACK_ADAPTER_VIEW_MUTABLE, address(view))
+        assert view.held is None and view.data is None
+    with Viewed(a, DLPACK_ADAPTER_VIEW_MUTABLE):  # nothing was borrowed
+        pass
+
+
+def test_functions_taking_a_view_refuse_one_of_a_short_size():
+    a = np.arange(3.0)
+    viewed = Viewed(a)
+    viewed.view.size = 8
+    out = np.empty(3)
+    with pytest.raises(ValueError, match="size says 8 bytes"):
+        API.copy_to(address(viewed.view), out.ctypes.data, out.nbytes)
+    with pytest.raises(ValueError, match="size says 8 bytes"):
+        API.release_view(address(viewed.view))
+    viewed.view.size = ctypes.sizeof(DLPackAdapterView)
+    API.release_view(address(viewed.view))
+
+
+_AT_A_PAGES_END = """
+import ctypes, mmap, sys
+import numpy as np
+from dlpack.tests._c_api import DLPackAdapterMemory, DLPackAdapterView, RELEASE, table
+
+API = table()
+page = mmap.PAGESIZE
+area = mmap.mmap(-1, 2 * page)
+base = ctypes.addressof(ctypes.c_char.from_buffer(area))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+assert libc.mprotect(base + page, page, 0) == 0  # PROT_NONE: a touch past the first page faults
+
+view = DLPackAdapterView.from_address(base + page - ctypes.sizeof(DLPackAdapterView))
+prepared = DLPackAdapterView()
+ctypes.memmove(ctypes.addressof(view), ctypes.addressof(prepared), ctypes.sizeof(view))
+a = np.arange(5.0)
+API.view(a, 1, ctypes.addressof(view))
+out = np.empty(5)
+API.copy_to(ctypes.addressof(view), out.ctypes.data, out.nbytes)
+API.copy_from(ctypes.addressof(view), out.ctypes.data, out.nbytes)
+API.release_view(ctypes.addressof(view))
+
+values = (ctypes.c_double * 2)(1.0, 2.0)
+shape = (ctypes.c_int64 * 1)(2)
+released = []
+callback = RELEASE(lambda context: released.append(context))
+memory = DLPackAdapterMemory.from_address(base + page - ctypes.sizeof(DLPackAdapterMemory))
+fields = DLPackAdapterMemory(data=ctypes.addressof(values), ndim=1, shape=shape, release=callback)
+fields.dtype.code, fields.dtype.bits, fields.dtype.lanes = 2, 64, 1
+ctypes.memmove(ctypes.addressof(memory), ctypes.addressof(fields), ctypes.sizeof(memory))
+obj = API.from_memory(ctypes.addressof(memory))
+print(np.from_dlpack(obj).tolist(), out.tolist())
+del obj
+print(len(released))
+"""
+
+
+def test_views_and_memory_are_read_and_written_within_their_declared_size():
+    """A view and a memory description at the very end of a page followed by one no access
+    reaches (in a child, which a touch past them would kill): every call reads and writes within
+    the size the caller declared."""
+    out = run_python("-c", _AT_A_PAGES_END, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["[1.0, 2.0] [0.0, 1.0, 2.0, 3.0, 4.0]", "1"]
 
 
 @pytest.mark.parametrize(
@@ -126,10 +281,10 @@ def test_a_view_describes_the_memory_as_numpy_does(make):
         assert _dims(view.shape, view.ndim) == ref.shape
         assert _dims(view.byte_strides, view.ndim) == ref.strides
         assert view.dtype.bits == ref.dtype.itemsize * 8
-        assert bool(view.flags & VIEW_SWAPPED) is (not ref.dtype.isnative)
-        assert view.flags & VIEW_MUTABLE == 0 and view.readonly == 0
+        assert bool(view.flags & DLPACK_ADAPTER_VIEW_SWAPPED) is (not ref.dtype.isnative)
+        assert view.flags & (DLPACK_ADAPTER_VIEW_MUTABLE | DLPACK_ADAPTER_VIEW_READONLY) == 0
         out = (ctypes.c_char * ref.nbytes)()
-        API.copy_to(ctypes.byref(view), out, ref.nbytes)
+        API.copy_to(address(view), out, ref.nbytes)
         native = ref.astype(ref.dtype.newbyteorder("="))
         assert bytes(out) == np.ascontiguousarray(native).tobytes()
 
@@ -139,19 +294,19 @@ def _check_view_of(src, mutable):
     says of the array, and giving it back leaves the array's references as they were."""
     refs = sys.getrefcount(src)
     for obj in (src, asdlpack(src)):
-        with Viewed(obj, VIEW_MUTABLE if mutable else 0) as view:
+        with Viewed(obj, DLPACK_ADAPTER_VIEW_MUTABLE if mutable else 0) as view:
             assert view.data == src.ctypes.data
             assert _dims(view.shape, view.ndim) == src.shape
             strides = _dims(view.byte_strides, view.ndim)
             if src.size:
                 for n, mine, numpys in zip(src.shape, strides, src.strides, strict=True):
                     assert n == 1 or mine == numpys
-            assert bool(view.flags & VIEW_C_CONTIGUOUS) is src.flags.c_contiguous
-            assert bool(view.flags & VIEW_SWAPPED) is (not src.dtype.isnative)
-            assert view.readonly == (not src.flags.writeable)
+            assert bool(view.flags & DLPACK_ADAPTER_VIEW_C_CONTIGUOUS) is src.flags.c_contiguous
+            assert bool(view.flags & DLPACK_ADAPTER_VIEW_SWAPPED) is (not src.dtype.isnative)
+            assert bool(view.flags & DLPACK_ADAPTER_VIEW_READONLY) is (not src.flags.writeable)
             assert view.dtype.bits == src.dtype.itemsize * 8
             out = (ctypes.c_char * src.nbytes)()
-            API.copy_to(ctypes.byref(view), out, src.nbytes)
+            API.copy_to(address(view), out, src.nbytes)
             native = src.astype(src.dtype.newbyteorder("="))
             assert bytes(out) == np.ascontiguousarray(native).tobytes()
         del obj
@@ -195,7 +350,7 @@ else:
         memory, and views made one after another (reusing what the last one held) agree."""
         if mutable and not src.flags.writeable:
             with pytest.raises(BufferError, match="read-only"):
-                Viewed(src, VIEW_MUTABLE)
+                Viewed(src, DLPACK_ADAPTER_VIEW_MUTABLE)
             mutable = False
         _check_view_of(src, mutable)
 
@@ -203,9 +358,9 @@ else:
 def test_read_only_memory_is_said_and_never_viewed_mutably():
     src = bytes(range(8))
     with Viewed(src) as view:
-        assert view.readonly == 1
+        assert view.flags & DLPACK_ADAPTER_VIEW_READONLY
     with pytest.raises(BufferError, match="read-only"):
-        Viewed(src, VIEW_MUTABLE)
+        Viewed(src, DLPACK_ADAPTER_VIEW_MUTABLE)
     assert src == bytes(range(8))
 
 
@@ -216,24 +371,24 @@ def test_one_registry_a_mutable_view_excludes_every_other():
     a = np.zeros(16)
     with Viewed(a[:8]):
         with pytest.raises(BufferError, match="borrowed"):
-            Viewed(a[4:], VIEW_MUTABLE)
+            Viewed(a[4:], DLPACK_ADAPTER_VIEW_MUTABLE)
         torch = need("torch")
         with pytest.raises(BufferError, match="borrowed"):
-            Viewed(torch.from_numpy(a), VIEW_MUTABLE)
-        with Viewed(a[8:], VIEW_MUTABLE) as disjoint:  # other memory: allowed
-            assert disjoint.flags & VIEW_MUTABLE
-    with Viewed(a, VIEW_MUTABLE) as alone:
+            Viewed(torch.from_numpy(a), DLPACK_ADAPTER_VIEW_MUTABLE)
+        with Viewed(a[8:], DLPACK_ADAPTER_VIEW_MUTABLE) as disjoint:  # other memory: allowed
+            assert disjoint.flags & DLPACK_ADAPTER_VIEW_MUTABLE
+    with Viewed(a, DLPACK_ADAPTER_VIEW_MUTABLE) as alone:
         with pytest.raises(BufferError, match="already borrowed mutably"):
             Viewed(a[3:5])
-        assert alone.flags & VIEW_MUTABLE
+        assert alone.flags & DLPACK_ADAPTER_VIEW_MUTABLE
 
 
 def test_copy_from_writes_any_layout_through_a_mutable_view():
     dst = np.zeros((4, 6))
     target = dst[::2, ::-3]
     values = np.arange(target.size, dtype=np.float64)
-    with Viewed(target, VIEW_MUTABLE) as view:
-        API.copy_from(ctypes.byref(view), values.ctypes.data, values.nbytes)
+    with Viewed(target, DLPACK_ADAPTER_VIEW_MUTABLE) as view:
+        API.copy_from(address(view), values.ctypes.data, values.nbytes)
     np.testing.assert_array_equal(target, values.reshape(target.shape))
     assert dst.sum() == values.sum()  # nothing outside the view was written
 
@@ -242,9 +397,9 @@ def test_copy_from_refuses_elements_that_share_bytes():
     cell = np.zeros(1)
     shared = np.lib.stride_tricks.as_strided(cell, (4,), (0,))
     values = np.arange(4.0)
-    with Viewed(shared, VIEW_MUTABLE) as view:
+    with Viewed(shared, DLPACK_ADAPTER_VIEW_MUTABLE) as view:
         with pytest.raises(BufferError, match="share memory"):
-            API.copy_from(ctypes.byref(view), values.ctypes.data, values.nbytes)
+            API.copy_from(address(view), values.ctypes.data, values.nbytes)
     assert cell[0] == 0
 
 
@@ -253,10 +408,10 @@ def test_copy_from_needs_a_mutable_view_and_copies_need_the_exact_size():
     values = np.ones(3)
     with Viewed(dst) as view:
         with pytest.raises(BufferError, match="must be mutable"):
-            API.copy_from(ctypes.byref(view), values.ctypes.data, values.nbytes)
+            API.copy_from(address(view), values.ctypes.data, values.nbytes)
         out = (ctypes.c_char * 23)()
         with pytest.raises(ValueError, match="take 24 bytes, the buffer given 23"):
-            API.copy_to(ctypes.byref(view), out, 23)
+            API.copy_to(address(view), out, 23)
     assert not dst.any()
 
 
@@ -292,10 +447,10 @@ def test_a_mutable_view_of_a_copy_is_refused_naming_why(make):
     assert reason
     for obj in (src, asdlpack(src)):
         with pytest.raises(BufferError, match=re.escape(reason)):
-            Viewed(obj, VIEW_MUTABLE)
+            Viewed(obj, DLPACK_ADAPTER_VIEW_MUTABLE)
     with Viewed(src) as view:
         out = np.empty(expected.shape, expected.dtype)  # C order, as copy_to writes
-        API.copy_to(ctypes.byref(view), out.ctypes.data, out.nbytes)
+        API.copy_to(address(view), out.ctypes.data, out.nbytes)
     np.testing.assert_array_equal(out, expected)
 
 
@@ -305,24 +460,24 @@ def test_copies_between_a_view_and_its_own_memory_read_all_then_write(n):
     (numpy's copy of the source, then the write), in both directions."""
     a = np.arange(n, dtype=np.int64)
     with Viewed(a[::-1]) as view:
-        API.copy_to(ctypes.byref(view), a.ctypes.data, a.nbytes)
+        API.copy_to(address(view), a.ctypes.data, a.nbytes)
     np.testing.assert_array_equal(a, np.arange(n)[::-1])
     a = np.arange(n, dtype=np.int64)
     with Viewed(a[1:]) as view:  # one element further on: a memmove backwards
-        API.copy_to(ctypes.byref(view), a.ctypes.data, a.nbytes - 8)
+        API.copy_to(address(view), a.ctypes.data, a.nbytes - 8)
     np.testing.assert_array_equal(a, np.r_[np.arange(1, n), n - 1])
     a = np.arange(n, dtype=np.int64)
-    with Viewed(a[::-1], VIEW_MUTABLE) as view:
-        API.copy_from(ctypes.byref(view), a.ctypes.data, a.nbytes)
+    with Viewed(a[::-1], DLPACK_ADAPTER_VIEW_MUTABLE) as view:
+        API.copy_from(address(view), a.ctypes.data, a.nbytes)
     np.testing.assert_array_equal(a, np.arange(n)[::-1])
     a = np.arange(n, dtype=np.int64)
-    with Viewed(a[1:], VIEW_MUTABLE) as view:  # a memmove forwards
-        API.copy_from(ctypes.byref(view), a.ctypes.data, a.nbytes - 8)
+    with Viewed(a[1:], DLPACK_ADAPTER_VIEW_MUTABLE) as view:  # a memmove forwards
+        API.copy_from(address(view), a.ctypes.data, a.nbytes - 8)
     np.testing.assert_array_equal(a, np.r_[0, np.arange(n - 1)])
     # Swapped elements written over their own bytes: the values, now in native order.
     a = np.arange(n, dtype=">i8")
     with Viewed(a[::-1]) as view:
-        API.copy_to(ctypes.byref(view), a.ctypes.data, a.nbytes)
+        API.copy_to(address(view), a.ctypes.data, a.nbytes)
     np.testing.assert_array_equal(a.view(np.int64), np.arange(n)[::-1])
 
 
@@ -340,7 +495,7 @@ def test_copyto_refuses_memory_a_view_holds():
             copyto(torch.from_numpy(a), torch.ones(8, dtype=torch.float64))
         copyto(a[5:], np.ones(3))
     np.testing.assert_array_equal(a, [0, 0, 0, 0, 0, 1, 1, 1])
-    with Viewed(a, VIEW_MUTABLE):
+    with Viewed(a, DLPACK_ADAPTER_VIEW_MUTABLE):
         with pytest.raises(BufferError, match="borrowed mutably by a view"):
             copyto(a[:1], np.full(1, 2.0))
     copyto(a, np.full(8, 2.0))  # given back: free again
@@ -357,7 +512,7 @@ def test_sizes_past_the_address_space_are_refused_not_wrapped():
         assert _dims(view.shape, 1) == (2**62,)
         for claimed in (2**63 - 1, 2**64 - 1, 0, 16):
             with pytest.raises(ValueError, match=f"take {2**66} bytes"):
-                API.copy_to(ctypes.byref(view), out.ctypes.data, claimed)
+                API.copy_to(address(view), out.ctypes.data, claimed)
 
 
 def test_layouts_outside_the_address_space_are_refused():
@@ -367,7 +522,7 @@ def test_layouts_outside_the_address_space_are_refused():
     owned = Owned([0.0] * 4, (4,))
     owned.memory.data = 2**64 - 16
     with pytest.raises(ValueError, match="outside the address space"):
-        API.from_memory(ctypes.byref(owned.memory))
+        API.from_memory(address(owned.memory))
     gc.collect()
     assert owned.released == []
 
@@ -380,7 +535,7 @@ def test_layouts_outside_the_address_space_are_refused():
             "version": 3,
         }
 
-    for flags in (0, VIEW_MUTABLE):
+    for flags in (0, DLPACK_ADAPTER_VIEW_MUTABLE):
         with pytest.raises(ValueError, match="outside the address space"):
             Viewed(BelowZero(), flags)
 
@@ -388,15 +543,16 @@ def test_layouts_outside_the_address_space_are_refused():
 _FAILING_CALLS = """
 import ctypes
 import os
-from dlpack.tests.test_c_api import API, View
+from dlpack.tests._c_api import DLPackAdapterView, address, table
 
-view = View()
+API = table()
+view = DLPackAdapterView()
 target = object()
 
 
 def fail():
     try:
-        API.view(target, 0, ctypes.byref(view))
+        API.view(target, 0, address(view))
     except TypeError:
         pass
     try:
@@ -442,12 +598,12 @@ def test_objects_the_runtime_cannot_read_raise_what_asdlpack_raises():
 def test_a_released_view_is_refused_and_releasing_twice_is_harmless():
     src = np.arange(3.0)
     viewed = Viewed(src)
-    API.release_view(ctypes.byref(viewed.view))
+    API.release_view(address(viewed.view))
     assert viewed.view.held is None
-    API.release_view(ctypes.byref(viewed.view))
+    API.release_view(address(viewed.view))
     with pytest.raises(ValueError, match="released"):
-        API.copy_to(ctypes.byref(viewed.view), None, 0)
-    with Viewed(src, VIEW_MUTABLE):  # the released view holds nothing
+        API.copy_to(address(viewed.view), None, 0)
+    with Viewed(src, DLPACK_ADAPTER_VIEW_MUTABLE):  # the released view holds nothing
         pass
 
 
@@ -460,10 +616,10 @@ class Owned:
         self.strides = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
         self.released = []
         self.callback = RELEASE(lambda context: self.released.append(threading.get_ident()))
-        self.memory = Memory(
+        self.memory = DLPackAdapterMemory(
             data=ctypes.addressof(self.buffer),
             ndim=len(shape),
-            readonly=int(readonly),
+            flags=DLPACK_ADAPTER_MEMORY_READONLY if readonly else 0,
             shape=self.shape,
             byte_strides=self.strides,
             release=self.callback,
@@ -474,7 +630,7 @@ class Owned:
 
 def test_from_memory_is_a_dlpack_object_over_the_callers_memory():
     owned = Owned([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], (2, 3))
-    obj = API.from_memory(ctypes.byref(owned.memory))
+    obj = API.from_memory(address(owned.memory))
     assert type(obj) is _dlpack.DLPackObject
     assert obj.data_ptr == ctypes.addressof(owned.buffer)
     out = np.from_dlpack(obj)
@@ -491,7 +647,7 @@ def test_from_memory_is_a_dlpack_object_over_the_callers_memory():
 
 def test_from_memory_strided_and_read_only():
     owned = Owned([float(i) for i in range(6)], (3,), strides=(16,), readonly=True)
-    obj = API.from_memory(ctypes.byref(owned.memory))
+    obj = API.from_memory(address(owned.memory))
     assert obj.readonly
     assert np.asarray(obj).tolist() == [0.0, 2.0, 4.0]
     assert asdlpack(obj) is obj
@@ -504,18 +660,53 @@ def test_from_memory_refused_keeps_the_memory_the_callers():
     owned = Owned([1.0, 2.0], (2,))
     owned.memory.dtype.code = 99  # no such element type
     with pytest.raises(BufferError, match="unsupported DLPack data type"):
-        API.from_memory(ctypes.byref(owned.memory))
+        API.from_memory(address(owned.memory))
     owned.memory.dtype.code = 2
     owned.memory.ndim = -1
     with pytest.raises(ValueError, match="ndim -1 is negative"):
-        API.from_memory(ctypes.byref(owned.memory))
+        API.from_memory(address(owned.memory))
     # Refused once the release callback is already held by the object being made.
     owned.memory.ndim = 1
     owned.memory.data = None
     with pytest.raises(ValueError, match="null data pointer"):
-        API.from_memory(ctypes.byref(owned.memory))
+        API.from_memory(address(owned.memory))
     gc.collect()
     assert owned.released == []
+
+
+def test_from_memory_refuses_a_short_size_or_unknown_flags_and_keeps_the_memory_the_callers():
+    """A description short of the fields (not prepared with DLPACK_ADAPTER_MEMORY_INIT) or with
+    a flag bit from_memory doesn't take is a ValueError naming it; release is never called."""
+    owned = Owned([1.0, 2.0], (2,))
+    for size in (0, ctypes.sizeof(DLPackAdapterMemory) - 8):
+        owned.memory.size = size
+        with pytest.raises(ValueError, match=f"size says {size} bytes, short of the "):
+            API.from_memory(address(owned.memory))
+    owned.memory.size = ctypes.sizeof(DLPackAdapterMemory)
+    for bit in (1 << i for i in range(1, 32)):
+        owned.memory.flags = bit | DLPACK_ADAPTER_MEMORY_READONLY
+        with pytest.raises(ValueError, match=f"bits {bit:#x} are none it takes"):
+            API.from_memory(address(owned.memory))
+    gc.collect()
+    assert owned.released == []
+
+
+def test_from_memory_reads_no_further_than_it_knows():
+    """A description longer than the runtime's (a client built against a later header): the
+    runtime reads its own fields and leaves the rest."""
+
+    class Longer(ctypes.Structure):
+        _fields_ = [("memory", DLPackAdapterMemory), ("later", ctypes.c_uint64 * 2)]
+
+    owned = Owned([1.0, 2.0, 3.0], (3,))
+    longer = Longer(memory=owned.memory)
+    longer.memory.size = ctypes.sizeof(Longer)
+    longer.later[:] = [2**64 - 1, 2**64 - 1]
+    obj = API.from_memory(address(longer))
+    assert np.from_dlpack(obj).tolist() == [1.0, 2.0, 3.0]
+    del obj
+    gc.collect()
+    assert len(owned.released) == 1
 
 
 def test_check_memory_refuses_what_this_process_cannot_have():
@@ -526,7 +717,7 @@ def test_check_memory_refuses_what_this_process_cannot_have():
 
 def test_from_memory_released_on_the_thread_that_lets_go():
     owned = Owned([1.0], (1,))
-    obj = API.from_memory(ctypes.byref(owned.memory))
+    obj = API.from_memory(address(owned.memory))
     box = [obj]
     del obj
     worker = threading.Thread(target=box.clear)

@@ -3,18 +3,24 @@
 //! process views memory through one importer and one registry of borrowed memory, and makes one
 //! `DLPackObject` type.
 //!
-//! The table starts with its version and size and only ever grows, by appending: a caller built
-//! against version N reads the first N's functions of any later table. Every function is called
-//! with the GIL held; one that fails returns -1 (or NULL) with a Python exception set.
-//! `docs/internals.md` gives the C declarations.
+//! The table's versions, as numpy's: an ABI version changed only by a breaking change, and a
+//! feature level raised when functions or fields are appended; views and memory descriptions
+//! carry the size their caller declared them with, and the runtime writes and reads no byte past
+//! it. Every function is called with the GIL held; one that fails returns -1 (or NULL) with a
+//! Python exception set. The declarations are `dlpack_adapter::capi`'s, from which the C header
+//! `dlpack_adapter.h` is generated.
 
 use std::ffi::{c_int, c_void};
+use std::mem::{MaybeUninit, offset_of};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use dlpack_adapter::capi::CAPSULE_NAME;
+pub use dlpack_adapter::capi::DLPACK_ADAPTER_CAPSULE_NAME;
 use dlpack_adapter::capi::{
-    CApi, Memory, VERSION, VIEW_C_CONTIGUOUS, VIEW_INDIRECT, VIEW_MUTABLE, VIEW_SWAPPED, View,
+    DLPACK_ADAPTER_ABI_VERSION, DLPACK_ADAPTER_FEATURE_VERSION, DLPACK_ADAPTER_MEMORY_READONLY,
+    DLPACK_ADAPTER_VIEW_C_CONTIGUOUS, DLPACK_ADAPTER_VIEW_INDIRECT, DLPACK_ADAPTER_VIEW_MUTABLE,
+    DLPACK_ADAPTER_VIEW_READONLY, DLPACK_ADAPTER_VIEW_REQUESTS, DLPACK_ADAPTER_VIEW_SWAPPED,
+    DLPackAdapterAPI, DLPackAdapterMemory, DLPackAdapterView, MEMORY_SIZE_1, VIEW_SIZE_1,
 };
 use dlpack_core::abi::DLDevice;
 use dlpack_core::dtype::{DType, Element as Stored};
@@ -31,9 +37,11 @@ use crate::ffi::python;
 use crate::object::{Described, new_view, type_object};
 use crate::tensor::{Owner, Tensor};
 
-static TABLE: CApi = CApi {
-    version: VERSION,
-    size: size_of::<CApi>() as u32,
+static TABLE: DLPackAdapterAPI = DLPackAdapterAPI {
+    abi_version: DLPACK_ADAPTER_ABI_VERSION,
+    feature_version: DLPACK_ADAPTER_FEATURE_VERSION,
+    size: size_of::<DLPackAdapterAPI>() as u32,
+    reserved: 0,
     view,
     release_view,
     copy_to,
@@ -44,39 +52,97 @@ static TABLE: CApi = CApi {
 
 /// The capsule the module publishes as `_C_API`.
 pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
-    let table: *const CApi = &TABLE;
+    let table: *const DLPackAdapterAPI = &TABLE;
     // SAFETY: the GIL is held; the table is static and never written, so the pointer outlives
     // the capsule; the name is static.
-    let capsule = unsafe { python::capsule_new_static(table.cast_mut().cast(), CAPSULE_NAME) };
+    let capsule =
+        unsafe { python::capsule_new_static(table.cast_mut().cast(), DLPACK_ADAPTER_CAPSULE_NAME) };
     // SAFETY: a new reference, or null with an exception set.
     let capsule = unsafe { Bound::from_owned_ptr_or_err(py, capsule)? };
     // SAFETY: `capsule_new_static` made a capsule.
     Ok(unsafe { capsule.cast_into_unchecked() })
 }
 
+/// The field at `offset` bytes into the struct at `base`, as a raw pointer: nothing is read,
+/// nor any reference made over a struct the caller may have declared shorter than this
+/// runtime's.
+fn field<F>(base: *const impl Sized, offset: usize) -> *const F {
+    base.cast::<u8>().wrapping_add(offset).cast::<F>()
+}
+
+/// The size the caller declared its view with, once it holds the fields of feature level 1
+/// (all this runtime reads and writes): a `ValueError` otherwise, before anything past `size`
+/// is touched.
+///
+/// # Safety
+/// `view` is readable for its `size` field (every view's first).
+unsafe fn view_size(view: *const DLPackAdapterView) -> Result<usize> {
+    // SAFETY: the first field, readable (the contract); read through the raw pointer, as the
+    // caller's struct may be shorter than this runtime's.
+    let size = unsafe { field::<u32>(view, offset_of!(DLPackAdapterView, size)).read_unaligned() };
+    let size = size as usize;
+    if size < VIEW_SIZE_1 {
+        return Err(short_view(size));
+    }
+    Ok(size)
+}
+
+/// `view_size`'s error, out of the way of every view's path.
+#[cold]
+#[inline(never)]
+fn short_view(size: usize) -> Error {
+    Error::value(format!(
+        "the dlpack C API got a view whose size says {size} bytes, short of the {VIEW_SIZE_1} of \
+         a view's fields (prepare it with DLPACK_ADAPTER_VIEW_INIT)"
+    ))
+}
+
+/// `view`'s error for flag bits it doesn't take, out of the way of every view's path.
+#[cold]
+#[inline(never)]
+fn unknown_view_flags(flags: u32) -> Error {
+    let unknown = flags & !DLPACK_ADAPTER_VIEW_REQUESTS;
+    Error::value(format!(
+        "the dlpack C API's view got flags {flags:#x}: bits {unknown:#x} are none it takes (at \
+         feature level {DLPACK_ADAPTER_FEATURE_VERSION} only DLPACK_ADAPTER_VIEW_MUTABLE, \
+         {DLPACK_ADAPTER_VIEW_MUTABLE:#x})"
+    ))
+}
+
 /// The `Held` behind a filled view.
 ///
 /// # Safety
-/// `view` is null or a `View` that `view` filled and `release_view` has not given back.
-unsafe fn held<'a>(view: *const View) -> Result<&'a Held> {
-    // SAFETY: per the contract, null or a live view.
-    let view =
-        unsafe { view.as_ref() }.ok_or_else(|| Error::type_("the dlpack C API got a NULL view"))?;
+/// `view` is null or a view that `view` filled and `release_view` has not given back (or gave
+/// back, its `held` now null).
+unsafe fn held<'a>(view: *const DLPackAdapterView) -> Result<&'a Held> {
+    if view.is_null() {
+        return Err(Error::type_("the dlpack C API got a NULL view"));
+    }
+    // SAFETY: a live view (the contract, checked not null).
+    unsafe { view_size(view) }?;
+    // SAFETY: a field of feature level 1, within the view's size (checked).
+    let held =
+        unsafe { field::<*mut c_void>(view, offset_of!(DLPackAdapterView, held)).read_unaligned() };
     // SAFETY: `held` of a filled view is the `Box<Held>` `view` leaked, alive until released.
-    unsafe { view.held.cast::<Held>().as_ref() }
+    unsafe { held.cast::<Held>().as_ref() }
         .ok_or_else(|| Error::value("this view was released or never filled"))
 }
 
-unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut View) -> c_int {
+unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut DLPackAdapterView) -> c_int {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
     at_c_boundary(py, -1, |py| {
         if obj.is_null() || out.is_null() {
             return Err(Error::type_("the dlpack C API's view got a NULL argument"));
         }
+        // SAFETY: `out` is the caller's view (checked not null), readable for its size.
+        let size = unsafe { view_size(out) }?;
+        if flags & !DLPACK_ADAPTER_VIEW_REQUESTS != 0 {
+            return Err(unknown_view_flags(flags));
+        }
         // SAFETY: a caller holding the GIL passes a live object (checked not null).
         let obj = unsafe { Bound::from_borrowed_ptr(py, obj) };
-        let held = Held::make(&obj, flags & VIEW_MUTABLE != 0)?;
+        let held = Held::make(&obj, flags & DLPACK_ADAPTER_VIEW_MUTABLE != 0)?;
         let tensor = held.tensor(py);
         let device = match tensor.device().get() {
             Ok(device) => device,
@@ -86,43 +152,58 @@ unsafe extern "C" fn view(obj: *mut PyObject, flags: u32, out: *mut View) -> c_i
             }
         };
         let layout = tensor.layout();
-        let mut bits = flags & VIEW_MUTABLE;
+        let mut bits = flags & DLPACK_ADAPTER_VIEW_MUTABLE;
         if tensor.swapped() {
-            bits |= VIEW_SWAPPED;
+            bits |= DLPACK_ADAPTER_VIEW_SWAPPED;
         }
         if tensor.indirect() {
-            bits |= VIEW_INDIRECT;
+            bits |= DLPACK_ADAPTER_VIEW_INDIRECT;
         }
         if layout.is_c_contiguous() {
-            bits |= VIEW_C_CONTIGUOUS;
+            bits |= DLPACK_ADAPTER_VIEW_C_CONTIGUOUS;
         }
-        let filled = View {
+        if tensor.readonly() {
+            bits |= DLPACK_ADAPTER_VIEW_READONLY;
+        }
+        let filled = DLPackAdapterView {
+            size: size as u32,
+            flags: bits,
             data: tensor.data(),
             device,
             dtype: tensor.dtype().0,
             ndim: layout.ndim() as i32,
-            flags: bits,
-            readonly: i32::from(tensor.readonly()),
             shape: layout.shape().as_ptr(),
             byte_strides: layout.byte_strides().as_ptr(),
             held: Box::into_raw(held).cast(),
         };
-        // SAFETY: `out` is a writable `View` (the caller's, checked not null). The pointers in
-        // it point into the boxed `Held`'s tensor, which stays where it is until released.
-        unsafe { out.write(filled) };
+        // Every field this runtime knows is of feature level 1, which the caller's size holds
+        // (checked): the whole struct, in one store of a known size. A field appended at a
+        // later level must be written only where the caller's size holds it, which this
+        // assertion makes the one who appends see.
+        const _: () = assert!(VIEW_SIZE_1 == size_of::<DLPackAdapterView>());
+        // SAFETY: `out` is writable for the caller's `size` bytes, at least the struct's (the
+        // assertion above, and `view_size`). The pointers in it point into the boxed `Held`'s
+        // tensor, which stays where it is until released.
+        unsafe { out.write_unaligned(filled) };
         Ok(0)
     })
 }
 
-unsafe extern "C" fn release_view(view: *mut View) {
+unsafe extern "C" fn release_view(view: *mut DLPackAdapterView) {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
     at_c_boundary(py, (), |py| -> Result<()> {
-        // SAFETY: the caller passes a view `view` filled, or null.
-        let Some(view) = (unsafe { view.as_mut() }) else {
+        if view.is_null() {
             return Ok(());
-        };
-        let held = std::mem::replace(&mut view.held, std::ptr::null_mut());
+        }
+        // SAFETY: the caller passes a view `view` filled (checked not null).
+        unsafe { view_size(view) }?;
+        let field = field::<*mut c_void>(view, offset_of!(DLPackAdapterView, held)).cast_mut();
+        // SAFETY: a field of feature level 1, within the view's size (checked), readable (the
+        // caller's view).
+        let held = unsafe { field.read_unaligned() };
+        // SAFETY: the same field, writable (the caller's view).
+        unsafe { field.write_unaligned(std::ptr::null_mut()) };
         if !held.is_null() {
             // SAFETY: the `Box<Held>` `view` leaked, given back once (the field is now null).
             unsafe { Box::from_raw(held.cast::<Held>()) }.release(py);
@@ -131,7 +212,11 @@ unsafe extern "C" fn release_view(view: *mut View) {
     })
 }
 
-unsafe extern "C" fn copy_to(view: *const View, dst: *mut c_void, bytes: usize) -> c_int {
+unsafe extern "C" fn copy_to(
+    view: *const DLPackAdapterView,
+    dst: *mut c_void,
+    bytes: usize,
+) -> c_int {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
     at_c_boundary(py, -1, |py| {
@@ -150,7 +235,11 @@ unsafe extern "C" fn copy_to(view: *const View, dst: *mut c_void, bytes: usize) 
     })
 }
 
-unsafe extern "C" fn copy_from(view: *const View, src: *const c_void, bytes: usize) -> c_int {
+unsafe extern "C" fn copy_from(
+    view: *const DLPackAdapterView,
+    src: *const c_void,
+    bytes: usize,
+) -> c_int {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
     at_c_boundary(py, -1, |py| {
@@ -217,13 +306,58 @@ impl Drop for Release {
     }
 }
 
-unsafe extern "C" fn from_memory(memory: *const Memory) -> *mut PyObject {
+/// The caller's memory description: the bytes its `size` covers, of the fields this runtime
+/// knows, the rest zero; a `ValueError` for a size short of the fields of feature level 1 or an
+/// unknown flag, before anything else is read.
+///
+/// # Safety
+/// `memory` is null or readable for its declared `size`.
+unsafe fn memory_fields(memory: *const DLPackAdapterMemory) -> Result<DLPackAdapterMemory> {
+    if memory.is_null() {
+        return Err(Error::type_("the dlpack C API's from_memory got NULL"));
+    }
+    // SAFETY: the first field, readable (the contract, checked not null); read through the raw
+    // pointer, as the caller's struct may be shorter than this runtime's.
+    let size =
+        unsafe { field::<u32>(memory, offset_of!(DLPackAdapterMemory, size)).read_unaligned() };
+    let size = size as usize;
+    if size < MEMORY_SIZE_1 {
+        return Err(Error::value(format!(
+            "from_memory got a memory description whose size says {size} bytes, short of the \
+             {MEMORY_SIZE_1} of its fields (prepare it with DLPACK_ADAPTER_MEMORY_INIT)"
+        )));
+    }
+    let mut fields = MaybeUninit::<DLPackAdapterMemory>::zeroed();
+    // SAFETY: `memory` is readable for `size` bytes (the contract), of which this reads the
+    // fields this runtime knows into a local of that type.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            memory.cast::<u8>(),
+            fields.as_mut_ptr().cast::<u8>(),
+            size.min(size_of::<DLPackAdapterMemory>()),
+        )
+    };
+    // SAFETY: every byte is the caller's or zero, and any bytes are a valid
+    // `DLPackAdapterMemory` (integers, raw pointers, a nullable function pointer).
+    let fields = unsafe { fields.assume_init() };
+    let unknown = fields.flags & !DLPACK_ADAPTER_MEMORY_READONLY;
+    if unknown != 0 {
+        return Err(Error::value(format!(
+            "from_memory got flags {:#x}: bits {unknown:#x} are none it takes (at feature level \
+             {DLPACK_ADAPTER_FEATURE_VERSION} only DLPACK_ADAPTER_MEMORY_READONLY, \
+             {DLPACK_ADAPTER_MEMORY_READONLY:#x})",
+            fields.flags
+        )));
+    }
+    Ok(fields)
+}
+
+unsafe extern "C" fn from_memory(memory: *const DLPackAdapterMemory) -> *mut PyObject {
     // SAFETY: the table's contract: every function is called holding the GIL.
     let py = unsafe { Python::assume_attached() };
     at_c_boundary(py, std::ptr::null_mut(), |py| {
-        // SAFETY: the caller passes a readable `Memory` or null.
-        let memory = unsafe { memory.as_ref() }
-            .ok_or_else(|| Error::type_("the dlpack C API's from_memory got NULL"))?;
+        // SAFETY: the caller passes a description readable for its size, or null.
+        let memory = unsafe { memory_fields(memory) }?;
         let ndim = usize::try_from(memory.ndim)
             .map_err(|_| Error::value(format!("ndim {} is negative", memory.ndim)))?;
         let dims = |ptr: *const i64, what: &str| -> Result<&[i64]> {
@@ -233,7 +367,7 @@ unsafe extern "C" fn from_memory(memory: *const Memory) -> *mut PyObject {
             if ptr.is_null() {
                 return Err(Error::type_(format!("from_memory's {what} is NULL")));
             }
-            // SAFETY: the caller's `ndim` values at a non-null pointer, as `Memory` asks.
+            // SAFETY: the caller's `ndim` values at a non-null pointer, as `DLPackAdapterMemory` asks.
             Ok(unsafe { std::slice::from_raw_parts(ptr, ndim) })
         };
         let shape = dims(memory.shape, "shape")?;
@@ -255,7 +389,7 @@ unsafe extern "C" fn from_memory(memory: *const Memory) -> *mut PyObject {
                 swapped: false,
             },
             layout,
-            readonly: memory.readonly != 0,
+            readonly: memory.flags & DLPACK_ADAPTER_MEMORY_READONLY != 0,
         };
         let release = Arc::new(Release {
             release: memory.release,
@@ -263,7 +397,7 @@ unsafe extern "C" fn from_memory(memory: *const Memory) -> *mut PyObject {
             disarmed: AtomicBool::new(false),
         });
         let owner = Owner::Held(release.clone());
-        // SAFETY: the caller vouches, as `Memory` asks, that `data` and the layout address host
+        // SAFETY: the caller vouches, as `DLPackAdapterMemory` asks, that `data` and the layout address host
         // memory of `dtype`'s elements in native order, writable unless `readonly`, alive until
         // `release` runs (when the owner goes).
         match unsafe { new_view(py, owner, described) } {

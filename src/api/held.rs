@@ -1,5 +1,6 @@
 //! What a view of an object's memory holds, for the C API: the source that keeps the memory
-//! alive and the memory's borrow in the process's one registry (`borrows`).
+//! alive and the memory's borrow in the process's one registry (`borrows`), and in rust-numpy's
+//! borrow flags when a numpy array holds the memory (`rust_numpy`).
 //!
 //! A view is made and given back once per call of a Rust function taking an array, so its
 //! description is written in place into a reused box: moving a tensor and allocating its box
@@ -11,6 +12,7 @@ use dlpack_core::layout::{SelfOverlap, self_overlap};
 use pyo3::prelude::*;
 
 use super::borrows::{self, Borrow};
+use super::rust_numpy::{self, NumpyBorrow};
 use crate::error::{Error, Result};
 use crate::ffi::python::GilCell;
 use crate::import::{self, array_interface::type_name};
@@ -18,7 +20,7 @@ use crate::object::tensor_of;
 use crate::tensor::Tensor;
 
 /// What a view holds, free of the interpreter's lifetime (the C API hands it out boxed): the
-/// source that keeps the memory alive, and the memory's borrow. Given back with the GIL held
+/// source that keeps the memory alive, and the memory's borrows. Given back with the GIL held
 /// (`release`); only `make` builds one.
 pub(crate) struct Held {
     /// The imported tensor, initialised exactly when `source.object` is `None`.
@@ -31,6 +33,8 @@ struct Source {
     /// A `DLPackObject`, whose own tensor is read in place; `None`: `imported` is the tensor.
     object: Option<Py<PyAny>>,
     borrow: Option<Borrow>,
+    /// The same memory's borrow in rust-numpy's flags, when a numpy array holds it.
+    numpy: Option<NumpyBorrow>,
     exclusive: bool,
 }
 
@@ -97,6 +101,7 @@ impl Held {
             source.write(Source {
                 object,
                 borrow: None,
+                numpy: None,
                 exclusive,
             })
         };
@@ -105,18 +110,22 @@ impl Held {
         match held.hold(obj) {
             Ok(borrow) => {
                 held.source.borrow = borrow;
+                if held.source.borrow.is_some() && rust_numpy::views_borrow_there(obj.py()) {
+                    // SAFETY: per the contract, the `Held` is not used again if this fails.
+                    return unsafe { held.hold_in_rust_numpy(obj) };
+                }
                 Ok(())
             }
             Err(err) => {
                 // SAFETY: the `Held` is not used again: `make` keeps its memory as
-                // uninitialised (it holds no borrow, and nothing else needs dropping).
+                // uninitialised (it holds no borrows, and nothing else needs dropping).
                 unsafe { held.drop_source(obj.py()) };
                 Err(err)
             }
         }
     }
 
-    /// Check what an exclusive view needs, and take the memory's borrow.
+    /// Check what an exclusive view needs, and take the memory's borrow in the registry.
     fn hold(&self, obj: &Bound<'_, PyAny>) -> Result<Option<Borrow>> {
         let tensor = self.tensor(obj.py());
         if self.source.exclusive {
@@ -142,6 +151,34 @@ impl Held {
         Borrow::take(obj.py(), start, end, self.source.exclusive)
     }
 
+    /// Take the same memory's borrow in another extension's table of rust-numpy's borrows too
+    /// (asked once the registry lent it, so a conflict there is rust-numpy's); when that fails,
+    /// give the registry's back and release the source.
+    ///
+    /// # Safety
+    /// The `Held` is whole; if this fails, it is not used again (as `drop_source` asks).
+    #[cold]
+    #[inline(never)]
+    unsafe fn hold_in_rust_numpy(&mut self, obj: &Bound<'_, PyAny>) -> Result<()> {
+        let tensor = self.tensor(obj.py());
+        let taken = borrows::range_of(tensor)
+            .and_then(|range| NumpyBorrow::take(obj, tensor, range, self.source.exclusive));
+        match taken {
+            Ok(numpy) => {
+                self.source.numpy = numpy;
+                Ok(())
+            }
+            Err(err) => {
+                if let Some(borrow) = self.source.borrow.take() {
+                    borrow.give_back(obj.py());
+                }
+                // SAFETY: not used again (the contract).
+                unsafe { self.drop_source(obj.py()) };
+                Err(err)
+            }
+        }
+    }
+
     /// The memory held, as described when the view was made (a `DLPackObject`'s tensor never
     /// changes).
     pub(crate) fn tensor<'a>(&'a self, py: Python<'a>) -> &'a Tensor {
@@ -162,7 +199,7 @@ impl Held {
     /// is released directly, where dropping it would first ask whether this thread may attach.
     ///
     /// # Safety
-    /// Nothing of the `Held` but its borrow is used again: its memory is then freed (or kept)
+    /// Nothing of the `Held` but its borrows is used again: its memory is then freed (or kept)
     /// as uninitialised, never dropped as a `Held`.
     unsafe fn drop_source(&mut self, py: Python<'_>) {
         match self.source.object.take() {
@@ -181,13 +218,17 @@ impl Held {
         let raw = Box::into_raw(self);
         // SAFETY: the box's contents, live and ours alone.
         let held = unsafe { &mut *raw };
-        // SAFETY: only the borrow is used after this, and the memory is kept as uninitialised.
+        // SAFETY: only the borrows are used after this, and the memory is kept as
+        // uninitialised.
         unsafe { held.drop_source(py) };
+        if let Some(numpy) = held.source.numpy.take() {
+            numpy.give_back(py);
+        }
         if let Some(borrow) = held.source.borrow.take() {
             borrow.give_back(py);
         }
-        // SAFETY: the allocation `Box::into_raw` gave; its source was released and its borrow
-        // given back above, and what remains (a `None` and a bool) needs no drop.
+        // SAFETY: the allocation `Box::into_raw` gave; its source was released and its borrows
+        // given back above, and what remains (`None`s and a bool) needs no drop.
         keep_box(py, unsafe {
             Box::from_raw(raw.cast::<MaybeUninit<Held>>())
         });

@@ -23,8 +23,8 @@
 //! The other statics take no GIL for granted: atomics (`object::instance`'s `TYPE`,
 //! `import::numpy`'s `NDARRAY` and its last-dtype seqlock, whose writers hold `DESCRS`' lock),
 //! locks (`import::numpy`'s `DESCRS`, `import::protocols`' `CACHE`, `share`'s registries),
-//! `PyOnceLock`s (`import::numpy`'s `FIELDS_OFFSET`, pickling's, the stand-in type's) and
-//! immutable tables (the C APIs').
+//! `PyOnceLock`s (`import::numpy`'s `FIELDS_OFFSET`, pickling's, the stand-in type's,
+//! `api::rust_numpy`'s `FLAGS` and `MODULES`) and immutable tables (the C APIs').
 
 #[cfg(Py_GIL_DISABLED)]
 compile_error!(

@@ -12,16 +12,20 @@ use dlpack_core::layout::{SelfOverlap, self_overlap};
 use pyo3::exceptions::{PyBufferError, PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::capi::{self, CApi, VIEW_C_CONTIGUOUS, VIEW_INDIRECT, VIEW_MUTABLE, VIEW_SWAPPED, View};
+use crate::capi::{
+    self, DLPACK_ADAPTER_VIEW_C_CONTIGUOUS, DLPACK_ADAPTER_VIEW_INDIRECT,
+    DLPACK_ADAPTER_VIEW_MUTABLE, DLPACK_ADAPTER_VIEW_READONLY, DLPACK_ADAPTER_VIEW_SWAPPED,
+    DLPackAdapterAPI, DLPackAdapterView,
+};
 use crate::element::Element;
 
 /// A read-only view of an array's memory, from any object `asdlpack` accepts, without a copy.
 /// It keeps the source alive and holds its memory as borrowed, in the process's one registry
 /// (see the crate's safety model), until dropped.
 pub struct ArrayView<'py> {
-    view: View,
+    view: DLPackAdapterView,
     numel: usize,
-    api: &'static CApi,
+    api: &'static DLPackAdapterAPI,
     py: Python<'py>,
 }
 
@@ -46,7 +50,7 @@ pub fn view<'py>(obj: &Bound<'py, PyAny>) -> PyResult<ArrayView<'py>> {
 /// memory another view holds, in this extension or any other).
 pub fn view_mut<'py>(obj: &Bound<'py, PyAny>) -> PyResult<ArrayViewMut<'py>> {
     Ok(ArrayViewMut {
-        view: ArrayView::new(obj, VIEW_MUTABLE)?,
+        view: ArrayView::new(obj, DLPACK_ADAPTER_VIEW_MUTABLE)?,
     })
 }
 
@@ -61,14 +65,20 @@ impl<'py> ArrayView<'py> {
     fn new(obj: &Bound<'py, PyAny>, flags: u32) -> PyResult<Self> {
         let py = obj.py();
         let api = capi::api(py)?;
-        let mut filled = MaybeUninit::<View>::uninit();
-        // SAFETY: the GIL is held (`obj` is bound); `obj` is a live object; `filled` is
-        // writable memory for a `View`.
+        // Only the size is set beforehand: the runtime, of this crate's feature level or later
+        // (`capi::api` checked), fills every field of this crate's declaration.
+        let mut filled = MaybeUninit::<DLPackAdapterView>::uninit();
+        let size = filled.as_mut_ptr().cast::<u32>();
+        // SAFETY: `size` is the first field of the view `filled` has room for.
+        unsafe { size.write(size_of::<DLPackAdapterView>() as u32) };
+        // SAFETY: the GIL is held (`obj` is bound); `obj` is a live object; `filled` is a
+        // writable view whose size says its declared size.
         let status = unsafe { (api.view)(obj.as_ptr(), flags, filled.as_mut_ptr()) };
         if status != 0 {
             return Err(PyErr::fetch(py));
         }
-        // SAFETY: the runtime filled it (status 0).
+        // SAFETY: the runtime filled it (status 0): every field of a view of the size it was
+        // given, a runtime of this crate's level or later knowing them all.
         let view = unsafe { filled.assume_init() };
         let mut made = ArrayView {
             view,
@@ -136,12 +146,12 @@ impl<'py> ArrayView<'py> {
     }
 
     pub fn is_readonly(&self) -> bool {
-        self.view.readonly != 0
+        self.view.flags & DLPACK_ADAPTER_VIEW_READONLY != 0
     }
 
     /// C-contiguous (extents of 1 may have any stride).
     pub fn is_c_contiguous(&self) -> bool {
-        self.view.flags & VIEW_C_CONTIGUOUS != 0
+        self.view.flags & DLPACK_ADAPTER_VIEW_C_CONTIGUOUS != 0
     }
 
     /// The address of the first element (device memory is described, never read).
@@ -155,8 +165,10 @@ impl<'py> ArrayView<'py> {
     pub fn as_slice<T: Element>(&self) -> PyResult<&[T]> {
         // The common case at once; the checks one by one only to say what is wrong. A slice
         // reads `len` elements from `data` on, so an aligned `data` is all the alignment needed.
-        let direct = self.view.flags & (VIEW_C_CONTIGUOUS | VIEW_SWAPPED | VIEW_INDIRECT)
-            == VIEW_C_CONTIGUOUS
+        let layout_bits = DLPACK_ADAPTER_VIEW_C_CONTIGUOUS
+            | DLPACK_ADAPTER_VIEW_SWAPPED
+            | DLPACK_ADAPTER_VIEW_INDIRECT;
+        let direct = self.view.flags & layout_bits == DLPACK_ADAPTER_VIEW_C_CONTIGUOUS
             && self.dtype() == T::DTYPE
             && self.view.device.is_host()
             && self.view.data.cast::<T>().is_aligned();
@@ -302,13 +314,13 @@ impl<'py> ArrayView<'py> {
     /// order, aligned for `T`.
     fn in_place<T: Element>(&self) -> PyResult<()> {
         self.host_memory()?;
-        if self.view.flags & VIEW_INDIRECT != 0 {
+        if self.view.flags & DLPACK_ADAPTER_VIEW_INDIRECT != 0 {
             return Err(PyBufferError::new_err(
                 "this buffer reaches its rows through pointers (suboffsets), so it can't be read \
                  in place; to_vec() copies it",
             ));
         }
-        if self.view.flags & VIEW_SWAPPED != 0 {
+        if self.view.flags & DLPACK_ADAPTER_VIEW_SWAPPED != 0 {
             return Err(PyBufferError::new_err(
                 "this array's elements are in non-native byte order; to_vec() copies them in \
                  native order",

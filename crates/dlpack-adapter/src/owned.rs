@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::capi::{self, Memory};
+use crate::capi::{self, DLPackAdapterMemory};
 use crate::element::Element;
 
 /// A `Vec`'s heap memory, taken apart so that consumers may write it through the raw address
@@ -73,11 +73,12 @@ pub fn from_vec<'py, T: Element>(
         len: data.len(),
         capacity: data.capacity(),
     });
-    let described = Memory {
+    let described = DLPackAdapterMemory {
+        size: size_of::<DLPackAdapterMemory>() as u32,
+        flags: 0,
         data: memory.ptr.cast(),
         dtype: T::DTYPE.0,
         ndim: extents.len() as i32,
-        readonly: 0,
         shape: extents.as_ptr(),
         byte_strides: std::ptr::null(),
         release: Some(release::<T>),

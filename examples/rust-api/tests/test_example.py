@@ -328,13 +328,13 @@ def _run_child(code, tmp_path):
     )
 
 
-# A runtime whose table is only the version and size: 8 bytes, where this crate reads more.
-_SMALL_TABLE = """
+# A runtime whose table is only its header, given as u32s: versions, size, reserved.
+_HEADER_ONLY = """
 import ctypes
 
 __version__ = "0.0.2"
 _NAME = b"dlpack._dlpack._C_API"
-_table = (ctypes.c_uint32 * 2)(1, 8)
+_table = (ctypes.c_uint32 * 4)({})
 _new = ctypes.pythonapi.PyCapsule_New
 _new.restype = ctypes.py_object
 _new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
@@ -345,22 +345,34 @@ _C_API = _new(ctypes.addressof(_table), _NAME, None)
 @pytest.mark.parametrize(
     "fake, message",
     [
-        ("", "needs the dlpack Python package .* C API version 1 or later: "),
+        ("", "needs the dlpack Python package .* ABI version 2 at feature level 1 or later: "),
         (
             "__version__ = '0.0.1'\n",
-            "C API version 1 or later; the installed dlpack 0.0.1 has no C API",
+            "ABI version 2 at feature level 1 or later; the installed dlpack 0.0.1 has no C API",
         ),
         (
-            _SMALL_TABLE,
-            "the installed dlpack 0.0.2 has C API version 1, a table of 8 bytes "
+            # the head of ABI version 1's table: a version (1) and a size
+            _HEADER_ONLY.format("1, 56, 0, 0"),
+            "at feature level 1 or later; the installed dlpack 0.0.2 has C API ABI version 1 "
+            "at feature level 56$",
+        ),
+        (
+            _HEADER_ONLY.format("2, 0, 64, 0"),
+            "the installed dlpack 0.0.2 has C API ABI version 2 at feature level 0$",
+        ),
+        (
+            _HEADER_ONLY.format("2, 1, 16, 0"),
+            "the installed dlpack 0.0.2 has a C API table of 16 bytes at feature level 1 "
             r"\(this crate reads \d+\)",
         ),
     ],
-    ids=["missing", "too-old", "smaller-table"],
+    ids=["missing", "no-c-api", "another-abi", "older-level", "smaller-table"],
 )
 def test_a_missing_or_too_old_dlpack_is_an_import_error(tmp_path, fake, message):
     """The crate finds the runtime on first use: without one (an empty dlpack package first on
-    sys.path) or with one that has no C API, the call is an ImportError naming both versions."""
+    sys.path), with one that has no C API, or with a table of another ABI version, an older
+    feature level or fewer functions than the crate reads, the call is an ImportError naming
+    both sides."""
     package = tmp_path / "shadow" / "dlpack"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
