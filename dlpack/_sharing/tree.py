@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import io
 import numbers
+import operator
 import pickle
 import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..interop._pytree import _TORCH, _flatten, _leaf_paths, _Slot
+from ..interop._pytree import _FIRST_ARRAY_KIND, _KINDS, _TORCH, _flatten, _kind, _leaf_paths, _Slot
 from .process import not_linux
 
 __all__ = ["SharedTree", "TreeSnapshot", "share_tree"]
@@ -59,8 +60,7 @@ def share_tree(tree: Any, *, writable: bool = False) -> SharedTree:
     """
     if type(writable) is not bool:
         raise TypeError(f"writable must be True or False, not {type(writable).__name__}")
-    skeleton, leaves, kinds = _flatten(tree)
-    structure = _dump(skeleton)
+    structure, leaves, kinds = _flattened(tree)
     segment = _share_tree(_detached(leaves, kinds), structure, writable, _namer(tree))
     return SharedTree._of(segment, structure)
 
@@ -150,8 +150,8 @@ class SharedTree:
         the leaves holds here is not written (BufferError).
         """
         timeout = _timeout(timeout)
-        skeleton, leaves, kinds = _flatten(tree)
-        if _dump(skeleton) != self._structure:
+        structure, leaves, kinds = _flattened(tree)
+        if structure != self._structure:
             raise ValueError(self._difference(tree))
         return self._segment.update(_detached(leaves, kinds), _namer(tree), timeout)
 
@@ -211,6 +211,40 @@ def _open_tree(segment: TreeSegment) -> SharedTree:
     return SharedTree._of(segment, segment.structure())
 
 
+def _flattened(tree: Any) -> tuple[bytes, list[Any], list[int]]:
+    """``tree``'s structure (its skeleton's bytes, see :func:`_dump`), array leaves and their
+    kinds. A state dict (a dict of str keys whose values are all array leaves) is read without
+    walking it, its structure made once per set of keys (see :func:`_flat_structure`): the
+    same bytes as the walk's."""
+    if type(tree) is dict and tree:
+        leaves = list(tree.values())
+        kinds: list[int] = list(map(_KINDS.get, map(type, leaves)))  # type: ignore[arg-type]
+        if None in kinds:  # types not classified yet
+            kinds = [_kind(leaf) for leaf in leaves]
+        if min(kinds) >= _FIRST_ARRAY_KIND and set(map(type, tree)) == {str}:
+            return _flat_structure(tuple(tree)), leaves, kinds
+    skeleton, leaves, kinds = _flatten(tree)
+    return _dump(skeleton), leaves, kinds
+
+
+# The structures of the last state dicts' keys: a loop sharing or updating one model's
+# weights pickles its keys once.
+_FLAT_STRUCTURES: dict[tuple[str, ...], bytes] = {}
+_FLAT_STRUCTURES_KEPT = 8
+
+
+def _flat_structure(keys: tuple[str, ...]) -> bytes:
+    """The structure of a dict of ``keys`` whose values are array leaves 0, 1, ... in order (str
+    keys only: their pickle is their value, so equal keys are equal bytes)."""
+    structure = _FLAT_STRUCTURES.get(keys)
+    if structure is None:
+        structure = _dump({key: _Slot(k) for k, key in enumerate(keys)})
+        if len(_FLAT_STRUCTURES) >= _FLAT_STRUCTURES_KEPT:
+            _FLAT_STRUCTURES.pop(next(iter(_FLAT_STRUCTURES)), None)
+        _FLAT_STRUCTURES[keys] = structure
+    return structure
+
+
 def _slot_index(obj: Any) -> int | None:
     return obj.index if type(obj) is _Slot else None
 
@@ -239,12 +273,22 @@ def _load(structure: bytes, leaves: Any) -> Any:
     return unpickler.load()
 
 
+_requires_grad = operator.attrgetter("requires_grad")
+
+
 def _detached(leaves: list[Any], kinds: list[int]) -> list[Any]:
     """``leaves`` with torch tensors that require grad detached (torch won't export them; their
     values are what is shared)."""
-    for k, kind in enumerate(kinds):
-        if kind == _TORCH and leaves[k].requires_grad:
-            leaves[k] = leaves[k].detach()
+    if _TORCH not in kinds:
+        return leaves
+    torch = [k for k, kind in enumerate(kinds) if kind == _TORCH]
+    flags = list(
+        map(_requires_grad, leaves if len(torch) == len(leaves) else map(leaves.__getitem__, torch))
+    )
+    if True in flags:
+        for k, flag in zip(torch, flags, strict=True):
+            if flag:
+                leaves[k] = leaves[k].detach()
     return leaves
 
 

@@ -667,3 +667,68 @@ def test_collections_counter_is_rebuilt():
     shared = dlpack.share_tree(counter)
     assert type(shared.open()) is collections.Counter
     assert dataclasses.is_dataclass(dlpack.share_tree(tree_workers.Layer(np.ones(1), 1.0)).open())
+
+
+class _Key(str):
+    """A key of a str type of its own: its type travels with the tree's structure."""
+
+
+def test_state_dicts_share_and_update_as_any_tree():
+    """A dict of str keys and array leaves (a state dict): its structure made once per set of
+    keys, its contiguous leaves copied whole, the others through the engine; every leaf's
+    values, and the keys' order and types, as the walk gives them."""
+    torch = need("torch")
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    big = np.arange((5 << 20) // 4, dtype=np.float32)  # past one memcpy: the engine's
+    state = {
+        "contiguous": base,
+        "transposed": base.transpose(2, 0, 1),
+        "big-endian": np.arange(5, dtype=">i4"),
+        "torch": torch.arange(6, dtype=torch.float64).reshape(2, 3),
+        "grad": torch.ones(3, requires_grad=True),
+        "big": big,
+    }
+    shared = dlpack.share_tree(state)
+    expected = {
+        key: np.array(np.asarray(leaf.detach() if key == "grad" else leaf))
+        for key, leaf in state.items()
+    }
+    for tree in (shared.open(), shared.snapshot().tree, pickle.loads(pickle.dumps(shared)).open()):
+        assert list(tree) == list(state)
+        for key, leaf in tree.items():
+            got = np.asarray(leaf)
+            assert got.dtype == expected[key].dtype and got.shape == expected[key].shape, key
+            assert got.tolist() == expected[key].tolist(), key
+    new = {
+        key: np.array(np.asarray(v.detach() if key == "grad" else v)) + 1
+        for key, v in state.items()
+    }
+    new["big-endian"] = new["big-endian"].astype("<i4")  # swapped back into the tree's order
+    assert shared.update(new) == 1
+    tree, generation = shared.snapshot()
+    assert generation == 1
+    for key, leaf in tree.items():
+        assert np.asarray(leaf).tolist() == (expected[key] + 1).tolist(), key
+    # Keys in another order, renamed, or of another str type: another structure.
+    order = r"its array leaf 0 is at tree\['transposed'\], it was at tree\['contiguous'\]"
+    swapped = dict(reversed(list(new.items())[:2]), **dict(list(new.items())[2:]))
+    with pytest.raises(ValueError, match=order):
+        shared.update(swapped)
+    renamed = {("Contiguous" if key == "contiguous" else key): leaf for key, leaf in new.items()}
+    with pytest.raises(ValueError, match="array leaf 0 is at tree\\['Contiguous'\\]"):
+        shared.update(renamed)
+    typed = {(_Key(key) if key == "big" else key): leaf for key, leaf in new.items()}
+    with pytest.raises(ValueError, match="containers or non-array leaves differ"):
+        shared.update(typed)
+    assert shared.generation == 1
+    # A tree of such keys keeps their type; many other state dicts later, the first updates.
+    assert [type(key) for key in dlpack.share_tree(typed).open()][-1] is _Key
+    for k in range(20):
+        dlpack.share_tree({f"other{k}.{j}": np.zeros(1) for j in range(3)})
+    assert shared.update(new) == 2
+    # A dict holding anything but array leaves is walked.
+    mixed = dlpack.share_tree({"w": np.ones(2), "step": 3})
+    snap = mixed.snapshot().tree
+    assert list(snap) == ["w", "step"] and snap["step"] == 3
+    with pytest.raises(ValueError, match="non-array leaves differ"):
+        mixed.update({"w": np.ones(2), "step": 4})

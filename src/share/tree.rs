@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use dlpack_core::copy::cpu::{Strided, copy_strided};
+use dlpack_core::copy::cpu::{PARALLEL_THRESHOLD, STREAMING_THRESHOLD, Strided, copy_strided};
 use dlpack_core::dtype::{DType, Element};
 use dlpack_core::layout::Layout;
 use dlpack_core::memory::AlignedBuffer;
@@ -45,7 +45,7 @@ use crate::copy;
 use crate::error::{Error, Result};
 use crate::ffi::python;
 use crate::object::{self, Described, empty_view, new_view, tensor_of};
-use crate::tensor::{Device, Owner, Tensor};
+use crate::tensor::{Owner, Tensor};
 use dlpack_core::abi::DLDevice;
 use dlpack_core::error::Error as CoreError;
 
@@ -207,18 +207,103 @@ fn _share_tree<'py>(
     }
     let whole = whole_view(py, &mapped, size, writable)?;
     let segment = TreeSegment::new(mapped, whole, layout, true, writable, OnceLock::new())?;
-    let leaves = segment.layout.leaves().iter().zip(segment.layout.placed());
-    for (k, (source, ((leaf, placed), c_layout))) in
-        read.iter().zip(leaves.zip(&segment.c_layouts)).enumerate()
-    {
-        if placed.nbytes == 0 {
-            continue;
+    let mut staged = Vec::new();
+    for (k, as_read) in read.iter().enumerate() {
+        // Rows behind pointers (suboffsets) are gathered into memory of ours first.
+        if as_read.tensor().indirect() {
+            let copy = copy::to_c_order(py, as_read.tensor())
+                .map_err(|err| named_error(py, err, || leaf_name(name, k)))?;
+            staged.push((k, copy));
         }
-        let target = slot(&segment.mapped, leaf, c_layout.clone(), placed.offset);
-        copy::copy_into(py, &target, source.tensor(), None)
-            .map_err(|err| named_error(py, err, || leaf_name(name, k)))?;
+    }
+    let mut staged = staged.iter().peekable();
+    let sources =
+        read.iter()
+            .enumerate()
+            .map(|(k, as_read)| match staged.next_if(|(at, _)| *at == k) {
+                Some((_, copy)) => copy,
+                None => as_read.tensor(),
+            });
+    let copies = segment.leaf_copies(sources);
+    if segment.layout.data().1 < DETACH_MIN_BYTES {
+        // SAFETY: `leaf_copies` made the copies from the layout of the segment, which nothing
+        // else can see yet, and from the sources' own layouts (host memory, checked by
+        // `host_leaf`, live while `read` and `staged` hold them, which share no byte with a
+        // segment no process maps).
+        unsafe { copies.run() };
+    } else {
+        // SAFETY: the targets are the leaves' places in a segment nothing else can see yet;
+        // the sources are host memory (`host_leaf`) sharing no byte with a segment no process
+        // maps, held by their exports (`read`) or ours (`staged`), so nothing frees or moves
+        // them while the GIL is released.
+        py.detach(move || unsafe { copies.run() });
     }
     Ok(Bound::new(py, segment)?)
+}
+
+/// Copies of at least this many bytes in all are made without the GIL (below it, releasing
+/// and retaking it costs more than the copy).
+const DETACH_MIN_BYTES: u64 = 64 << 10;
+
+/// Leaves smaller than this, contiguous and in the tree's byte order, are copied with one
+/// `memcpy` each; larger ones go through the copy engine, which may split them between
+/// threads or stream them.
+const DIRECT_MAX_BYTES: u64 = {
+    let (a, b) = (PARALLEL_THRESHOLD as u64, STREAMING_THRESHOLD as u64);
+    if a < b { a } else { b }
+};
+
+/// One leaf's copy into its place in the segment.
+enum LeafCopy {
+    /// `len` contiguous bytes.
+    Direct {
+        to: *mut u8,
+        from: *const u8,
+        len: usize,
+    },
+    /// Through the copy engine.
+    Strided {
+        to: Strided,
+        from: Strided,
+        itemsize: usize,
+        swap: Option<usize>,
+    },
+}
+
+/// A tree's leaf copies, run together (without the GIL where they are large).
+struct LeafCopies(Vec<LeafCopy>);
+
+// SAFETY: the copies only carry addresses of memory their maker keeps alive for as long as
+// they run (see `LeafCopies::run`); running them reads the sources and writes the segment,
+// from whichever thread.
+unsafe impl Send for LeafCopies {}
+
+impl LeafCopies {
+    /// Make every copy.
+    ///
+    /// # Safety
+    /// Every copy's target is writable for the call, and read or written by no one else
+    /// meanwhile (but readers through the sequence lock, who throw away what they read during
+    /// a write); every source is readable for the call and shares no byte with any target.
+    unsafe fn run(&self) {
+        for copy in &self.0 {
+            match copy {
+                // SAFETY: the contract; `len` bytes on each side (the leaf's size).
+                LeafCopy::Direct { to, from, len } => unsafe {
+                    std::ptr::copy_nonoverlapping(*from, *to, *len)
+                },
+                LeafCopy::Strided {
+                    to,
+                    from,
+                    itemsize,
+                    swap,
+                } => {
+                    // SAFETY: the contract; both layouts address the leaf's elements.
+                    unsafe { copy_strided(to, from, *itemsize, *swap) }
+                }
+            }
+        }
+    }
 }
 
 /// A segment of `size` bytes for a tree: one kept from an earlier tree of this size that no
@@ -265,26 +350,6 @@ fn named_error(py: Python<'_>, err: Error, name: impl Fn() -> String) -> Error {
             Error::Python(named)
         }
     }
-}
-
-/// A writable tensor over a leaf's place in the segment (`layout`, its C-ordered layout, in the
-/// leaf's byte order).
-fn slot(mapped: &Arc<Mapped>, leaf: &Leaf, layout: Layout, offset: u64) -> Tensor {
-    // SAFETY: the layout puts the leaf's elements, C-ordered, at `offset` inside the segment's
-    // first `layout.size()` bytes, which the mapping (held by the owner) holds, readable and
-    // writable through this process's shared mapping (a writer's: its maker's or a writable
-    // handle's).
-    let mut tensor = unsafe {
-        Tensor::owned(
-            mapped.base_ptr().wrapping_add(offset as usize).cast(),
-            Device::CPU,
-            leaf.element.dtype,
-            layout,
-            Owner::Held(mapped.clone()),
-        )
-    };
-    tensor.set_swapped(leaf.element.swapped);
-    tensor
 }
 
 /// The view of the segment's first `size` bytes that its handle names.
@@ -478,6 +543,51 @@ impl TreeSegment {
         drop(dropped); // its references let go of outside the lock
     }
 
+    /// The copies of `sources` (one per leaf, of its shape and element type, in host memory)
+    /// into the leaves' places in this process's shared mapping: each leaf C-ordered, in the
+    /// tree's byte order.
+    fn leaf_copies<'t>(&self, sources: impl Iterator<Item = &'t Tensor>) -> LeafCopies {
+        let base = self.mapped.base_ptr();
+        let leaves = self.layout.leaves().iter().zip(self.layout.placed());
+        let mut copies = Vec::with_capacity(self.layout.leaves().len());
+        for (source, ((leaf, placed), c_layout)) in sources.zip(leaves.zip(&self.c_layouts)) {
+            if placed.nbytes == 0 {
+                continue;
+            }
+            let to = base.wrapping_add(placed.offset as usize);
+            let swap =
+                (leaf.element.swapped != source.swapped()).then(|| leaf.element.dtype.swap_unit());
+            let contiguous = source.layout().is_c_contiguous() && !source.indirect();
+            if swap.is_none() && contiguous && placed.nbytes < DIRECT_MAX_BYTES {
+                copies.push(LeafCopy::Direct {
+                    to,
+                    from: source.data().cast_const().cast(),
+                    len: placed.nbytes as usize,
+                });
+                continue;
+            }
+            let strides = |layout: &Layout| -> Vec<isize> {
+                layout.byte_strides().iter().map(|&s| s as isize).collect()
+            };
+            let shape: Vec<usize> = leaf.shape.iter().map(|&n| n as usize).collect();
+            copies.push(LeafCopy::Strided {
+                to: Strided {
+                    ptr: to,
+                    shape: shape.clone(),
+                    strides: strides(c_layout),
+                },
+                from: Strided {
+                    ptr: source.data().cast(),
+                    shape,
+                    strides: strides(source.layout()),
+                },
+                itemsize: leaf.element.dtype.itemsize(),
+                swap,
+            });
+        }
+        LeafCopies(copies)
+    }
+
     /// Leaf `k`'s element type and shape as its layout holds them.
     fn check_leaf(&self, k: usize, tensor: &Tensor, name: &Bound<'_, PyAny>) -> Result<()> {
         let leaf = &self.layout.leaves()[k];
@@ -630,42 +740,17 @@ impl TreeSegment {
             };
             let sequence = SeqLock::new(self.mapped.mapping().atomic_word(SEQUENCE_OFFSET));
             let writing = sequence.begin_write(&lock.exclusive());
-            let base = self.mapped.base_ptr();
-            let leaves = self.layout.leaves().iter().zip(self.layout.placed());
-            for ((read, staged), ((leaf, placed), c_layout)) in
-                sources.iter().zip(leaves.zip(&self.c_layouts))
-            {
-                if placed.nbytes == 0 {
-                    continue;
-                }
-                let source = staged.as_ref().unwrap_or_else(|| read.tensor());
-                let strides = |layout: &Layout| -> Vec<isize> {
-                    layout.byte_strides().iter().map(|&s| s as isize).collect()
-                };
-                let shape: Vec<usize> = leaf.shape.iter().map(|&n| n as usize).collect();
-                let to = Strided {
-                    ptr: base.wrapping_add(placed.offset as usize),
-                    shape: shape.clone(),
-                    strides: strides(c_layout),
-                };
-                let from = Strided {
-                    ptr: source.data().cast(),
-                    shape,
-                    strides: strides(source.layout()),
-                };
-                let itemsize = leaf.element.dtype.itemsize();
-                let swap = (leaf.element.swapped != source.swapped())
-                    .then(|| leaf.element.dtype.swap_unit());
-                // SAFETY: `to` is the leaf's place in the segment (its C-ordered layout at its
-                // offset, inside the segment's first `layout.size()` bytes), writable through
-                // this process's shared mapping (`may_write`), which `self` holds; `from`
-                // is the source's host memory (checked by `check_leaf`), live while `read` or
-                // `staged` holds it, addressed by its own layout of the same shape, and shares
-                // no byte with the segment (a source that did was staged into memory of ours).
-                // The GIL, held throughout, keeps this process's readers out; other processes
-                // read only through the sequence lock.
-                unsafe { copy_strided(&to, &from, itemsize, swap) };
-            }
+            let sources = sources
+                .iter()
+                .map(|(read, staged)| staged.as_ref().unwrap_or_else(|| read.tensor()));
+            // SAFETY: the copies' targets are the leaves' places in the segment, writable
+            // through this process's shared mapping (`may_write`), which `self` holds; their
+            // sources are host memory (checked by `check_leaf`), live while `sources` holds
+            // them, sharing no byte with the segment (a source that did was staged into memory
+            // of ours). The GIL, held throughout, keeps this process's readers out; other
+            // processes read only through the sequence lock; the writers' lock keeps other
+            // writers out.
+            unsafe { self.leaf_copies(sources).run() };
             Ok(writing.end())
         })
     }
