@@ -27,11 +27,14 @@ The rows, in one run:
    ``np.copyto`` of as many bytes into an existing array (best of the repeats, interleaved):
    into memory kept from an earlier tree of the same size (``share_tree``'s steady state), and
    into new memory (the first tree of its size, its pages faulted in), beside numpy's own copy
-   into new memory (``np.array``) for scale.
+   into new memory (``np.array``) for scale, and ``np.copyto`` of the same bytes leaf by leaf
+   (200 copies: glibc's memcpy streams only copies past its non-temporal threshold, which one
+   copy of all the bytes may pass where each leaf's doesn't).
 4. ``update`` of that tree with new values against the same ``np.copyto``.
 5. ``snapshot`` of row 1's tree in a receiver (a read-only one, through its own read-only
    mapping), holding the last snapshot while it takes the next (``snap = tree.snapshot()``),
-   against ``np.copyto`` of 4 MiB there.
+   against ``np.copyto`` of 4 MiB there, and against ``np.copyto`` into two targets in turn
+   (a loop holding its last snapshot writes into the buffer before last).
 
 Times are wall-clock (``time.perf_counter``, or ``timeit`` through ``_bench_timing``). On a
 machine shared with other work the figures move from run to run; the ratios of rows 3-5 are
@@ -140,12 +143,28 @@ def snapshot_rows(data: bytes, repeats: int, seconds: float, connection) -> None
     shared = pickle.loads(data)
     source = np.ones(LEAVES * LEAF, np.float32)
     target = np.empty_like(source)
-    scope = {"shared": shared, "np": np, "source": source, "target": target, "snap": None}
+    other = np.empty_like(source)
+    scope = {
+        "shared": shared,
+        "np": np,
+        "source": source,
+        "target": target,
+        "other": other,
+        "snap": None,
+    }
     timers = {
         "snapshot": timeit.Timer("snap = shared.snapshot()", globals=scope),
         "copyto": timeit.Timer("np.copyto(target, source)", globals=scope),
+        # What a loop holding its last snapshot writes into: the buffer before last, which
+        # cache has less of than the one just written.
+        "copyto, two targets in turn": timeit.Timer(
+            "np.copyto(target, source); np.copyto(other, source)", globals=scope
+        ),
     }
     _, per_call = TIMING["interleaved"](timers, repeats, seconds)
+    per_call["copyto, two targets in turn"] = [
+        seconds / 2 for seconds in per_call["copyto, two targets in turn"]
+    ]
     connection.send(per_call)
 
 
@@ -256,8 +275,18 @@ def big_rows(total: int, repeats: int) -> dict[str, list[float]]:
     shared = dlpack.share_tree(tree)
     dlpack.share_tree(tree)  # let go of at once: its segment is kept for the first repeat
     gc.collect()
+    rows = target.reshape(200, leaf)
+    leaves = list(tree.values())
     times: dict[str, list[float]] = {
-        key: [] for key in ("copyto", "share_tree kept", "share_tree new", "np.array", "update")
+        key: []
+        for key in (
+            "copyto",
+            "copyto leaf by leaf",
+            "share_tree kept",
+            "share_tree new",
+            "np.array",
+            "update",
+        )
     }
 
     def timed(key: str, call) -> None:
@@ -268,6 +297,12 @@ def big_rows(total: int, repeats: int) -> dict[str, list[float]]:
 
     for _ in range(repeats):
         timed("copyto", lambda: np.copyto(target, source))
+        # The same bytes as 200 copies, as a tree's leaves are (glibc streams a copy past its
+        # non-temporal threshold only, which one leaf may not reach where all of them do).
+        timed(
+            "copyto leaf by leaf",
+            lambda: [np.copyto(r, x) for r, x in zip(rows, leaves, strict=True)],
+        )
         timed("update", lambda: shared.update(tree))
         # The kept row: the tree of the repeat before let go of, its segment kept.
         timed("share_tree kept", lambda: dlpack.share_tree(tree))
@@ -435,6 +470,13 @@ def main() -> int:
         met = value <= goal
         shown = f"{value:.2f} {unit}".strip() if isinstance(value, float) else f"{value}"
         print(f"| {what} | {shown} | {how} {goal} {unit} | {'met' if met else 'MISSED'} |")
+    print(
+        f"\n(For scale: np.copyto of the same bytes leaf by leaf "
+        f"{min(times['copyto leaf by leaf']) / copyto:.2f}× one np.copyto, update / it "
+        f"{min(times['update']) / min(times['copyto leaf by leaf']):.2f}×; np.copyto of 4 MiB "
+        f"into two targets in turn {best['copyto, two targets in turn'] / best['copyto']:.2f}× "
+        f"into one, snapshot / it {best['snapshot'] / best['copyto, two targets in turn']:.2f}×)"
+    )
     print(
         f"\n(share_tree into new memory, the first tree of its size: "
         f"{min(times['share_tree new']) / copyto:.2f}× np.copyto; numpy's own copy into new "

@@ -27,7 +27,14 @@ from dlpack.interop._pytree import _map_leaves
 
 from . import _sharing_workers as workers
 from . import _tree_workers as tree_workers
-from ._helpers import ML_DTYPES_NAMES, NUMPY_NATIVE_DTYPES, need, optional, run_python
+from ._helpers import (
+    ML_DTYPES_NAMES,
+    NUMPY_NATIVE_DTYPES,
+    need,
+    optional,
+    package_root,
+    run_python,
+)
 
 np = need("numpy")
 
@@ -606,6 +613,30 @@ def test_a_tree_goes_to_a_dask_worker():
             timeout=120
         )
     assert pid != os.getpid() and total == 45.0 and tag == "x"
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+def test_a_tree_goes_to_a_ray_task():
+    """Ray pickles a task's arguments (cloudpickle) to a worker process it started: the tree
+    travels as its handle, and the worker reads the tree's memory, updates included."""
+    ray = need("ray")
+    shared = dlpack.share_tree({"w": np.arange(10.0), "tag": "x"})
+    # Ray's workers start in the driver's working directory: from the folder holding the
+    # dlpack under test, they import it (not a source checkout's, without the extension).
+    here = os.getcwd()
+    os.chdir(package_root())
+    try:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    finally:
+        os.chdir(here)
+    try:
+        task = ray.remote(tree_workers.dask_sum)
+        pid, total, tag = ray.get(task.remote(shared), timeout=120)
+        assert pid != os.getpid() and total == 45.0 and tag == "x"
+        shared.update({"w": np.arange(10.0) * 2, "tag": "x"})
+        assert ray.get(task.remote(shared), timeout=120)[1:] == (90.0, "x")
+    finally:
+        ray.shutdown()
 
 
 def test_interop_converts_a_shared_tree_as_its_snapshot():
