@@ -13,7 +13,7 @@ import operator
 import pickle
 import sys
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from ..interop._pytree import _FIRST_ARRAY_KIND, _KINDS, _TORCH, _flatten, _kind, _leaf_paths, _Slot
 from .process import not_linux
@@ -218,9 +218,9 @@ def _flattened(tree: Any) -> tuple[bytes, list[Any], list[int]]:
     same bytes as the walk's."""
     if type(tree) is dict and tree:
         leaves = list(tree.values())
-        kinds: list[int] = list(map(_KINDS.get, map(type, leaves)))  # type: ignore[arg-type]
-        if None in kinds:  # types not classified yet
-            kinds = [_kind(leaf) for leaf in leaves]
+        known = list(map(_KINDS.get, map(type, leaves)))
+        # Types not classified yet are, once.
+        kinds = [_kind(leaf) for leaf in leaves] if None in known else cast(list[int], known)
         if min(kinds) >= _FIRST_ARRAY_KIND and set(map(type, tree)) == {str}:
             return _flat_structure(tuple(tree)), leaves, kinds
     skeleton, leaves, kinds = _flatten(tree)

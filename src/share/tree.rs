@@ -279,7 +279,7 @@ struct LeafCopies(Vec<LeafCopy>);
 unsafe impl Send for LeafCopies {}
 
 impl LeafCopies {
-    /// Make every copy.
+    /// Run every copy, in the order made.
     ///
     /// # Safety
     /// Every copy's target is writable for the call, and read or written by no one else
