@@ -17,22 +17,24 @@ from ._dlpack import DLPACK_VERSION, DLDeviceType, DLPackObject, __version__, as
 
 # dlpack.sharing (sockets, threads, ctypes) is imported on first use: most users never share, and
 # importing it would double the time ``import dlpack`` takes.
-_SHARING = ("SharedHandle", "empty_shared", "share")
+_SHARING = ("SharedHandle", "SharedTree", "empty_shared", "share", "share_tree")
 TYPE_CHECKING = False  # type checkers read the names from here (importing typing takes 10 ms)
 if TYPE_CHECKING:
-    from .sharing import SharedHandle, empty_shared, share
+    from .sharing import SharedHandle, SharedTree, empty_shared, share, share_tree
 
 __all__ = [
     "DLPACK_VERSION",
     "DLDeviceType",
     "DLPackObject",
     "SharedHandle",
+    "SharedTree",
     "__version__",
     "asdlpack",
     "copyto",
     "empty_shared",
     "get_include",
     "share",
+    "share_tree",
 ]
 
 

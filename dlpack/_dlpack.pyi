@@ -16,6 +16,7 @@ __all__ = [
     "HOST_DEVICE_TYPES",
     "IMPORT_ORDER",
     "SharedHandle",
+    "TreeSegment",
     "__version__",
     "_C_API",
     "_SHARE_POOL_SEGMENTS",
@@ -25,6 +26,8 @@ __all__ = [
     "_share_empty",
     "_share",
     "_share_rebuild",
+    "_share_tree",
+    "_share_tree_rebuild",
     "asdlpack",
     "byte_extent",
     "copyto",
@@ -177,6 +180,45 @@ def _share(obj: Any, writable: Any) -> SharedHandle:
 
 def _share_empty(shape: Sequence[int], dtype: str) -> DLPackObject:
     """A writable, zero-filled, C-ordered array in new shared memory."""
+
+@final
+class TreeSegment:
+    """A pytree's segment as this process holds it (what a ``SharedTree`` holds)."""
+
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> TreeSegment: ...
+    def structure(self) -> bytes:
+        """The tree's structure, as ``share_tree`` wrote it."""
+    def leaves(self) -> list[DLPackObject]:
+        """The leaves over the segment's memory, read-only (made once)."""
+    def update(self, leaves: list[Any], name: Any, timeout: float | None = None) -> int:
+        """Write ``leaves`` as the next generation, which it returns."""
+    def snapshot(self, timeout: float | None = None) -> tuple[list[DLPackObject], int]:
+        """A copy of every leaf, all of one generation, and that generation."""
+    @property
+    def generation(self) -> int: ...
+    @property
+    def _sequence(self) -> int:
+        """The sequence word as it is (for tests: odd while a write is under way)."""
+    @property
+    def writable(self) -> bool:
+        """Whether this process may update the tree."""
+    @property
+    def lends_writable(self) -> bool:
+        """Whether pickles of it lend it writable."""
+    @property
+    def nbytes(self) -> int: ...
+    def __len__(self) -> int: ...
+    @property
+    def _memory(self) -> tuple[tuple[int, int], int]:
+        """``((device, inode), size)`` of its segment (for tests)."""
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        """Pickle: the handle of the segment (pinned for the receiver here)."""
+
+def _share_tree(leaves: list[Any], structure: bytes, writable: Any, name: Any) -> TreeSegment:
+    """``dlpack.share_tree``'s work: a new segment holding ``leaves`` and ``structure``."""
+
+def _share_tree_rebuild(state: Any) -> TreeSegment:
+    """Unpickle a tree's segment: its handle opened, its header and table read and checked."""
 
 def _share_after_fork() -> None:
     """Sharing's per-process state in a forked child."""

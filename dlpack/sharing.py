@@ -21,8 +21,13 @@ descriptor table, or gets from the sender's lender thread (CUDA memory can't be 
 later copies nothing. A handle works on the machine that made it; to send arrays to other
 machines, pickle the arrays themselves (a ``DLPackObject`` pickles with out-of-band buffers,
 protocol 5), e.g. through Dask distributed.
+
+:func:`share_tree` shares a whole pytree (a model's weights) as one segment behind one handle,
+which its lender (or a writable holder) refreshes in place with :meth:`SharedTree.update` and
+receivers read as consistent snapshots (:meth:`SharedTree.snapshot`).
 """
 
 from ._sharing.handles import SharedHandle, empty_shared, share
+from ._sharing.tree import SharedTree, TreeSnapshot, share_tree
 
-__all__ = ["SharedHandle", "empty_shared", "share"]
+__all__ = ["SharedHandle", "SharedTree", "TreeSnapshot", "empty_shared", "share", "share_tree"]

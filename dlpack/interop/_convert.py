@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ._jax import _x64_enabled
@@ -15,6 +16,21 @@ from ._request import (
     _Request,
     _require,
 )
+
+
+def _shared_tree(tree: Any, copy: bool | None) -> tuple[Any, bool | None]:
+    """A ``dlpack.SharedTree`` as its snapshot (one consistent copy, which the conversion then
+    takes as it is), anything else as it is. Looked up, not imported: only a process that
+    shares trees has the module."""
+    module = sys.modules.get("dlpack._sharing.tree")
+    if module is None or not isinstance(tree, module.SharedTree):
+        return tree, copy
+    if copy is False:
+        raise BufferError(
+            "copy=False can't be served for a SharedTree: a consistent tree is a copy (its "
+            "snapshot()); its open() gives the shared memory itself, zero-copy, as updates land"
+        )
+    return tree.snapshot().tree, None
 
 
 def to_torch(
@@ -37,11 +53,14 @@ def to_torch(
     - ``copy=True`` always copies; ``copy=False`` raises BufferError where a copy is needed.
     - torch tensors stay themselves (``Tensor.to`` when a device or copy is asked for).
     - A JAX tracer raises TypeError (see :func:`jax_callable`).
+    - A ``dlpack.SharedTree`` converts as its ``snapshot()``: one consistent copy, taken by torch
+      as it is (``copy=False`` is a BufferError: its ``open()`` is the shared memory itself).
     """
     _require("torch", "to_torch")
     _check_copy_argument(copy)
     if type(share_readonly) is not bool:
         raise TypeError("share_readonly must be True or False")
+    tree, copy = _shared_tree(tree, copy)
     request = _Request(_parse_device(device), copy, share_readonly)
     return _map_leaves(tree, lambda leaf, kind: _leaf_to_torch(leaf, kind, request))
 
@@ -62,9 +81,12 @@ def to_jax(tree: Any, *, device: DeviceLike = None, copy: bool | None = None) ->
       with a :class:`DtypeNarrowingWarning`, or BufferError with ``copy=False``.
     - ``copy=True`` always copies; ``copy=False`` raises BufferError where a copy is needed.
     - JAX arrays and tracers stay themselves (``jax.device_put`` when a device is asked for).
+    - A ``dlpack.SharedTree`` converts as its ``snapshot()``: one consistent copy, which XLA
+      reads in place (``copy=False`` is a BufferError: its ``open()`` is the shared memory).
     """
     _require("jax", "to_jax")
     _check_copy_argument(copy)
+    tree, copy = _shared_tree(tree, copy)
     request = _Request(_parse_device(device), copy, False)
     x64 = _x64_enabled()
     return _map_leaves(tree, lambda leaf, kind: _leaf_to_jax(leaf, kind, request, x64))
@@ -79,11 +101,14 @@ def to_numpy(tree: Any, *, device: DeviceLike = None, copy: bool | None = None) 
       come back read-only. bfloat16 and float8 arrays come back as ``ml_dtypes`` arrays.
     - numpy arrays and numpy scalars stay themselves (``copy=True`` copies arrays).
     - A JAX tracer raises TypeError (see :func:`jax_callable`).
+    - A ``dlpack.SharedTree`` converts as its ``snapshot()``: one consistent copy, writable
+      (``copy=False`` is a BufferError: its ``open()`` is the shared memory itself).
     """
     _require("numpy", "to_numpy")
     _check_copy_argument(copy)
     target = _parse_device(device)
     if target not in (None, _HOST):
         raise ValueError(f"numpy arrays live on the CPU; device={device!r} can't be served")
+    tree, copy = _shared_tree(tree, copy)
     request = _Request(None, copy, False)
     return _map_leaves(tree, lambda leaf, kind: _leaf_to_numpy(leaf, kind, request))

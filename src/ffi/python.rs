@@ -91,6 +91,12 @@ pub unsafe fn decref(object: *mut PyObject) {
     unsafe { ffi::Py_DecRef(object) }
 }
 
+/// Whether the one reference `object` borrows from is the only one there is.
+pub fn sole_reference(object: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: reading the header of a live object (the bound reference), the GIL held (`Bound`).
+    unsafe { ffi::Py_REFCNT(object.as_ptr()) == 1 }
+}
+
 /// The type of `object`.
 ///
 /// # Safety

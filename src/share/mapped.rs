@@ -25,7 +25,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use super::lender;
 use super::per_process::PerProcess;
-use super::pool::{self, Files};
+use super::pool::{self, Files, Reuse};
 use super::registry::{Entry, Registry};
 use super::segment::{Segment, TRAILER, file_size, new_generation};
 use dlpack_core::available;
@@ -93,31 +93,31 @@ impl Entry for Mapped {
 }
 
 impl Mapped {
-    /// A new zero-filled segment for `nbytes` bytes (at least 1), mapped writable; `poolable`:
-    /// kept for reuse once nothing maps it.
-    pub fn create(nbytes: u64, poolable: bool) -> Result<Arc<Mapped>> {
+    /// A new zero-filled segment for `nbytes` bytes (at least 1), mapped writable; kept for
+    /// `reuse` once nothing maps it, if given.
+    pub fn create(nbytes: u64, reuse: Option<Reuse>) -> Result<Arc<Mapped>> {
         let size = file_size(nbytes.max(1))
             .ok_or_else(|| Error::Memory(format!("can't share {nbytes} bytes")))?;
         // Before the file exists: its pages are only had when touched, too late to refuse.
         available::check(nbytes, "shared memory").map_err(|err| Error::Memory(err.to_string()))?;
-        // A poolable segment (a fresh copy's) is frozen once written (`freeze`).
-        let file = if poolable {
+        // A fresh copy's segment is frozen once written (`freeze`).
+        let file = if reuse == Some(Reuse::Copy) {
             SealedFile::create_freezable(c"dlpack-share", size)?
         } else {
             SealedFile::create(c"dlpack-share", size)?
         };
-        let segment = Segment::new(Files::new(file, poolable), new_generation()?, true);
+        let segment = Segment::new(Files::new(file, reuse), new_generation()?, true);
         let mapped = Mapped::new(segment, false)?;
         mapped.write_generation();
         Ok(mapped.registered())
     }
 
-    /// A kept segment for `nbytes` bytes that no process maps any more, mapped writable (its
-    /// pages faulted in) with a new generation, or `None`. The exclusive lock taken to find it
-    /// unmapped is held until the new generation is written, so a process opening an old handle
-    /// meanwhile finds the lock (or the new generation) and refuses.
-    pub fn reuse(nbytes: u64) -> Result<Option<Arc<Mapped>>> {
-        let Some(files) = file_size(nbytes.max(1)).and_then(pool::take) else {
+    /// A segment kept for `reuse`, of `nbytes` bytes, that no process maps any more, mapped
+    /// writable (its pages faulted in) with a new generation, or `None`. The exclusive lock
+    /// taken to find it unmapped is held until the new generation is written, so a process
+    /// opening an old handle meanwhile finds the lock (or the new generation) and refuses.
+    pub fn reuse(nbytes: u64, reuse: Reuse) -> Result<Option<Arc<Mapped>>> {
+        let Some(files) = file_size(nbytes.max(1)).and_then(|size| pool::take(size, reuse)) else {
             return Ok(None);
         };
         // A frozen segment can only be written through the writable mapping kept with it.
@@ -152,7 +152,7 @@ impl Mapped {
         if !lock::try_shared(file.fd())? {
             return Err(Refused::Stale); // its maker is reusing it for other data right now
         }
-        let segment = Segment::new(Files::new(file, false), generation, writable);
+        let segment = Segment::new(Files::new(file, None), generation, writable);
         Mapped::one_of(&segment)
     }
 
@@ -278,6 +278,11 @@ impl Mapped {
         self.writable.get().unwrap_or(&self.segment)
     }
 
+    /// The mapping itself (its words, for atomic access shared with other processes).
+    pub fn mapping(&self) -> &Mapping {
+        &self.mapping
+    }
+
     /// The address of the mapping.
     pub fn base_ptr(&self) -> *mut u8 {
         self.mapping.as_ptr()
@@ -297,7 +302,7 @@ impl Drop for Mapped {
         REGISTRY.lock().remove(self);
         // SAFETY: taken once, here, and the field is not used after.
         let mapping = unsafe { ManuallyDrop::take(&mut self.mapping) };
-        if !self.is_private() && self.segment().files().frozen() {
+        if !self.is_private() {
             self.segment().files().keep_writer(mapping); // unmapped there unless reusable
         }
         // Handles of the segment released since the lender last looked no longer keep it.
@@ -331,7 +336,7 @@ mod tests {
 
     #[test]
     fn adopting_checks_generation_and_lock() {
-        let mapped = Mapped::create(100, false).unwrap();
+        let mapped = Mapped::create(100, None).unwrap();
         let (id, generation) = (mapped.segment().id(), mapped.segment().generation());
         assert_eq!(
             (mapped.segment().size(), mapped.segment().capacity()),
@@ -406,7 +411,7 @@ mod tests {
 
     #[test]
     fn mappings_are_found_by_address() {
-        let mapped = Mapped::create(4096, false).unwrap();
+        let mapped = Mapped::create(4096, None).unwrap();
         let base = mapped.base();
         assert!(Arc::ptr_eq(
             &Mapped::at(base + 8, base + 4096).unwrap(),

@@ -18,6 +18,8 @@
 //! views        segments as DLPackObjects; what share and empty_shared make
 //! handle       SharedHandle, the Python class, and its reconstructor
 //! state        a handle's pickled state (one bytes): written, checked and opened
+//! tree         pytrees shared as one segment (TreeSegment): made, opened, updated and read
+//!              as consistent snapshots under the segment's sequence lock
 //! python       the functions dlpack._sharing calls, and what the tests count
 //! ```
 
@@ -34,6 +36,7 @@ mod python;
 mod registry;
 mod segment;
 mod state;
+mod tree;
 mod views;
 
 pub use python::{counts, register};

@@ -1,9 +1,11 @@
-//! A segment's open files, and their reuse: the files of fresh copies' segments whose every
-//! view, handle and pin here is gone are kept (up to these limits: a few arrays of up to 1 GiB
-//! each, on a machine of 16 GiB or more) for the next fresh copy of the same size, which then
-//! costs a copy into memory already there instead of allocating it (page faults are most of a
-//! fresh share's time). A kept segment is reused only once no other process holds a lock on
-//! it: none can still see it.
+//! A segment's open files, and their reuse: the files of fresh copies' and shared trees'
+//! segments whose every view, handle and pin here is gone are kept (up to these limits: a few
+//! arrays of up to 1 GiB each, on a machine of 16 GiB or more) for the next fresh copy (or tree)
+//! of the same size, which then costs a copy into memory already there instead of allocating
+//! it (page faults are most of a fresh share's time). A kept segment is reused only once no
+//! other process holds a lock on it: none can still see it. The two kinds are kept apart: a
+//! fresh copy's segment is sealed against writes once written (`freeze`), a tree's is written
+//! again at every update, and by receivers of a writable tree.
 
 use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
@@ -13,6 +15,15 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use super::per_process::PerProcess;
 use dlpack_core::error::Result;
 use dlpack_core::share::{Mapping, SealedFile, lock, system};
+
+/// What a kept segment may be reused for: what it was made for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reuse {
+    /// A fresh copy (`share` of memory not shared yet): frozen once written.
+    Copy,
+    /// A shared tree.
+    Tree,
+}
 
 /// At most this many segments are kept.
 pub const POOL_SEGMENTS: usize = 4;
@@ -33,24 +44,24 @@ pub struct Files {
     readonly: OnceLock<SealedFile>,
     /// Opens of a forked child's own, holding its locks.
     held: Mutex<Vec<SealedFile>>,
-    /// Whether the process that made it may reuse it (`maker`: a forked child never reuses what
-    /// it inherited).
-    poolable: bool,
+    /// What the process that made it may reuse it for, if anything (`maker`: a forked child
+    /// never reuses what it inherited).
+    reuse: Option<Reuse>,
     maker: i32,
     /// Sealed against writes (a fresh copy once written: see `SealedFile::freeze`).
     frozen: AtomicBool,
-    /// The maker's writable mapping of a frozen segment, kept while no view needs it: the only
-    /// way left to write the segment when it is reused.
+    /// The maker's writable mapping of a frozen or a tree's segment, kept while no view needs
+    /// it (see `keep_writer`).
     writer: Mutex<Option<Mapping>>,
 }
 
 impl Files {
-    pub fn new(file: SealedFile, poolable: bool) -> Files {
+    pub fn new(file: SealedFile, reuse: Option<Reuse>) -> Files {
         Files {
             file,
             readonly: OnceLock::new(),
             held: Mutex::new(Vec::new()),
-            poolable,
+            reuse,
             maker: system::pid(),
             frozen: AtomicBool::new(false),
             writer: Mutex::new(None),
@@ -70,10 +81,16 @@ impl Files {
         self.frozen.load(Ordering::Acquire)
     }
 
-    /// Keep `mapping` (this process's writable one of a frozen segment) for reuse, if the
-    /// segment may be reused here; otherwise it is unmapped.
+    /// Keep `mapping` (this process's writable one) for reuse, if the segment may be reused
+    /// here: a frozen copy's (the only way left to write it), or a tree's (mapped, its pages
+    /// faulted in, already); otherwise it is unmapped.
     pub fn keep_writer(&self, mapping: Mapping) {
-        if self.frozen() && self.poolable && self.maker == system::pid() {
+        let kept = match self.reuse {
+            Some(Reuse::Copy) => self.frozen(),
+            Some(Reuse::Tree) => true,
+            None => false,
+        };
+        if kept && self.maker == system::pid() {
             *self.writer.lock().unwrap_or_else(PoisonError::into_inner) = Some(mapping);
         }
     }
@@ -91,6 +108,12 @@ impl Files {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
+    }
+
+    /// Whether this process opened them (a forked child shares its parent's descriptions, and
+    /// so their locks).
+    pub fn opened_here(&self) -> bool {
+        self.maker == system::pid()
     }
 
     /// The file mapped.
@@ -132,7 +155,7 @@ impl Files {
 
     /// The segment is gone: keep its files for reuse, or close them.
     pub fn release(self) {
-        if self.poolable && self.maker == system::pid() {
+        if self.reuse.is_some() && self.maker == system::pid() {
             keep(self);
         }
     }
@@ -160,13 +183,13 @@ fn keep(files: Files) {
     drop(evicted); // closed outside the lock
 }
 
-/// Kept files of `size` bytes that no other process locks, locked exclusively (the caller
-/// unlocks them once it has written the segment's new generation), or `None`.
-pub fn take(size: u64) -> Option<Files> {
+/// Kept files of `size` bytes for `reuse` that no other process locks, locked exclusively (the
+/// caller unlocks them once it has written the segment's new generation), or `None`.
+pub fn take(size: u64, reuse: Reuse) -> Option<Files> {
     let mut pool = POOL.lock();
-    let index = pool
-        .iter()
-        .position(|files| files.size() == size && files.lock_exclusive())?;
+    let index = pool.iter().position(|files| {
+        files.size() == size && files.reuse == Some(reuse) && files.lock_exclusive()
+    })?;
     pool.remove(index)
 }
 

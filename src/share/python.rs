@@ -9,7 +9,7 @@ use super::handle::{self, SharedHandle};
 use super::limits::explained;
 use super::mapped::{self, Mapped};
 use super::views;
-use super::{client, lender, pool};
+use super::{client, lender, pool, tree};
 use crate::error::{Error, Result};
 use crate::object;
 use dlpack_core::abi::device_type;
@@ -19,6 +19,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_share, m)?)?;
     m.add_function(wrap_pyfunction!(_share_empty, m)?)?;
     handle::register(m)?;
+    tree::register(m)?;
     m.add_function(wrap_pyfunction!(_share_after_fork, m)?)?;
     m.add_function(wrap_pyfunction!(_share_clear_pool, m)?)?;
     m.add("_SHARE_POOL_SEGMENTS", pool::POOL_SEGMENTS)?;

@@ -2,6 +2,8 @@
 //! written by `SharedHandle.__reduce__` (`write`) and read where it arrives (`open`, which
 //! checks every field, then opens the segment it names).
 
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -60,6 +62,14 @@ pub fn write<'py>(view: &Bound<'py, PyAny>, writable: bool) -> Result<Bound<'py,
 pub fn mapped_of(tensor: &Tensor) -> Option<&Mapped> {
     match tensor.owner() {
         Owner::RustValue(value) => value.downcast_ref::<Mapped>(),
+        _ => None,
+    }
+}
+
+/// The mapping a view lies in, as its owner holds it.
+pub fn mapped_arc(tensor: &Tensor) -> Option<Arc<Mapped>> {
+    match tensor.owner() {
+        Owner::RustValue(value) => value.clone().downcast::<Mapped>().ok(),
         _ => None,
     }
 }

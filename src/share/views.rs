@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 
 use super::lender;
 use super::mapped::Mapped;
+use super::pool::Reuse;
 use crate::copy;
 use crate::error::{Error, Result};
 use crate::object::{Described, empty_view, new_view};
@@ -19,7 +20,7 @@ use dlpack_core::layout::Layout;
 use dlpack_core::share::private_pages_written;
 
 /// Below this, faulting pages in as the copy writes them costs less than starting threads.
-const POPULATE_MIN_BYTES: u64 = 4 << 20;
+pub const POPULATE_MIN_BYTES: u64 = 4 << 20;
 
 /// A view of the elements `layout` lays out `offset` bytes into `segment`, read-only if asked.
 pub fn segment_view(
@@ -66,7 +67,7 @@ pub fn share_host<'py>(
         return Ok(None);
     }
     if !nameable(tensor.dtype()) {
-        return Err(unnameable(tensor.dtype()));
+        return Err(unnameable(tensor.dtype()).into());
     }
     if writable && tensor.readonly() {
         return Err(Error::value("read-only memory can't be shared writable"));
@@ -84,16 +85,16 @@ pub fn share_host<'py>(
 }
 
 /// Whether `dtype` is one of the types a receiver can name.
-fn nameable(dtype: DType) -> bool {
+pub fn nameable(dtype: DType) -> bool {
     DType::named().any(|(_, named)| named == dtype)
 }
 
 // Out of line: the list of names, unrolled into the caller, made LLVM's optimiser take minutes.
 #[cold]
 #[inline(never)]
-fn unnameable(dtype: DType) -> Error {
+pub fn unnameable(dtype: DType) -> dlpack_core::error::Error {
     let names: Vec<&str> = DType::named().map(|(name, _)| name).collect();
-    Error::buffer(format!(
+    dlpack_core::error::Error::buffer(format!(
         "elements of type {} can't be shared (the receiving side could not name them); these \
          can: {}",
         dtype.name(),
@@ -168,10 +169,10 @@ fn copy<'py>(py: Python<'py>, tensor: &Tensor) -> Result<Bound<'py, PyAny>> {
     let nbytes = u64::try_from(tensor.nbytes()).map_err(|_| Error::value("negative size"))?;
     // Segments whose handles were released since the lender last looked may be reused now.
     lender::sweep();
-    let mapped = match Mapped::reuse(nbytes)? {
+    let mapped = match Mapped::reuse(nbytes, Reuse::Copy)? {
         Some(mapped) => mapped,
         None => {
-            let mapped = Mapped::create(nbytes, true)?;
+            let mapped = Mapped::create(nbytes, Some(Reuse::Copy))?;
             if nbytes >= POPULATE_MIN_BYTES {
                 let len = nbytes as usize;
                 py.detach(|| mapped.populate(len))?;
@@ -219,6 +220,6 @@ pub fn empty<'py>(py: Python<'py>, shape: &[i64], name: &str) -> Result<Bound<'p
     if nbytes == 0 {
         return empty_view(py, element, layout, false);
     }
-    let mapped = Mapped::create(nbytes as u64, false)?;
+    let mapped = Mapped::create(nbytes as u64, None)?;
     segment_view(py, mapped, 0, element, layout, false)
 }

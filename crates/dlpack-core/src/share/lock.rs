@@ -3,12 +3,19 @@
 //! the same file is another holder, and the kernel drops a lock when the last descriptor of its
 //! description closes, or its process dies. A process that maps a segment it did not make holds
 //! a shared lock on it; its maker takes the exclusive one to learn that nobody else does.
+//!
+//! A shared tree's writers hold another lock (`WriteLock`): a write lock of an open file
+//! description on the whole file (`F_OFD_SETLK`). Linux keeps these apart from `flock`'s, so
+//! the readers' shared `flock`s don't stand in its way; it too goes when its description's
+//! last descriptor closes or its process dies, and readers see whether it is held without
+//! taking anything (`write_locked`).
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use rustix::fs::{FlockOperation, flock};
 use rustix::io::Errno;
 
+use super::seqlock::Exclusive;
 use crate::error::{Error, Result};
 
 /// Take a shared lock without waiting: false when an exclusive one is in the way.
@@ -37,10 +44,99 @@ fn attempt(fd: impl AsFd, operation: FlockOperation) -> Result<bool> {
     }
 }
 
+/// The writers' lock of a file, held by this open file description until dropped: while it is
+/// held no other description's holder writes (this process's other threads are the caller's to
+/// keep out: they share the description).
+#[derive(Debug)]
+pub struct WriteLock<'a> {
+    fd: BorrowedFd<'a>,
+}
+
+impl<'a> WriteLock<'a> {
+    /// Take the lock without waiting through `fd` (open for writing): `None` while another
+    /// description holds it (or a reader looks, see `write_locked`).
+    pub fn try_take(fd: BorrowedFd<'a>) -> Result<Option<WriteLock<'a>>> {
+        match ofd_lock(fd, libc::F_OFD_SETLK, libc::F_WRLCK) {
+            Ok(_) => Ok(Some(WriteLock { fd })),
+            Err(Errno::AGAIN | Errno::ACCESS) => Ok(None),
+            Err(errno) => Err(Error::os("fcntl(F_OFD_SETLK)")(errno)),
+        }
+    }
+
+    /// The writer's word that it writes alone.
+    pub fn exclusive(&self) -> Exclusive<'_> {
+        Exclusive::held()
+    }
+}
+
+impl Drop for WriteLock<'_> {
+    fn drop(&mut self) {
+        // Fails only for a descriptor that is not open, which a borrowed one is.
+        let _ = ofd_lock(self.fd, libc::F_OFD_SETLK, libc::F_UNLCK);
+    }
+}
+
+/// Whether another open file description than `fd`'s holds the writers' lock of its file.
+pub fn write_locked(fd: BorrowedFd<'_>) -> Result<bool> {
+    let found =
+        ofd_lock(fd, libc::F_OFD_GETLK, libc::F_RDLCK).map_err(Error::os("fcntl(F_OFD_GETLK)"))?;
+    Ok(found != libc::F_UNLCK)
+}
+
+/// `fcntl(fd, command, lock)` for a lock of type `kind` on the whole file: the lock's type
+/// after the call (`F_OFD_GETLK` writes there the type of a lock in the way, or `F_UNLCK`).
+fn ofd_lock(
+    fd: BorrowedFd<'_>,
+    command: libc::c_int,
+    kind: libc::c_int,
+) -> std::result::Result<libc::c_int, Errno> {
+    // SAFETY: `flock` is plain data, for which all zeroes is a valid value.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short; // from 0, `l_len` 0: the whole file
+    loop {
+        // SAFETY: a live descriptor, and a `flock` this call reads and (for F_OFD_GETLK)
+        // writes, valid for the whole call; `l_pid` is 0, as OFD locks need.
+        let done = unsafe { libc::fcntl(fd.as_raw_fd(), command, &raw mut lock) };
+        if done != -1 {
+            return Ok(libc::c_int::from(lock.l_type));
+        }
+        let errno = Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO);
+        if errno != Errno::INTR {
+            return Err(errno);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::memfd::SealedFile;
     use super::*;
+
+    #[test]
+    fn writers_lock_one_description_at_a_time_and_readers_see_it() {
+        let file = SealedFile::create(c"test", 4096).unwrap();
+        let other = file.reopen(true).unwrap();
+        let reader = file.reopen(false).unwrap();
+        assert!(!write_locked(reader.fd()).unwrap());
+        // Readers' flocks are no obstacle.
+        assert!(try_shared(reader.fd()).unwrap());
+        let held = WriteLock::try_take(file.fd()).unwrap().unwrap();
+        assert!(write_locked(reader.fd()).unwrap());
+        assert!(write_locked(other.fd()).unwrap());
+        assert!(!write_locked(file.fd()).unwrap()); // its own description's is no conflict
+        assert!(WriteLock::try_take(other.fd()).unwrap().is_none());
+        drop(held);
+        assert!(!write_locked(reader.fd()).unwrap());
+        let taken = WriteLock::try_take(other.fd()).unwrap().unwrap();
+        assert!(WriteLock::try_take(file.fd()).unwrap().is_none());
+        // Closing the description drops its lock.
+        std::mem::forget(taken);
+        drop(other);
+        assert!(!write_locked(reader.fd()).unwrap());
+        // A read-only description can't take it.
+        assert!(WriteLock::try_take(reader.fd()).is_err());
+    }
 
     #[test]
     fn descriptions_hold_locks_of_their_own() {

@@ -195,6 +195,88 @@ impl Mapping {
     }
 }
 
+/// A read-only shared mapping of a whole sealed file, unmapped on drop: its bytes are the
+/// file's as it is, whatever this process wrote into a copy-on-write mapping of the same file
+/// (whose written pages are its own from then on). Nothing is ever written through it, so it
+/// needs only a descriptor open for reading.
+#[derive(Debug)]
+pub struct ReadMapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a mapping is plain memory, owned by this value alone; nothing in it is tied to a
+// thread.
+unsafe impl Send for ReadMapping {}
+// SAFETY: shared access only hands out the address and loads words atomically.
+unsafe impl Sync for ReadMapping {}
+
+impl ReadMapping {
+    /// Map all of `file` for reading.
+    pub fn new(file: &SealedFile) -> Result<ReadMapping> {
+        let len = usize::try_from(file.size())
+            .map_err(|_| Error::Memory(format!("can't map {} bytes", file.size())))?;
+        // SAFETY: a new mapping where the kernel chooses (no fixed address), so it replaces
+        // nothing; the file can't shrink, so every page of it stays backed.
+        let ptr = unsafe {
+            mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ,
+                MapFlags::SHARED,
+                file.fd(),
+                0,
+            )
+        }
+        .map_err(|errno| match errno {
+            Errno::NOMEM => unmappable(file.size(), Writes::Shared),
+            errno => Error::os("mmap")(errno),
+        })?;
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(Error::Os {
+            call: "mmap",
+            errno: Errno::NOMEM,
+        })?;
+        Ok(ReadMapping { ptr, len })
+    }
+
+    /// The address of the mapping: its `len` bytes may be read, never written.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: a file of no bytes can't be mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The word at `offset` (a multiple of 8 inside the mapping), for atomic loads shared with
+    /// the processes that write the file: only ever loaded (a store would fault).
+    pub fn atomic_word(&self, offset: usize) -> &AtomicU64 {
+        assert!(
+            offset.is_multiple_of(8) && offset.checked_add(8).is_some_and(|end| end <= self.len),
+            "word {offset} outside a {}-byte mapping",
+            self.len
+        );
+        // SAFETY: in bounds (just checked); the base is page-aligned, so the word is aligned.
+        let word = unsafe { self.ptr.as_ptr().add(offset) }.cast::<u64>();
+        // SAFETY: an aligned word inside this mapping, which lives as long as the borrow;
+        // `AtomicU64` has the layout of `u64`; loads of it read the page, which is readable (on
+        // the 64-bit targets we build for, an atomic load of 64 bits is a plain load).
+        unsafe { AtomicU64::from_ptr(word) }
+    }
+}
+
+impl Drop for ReadMapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once; whatever read it held this value.
+        let _ = unsafe { mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
 /// The `MemoryError` of a mapping of `bytes` bytes the kernel refused for want of memory: of
 /// address space under `RLIMIT_AS` (named with what is left, as `available::check` names it
 /// where memory is allocated), else of map entries or, for a private mapping (which may come to
@@ -363,6 +445,33 @@ mod tests {
         mapping.populate(4096 + 1, 3).unwrap();
         mapping.write_word(mapping.len() - 8, 1);
         assert_eq!(mapping.read_word(mapping.len() - 8), 1);
+    }
+
+    #[test]
+    fn a_read_mapping_sees_the_file_past_private_writes() {
+        let file = SealedFile::create(c"test", 2 * 4096).unwrap();
+        let writer = Mapping::new(&file, Writes::Shared, false).unwrap();
+        let reader = file.reopen(false).unwrap();
+        let private = Mapping::new(&reader, Writes::Private, false).unwrap();
+        let read = ReadMapping::new(&reader).unwrap();
+        assert_eq!(read.len(), 2 * 4096);
+        private.write_word(4096, 1); // this process's own page from now on
+        writer.write_word(4096, 2);
+        writer.write_word(8, 3);
+        assert_eq!(private.read_word(4096), 1);
+        assert_eq!(
+            read.atomic_word(4096)
+                .load(std::sync::atomic::Ordering::Acquire),
+            2
+        );
+        assert_eq!(
+            read.atomic_word(8)
+                .load(std::sync::atomic::Ordering::Acquire),
+            3
+        );
+        let eighth = read.as_ptr().wrapping_add(8);
+        // SAFETY: inside the live mapping.
+        assert_eq!(unsafe { *eighth }, 3);
     }
 
     #[test]
