@@ -2,18 +2,18 @@
 # cargo as cargo-mutants calls it (its CARGO), for `make mutants` (tools/mutants/run.py sets the
 # variables below). Every call goes to the real cargo; a `cargo test` of the extension's crate
 # (dlpack-runtime) that passes then builds the extension from the mutated tree and runs the
-# Python tests that reach its checks (MUTANTS_PYTESTS), since most of those checks guard
-# memory that only Python hands them. A mutant those tests fail on is killed, as by a Rust test.
+# Python tests that reach the mutated file's checks (run.py's RUNTIME_PYTESTS), since most of
+# those checks guard memory only Python hands them. A mutant those tests fail on is killed, as
+# by a Rust test.
 set -euo pipefail
-: "${MUTANTS_REAL_CARGO:?}" "${MUTANTS_SITE:?}" "${MUTANTS_PYTHON:?}" "${MUTANTS_PYTESTS:?}" \
-    "${MUTANTS_PYTEST_K:?}"
+: "${MUTANTS_REAL_CARGO:?}" "${MUTANTS_SITE:?}" "${MUTANTS_PYTHON:?}"
 
 "$MUTANTS_REAL_CARGO" "$@"
 [[ "${1:-}" == test && " $* " == *dlpack-runtime* ]] || exit 0
 
 # The cdylib as maturin builds it (pyproject.toml's features), in the profile cargo-mutants
 # tests with; the package's Python files from this tree beside it.
-profile=checked
+profile=mutants
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
     case "${args[i]}" in
@@ -27,6 +27,4 @@ target=${CARGO_TARGET_DIR:-target}
 rm -rf "$MUTANTS_SITE/dlpack"
 cp -r dlpack "$MUTANTS_SITE/dlpack"
 cp "$target/$profile/libdlpack_runtime.so" "$MUTANTS_SITE/dlpack/_dlpack.abi3.so"
-# shellcheck disable=SC2086 # MUTANTS_PYTESTS is a list of modules
-PYTHONPATH="$MUTANTS_SITE" PYTHONDONTWRITEBYTECODE=1 "$MUTANTS_PYTHON" -P -m pytest \
-    --pyargs $MUTANTS_PYTESTS -k "$MUTANTS_PYTEST_K" -x -q -p no:cacheprovider
+"$MUTANTS_PYTHON" tools/mutants/run.py --pytest-mutated
