@@ -71,17 +71,29 @@ def run(cmd: list[str], **kwargs: object) -> int:
     return subprocess.run(cmd, check=False, **kwargs).returncode  # type: ignore[call-overload,no-any-return]
 
 
-def build_site(site: Path) -> None:
-    """The package from this tree, with the extension built from it, in `site`."""
-    cargo = shutil.which("cargo") or "cargo"
-    build = [cargo, "build", "--quiet", "--profile", PROFILE, "--lib", "-p", "dlpack-runtime"]
-    if run([*build, "--features", "pyo3/extension-module"], cwd=ROOT) != 0:
-        sys.exit("mutants: the extension doesn't build")
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+def build_site(site: Path, installed: bool) -> None:
+    """The package from this tree in `site`, with the extension built from it, or with
+    `installed`, the one installed beside this Python where there is one (no build: the smoke
+    run after `make test`)."""
+    extension = None
+    if installed:
+        found = subprocess.run(
+            [sys.executable, "-P", "-c", "import dlpack._dlpack as m; print(m.__file__)"],
+            capture_output=True,
+            text=True,
+        )
+        extension = Path(found.stdout.strip()) if found.returncode == 0 else None
+    if extension is None:
+        cargo = shutil.which("cargo") or "cargo"
+        build = [cargo, "build", "--quiet", "--profile", PROFILE, "--lib", "-p", "dlpack-runtime"]
+        if run([*build, "--features", "pyo3/extension-module"], cwd=ROOT) != 0:
+            sys.exit("mutants: the extension doesn't build")
+        target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+        extension = target / PROFILE / "libdlpack_runtime.so"
     shutil.rmtree(site, ignore_errors=True)
     site.mkdir(parents=True)
     shutil.copytree(ROOT / "dlpack", site / "dlpack", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(target / PROFILE / "libdlpack_runtime.so", site / "dlpack" / "_dlpack.abi3.so")
+    shutil.copy(extension, site / "dlpack" / "_dlpack.abi3.so")
 
 
 def rust(cargo_mutants: str, smoke: bool, packages: list[str], names: str | None) -> Score:
@@ -133,7 +145,7 @@ def python(cosmic_ray: str, smoke: bool) -> Score:
     work = OUT / ("python-smoke" if smoke else "python")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    build_site(work / "site")
+    build_site(work / "site", installed=smoke)
     config = tomllib.loads((HERE / "python.toml").read_text())
     if smoke:
         config["cosmic-ray"]["module-path"] = [SMOKE_PYTHON]
