@@ -127,8 +127,7 @@ def rust(cargo_mutants: str, smoke: bool, packages: list[str], names: str | None
     def lines(name: str) -> list[str]:
         path = results / name
         text = path.read_text() if path.exists() else ""
-        # "src/x.rs:12:5: replace < with <= in f": the position shifts with every edit above it
-        return [re.sub(r"^([^:]+):\d+:\d+: ", r"\1: ", line) for line in text.splitlines()]
+        return [_rust_mutant(line) for line in text.splitlines()]
 
     if not (results / "caught.txt").exists() and rc not in (0, 2, 3):
         sys.exit(f"mutants: cargo-mutants failed ({rc}); see {results / 'debug.log'}")
@@ -183,6 +182,15 @@ def python(cosmic_ray: str, smoke: bool) -> Score:
         else:
             score.killed += 1
     return score
+
+
+def _rust_mutant(line: str) -> str:
+    """A mutant as the equivalents file names it: cargo-mutants' "src/x.rs:12:5: replace < with
+    <= in f" with the source line it mutates in place of its position, which shifts with every
+    edit above it."""
+    path, number, _, what = line.split(":", 3)
+    source = (ROOT / path).read_text().splitlines()[int(number) - 1].strip()
+    return f"{path}: {what.strip()}: {source}"
 
 
 def _python_mutant(work: Path, mutation: dict[str, object]) -> str:
@@ -251,6 +259,9 @@ def main() -> int:
     }
     start = time.monotonic()
     scores = []
+    # the tools' paths as given from the current folder; they run from others
+    args.cargo_mutants = str(Path(args.cargo_mutants).resolve())
+    args.cosmic_ray = str(Path(args.cosmic_ray).resolve())
     if args.part in ("rust", "all"):
         scores.append(rust(args.cargo_mutants, args.smoke, args.rust_package, args.rust_re))
     if args.part in ("python", "all"):
