@@ -21,7 +21,7 @@ from dlpack.interop import (
     torch_callable,
 )
 
-from ._helpers import NUMPY_NATIVE_DTYPES, need
+from ._helpers import NUMPY_NATIVE_DTYPES, need, run_python
 from ._interop_helpers import (
     Pair,
     aligned_numpy,
@@ -473,6 +473,43 @@ class TestDevices:
             to_jax(torch.ones(1), copy="yes")
         with pytest.raises(TypeError, match="share_readonly"):
             to_torch(jnp.ones(1), share_readonly=1)
+
+    @pytest.mark.parametrize(
+        ("device", "name"),
+        [
+            (torch.device("cuda", 1), "cuda:1"),
+            ("gpu:1", "cuda:1"),
+            ((2, 3), "cuda:3"),
+            ((13, 0), "DLPack device (13, 0)"),
+        ],
+    )
+    def test_a_refused_move_names_the_device_asked_for(self, device, name):
+        # a move is a copy, which copy=False refuses before any device is reached
+        said = f"this array needs a copy (a move from cpu to {name}), and copy=False forbids it"
+        with pytest.raises(BufferError) as refused:
+            to_torch(np.ones(2, dtype=np.float32), device=device, copy=False)
+        assert str(refused.value) == said
+
+    def test_a_bare_cuda_is_read_where_torch_was_never_imported(self):
+        """'cuda' without an index is torch's current device only where torch is imported: in a
+        process that never imported it, the device is read all the same (CUDA device 0) and
+        to_numpy refuses it by name."""
+        code = (
+            "import sys\n"
+            "import numpy as np\n"
+            "from dlpack import interop\n"
+            "try:\n"
+            "    interop.to_numpy(np.ones(2), device='cuda')\n"
+            "except ValueError as exc:\n"
+            "    print(exc)\n"
+            "print('torch' in sys.modules)\n"
+        )
+        done = run_python("-c", code)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [
+            "numpy arrays live on the CPU; device='cuda' can't be served",
+            "False",
+        ]
 
     @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
     def test_cuda_request_without_gpu_raises_clearly(self):

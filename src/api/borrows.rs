@@ -266,6 +266,21 @@ mod tests {
     }
 
     #[test]
+    fn writes_beside_a_view_are_the_writers() {
+        Python::initialize();
+        Python::attach(|py| {
+            let at = |offset| BASE + 0x20_0000 + offset;
+            let view = Borrow::take(py, at(100), at(200), false).unwrap();
+            // the bytes either side of the view's are free to write, one more byte is not
+            assert!(check_unheld(py, at(0), at(100), "copyto").is_ok());
+            assert!(check_unheld(py, at(200), at(300), "copyto").is_ok());
+            assert!(check_unheld(py, at(0), at(101), "copyto").is_err());
+            assert!(check_unheld(py, at(199), at(300), "copyto").is_err());
+            drop(view);
+        });
+    }
+
+    #[test]
     fn rust_numpy_borrows_meet_views_only() {
         Python::initialize();
         Python::attach(|py| {

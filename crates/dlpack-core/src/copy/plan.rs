@@ -359,6 +359,99 @@ mod tests {
         assert_eq!(choose_kernel(&c, 4), Kernel::Rows);
     }
 
+    /// A plan of `(n, dst, src)` loops from offset 0.
+    fn loops(dims: &[(usize, isize, isize)]) -> Plan {
+        Plan {
+            dst_offset: 0,
+            src_offset: 0,
+            dims: dims
+                .iter()
+                .map(|&(n, dst, src)| Dim { n, dst, src })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn tiles_start_at_each_threshold() {
+        // float32: the inner loop tiles from 8 steps and a 64-byte source stride on, along an
+        // outer loop of at least 8 steps that reads at most 2 items apart, never a broadcast one
+        let tile = |inner_n, inner_src, outer_n, outer_src| {
+            choose_kernel(
+                &loops(&[(outer_n, 4096, outer_src), (inner_n, 4, inner_src)]),
+                4,
+            )
+        };
+        assert_eq!(tile(8, 64, 8, 8), Kernel::Tile { a: 0 });
+        assert_eq!(tile(7, 64, 8, 8), Kernel::Rows);
+        assert_eq!(tile(8, 63, 8, 8), Kernel::Rows);
+        assert_eq!(tile(8, 64, 7, 8), Kernel::Rows);
+        assert_eq!(tile(8, 64, 8, 12), Kernel::Rows);
+        assert_eq!(tile(8, 64, 16, 0), Kernel::Rows);
+        // and a short inner loop stays rows however far apart its source items lie
+        assert_eq!(tile(7, 4096, 8, 8), Kernel::Rows);
+        // 64-byte items: the inner source stride must span two of them
+        let wide = |inner_src| choose_kernel(&loops(&[(8, 8192, 64), (8, 64, inner_src)]), 64);
+        assert_eq!(wide(128), Kernel::Tile { a: 0 });
+        assert_eq!(wide(100), Kernel::Rows);
+    }
+
+    #[test]
+    fn split_dim_prefers_outer_loops_then_the_kernels_in_granules() {
+        let rows = Kernel::Rows;
+        // the outermost loop the kernel leaves outside, when it has 2 steps per piece
+        let p = loops(&[(3, 1 << 20, 8), (5000, 4096, 4096 * 8), (4096, 1, 1)]);
+        assert_eq!(split_dim(&p, rows, 1, 32), Some((0, 1)));
+        // else the kernel's outer loop, step by step
+        assert_eq!(split_dim(&p, rows, 2, 32), Some((1, 1)));
+        // a lone row is cut in whole pages (1024 steps)
+        let row = loops(&[(4096, 1, 1)]);
+        assert_eq!(split_dim(&row, rows, 2, 32), Some((0, 1024)));
+        assert_eq!(split_dim(&row, rows, 3, 32), Some((0, 1024)));
+        // tiles: a loop outside them step by step, the tiled loops in tiles
+        let tiled = Kernel::Tile { a: 1 };
+        let t = loops(&[(64, 1 << 20, 1 << 20), (100, 4096, 4), (100, 4, 4096)]);
+        assert_eq!(split_dim(&t, tiled, 2, 32), Some((0, 1)));
+        // the tiled loops alone, too short for 2 tiles per piece: the one with most tiles,
+        // the last of equals
+        let short = loops(&[(100, 4096, 4), (100, 4, 4096)]);
+        assert_eq!(
+            split_dim(&short, Kernel::Tile { a: 0 }, 2, 32),
+            Some((1, 32))
+        );
+        let uneven = loops(&[(96, 4096, 4), (70, 4, 4096)]);
+        assert_eq!(
+            split_dim(&uneven, Kernel::Tile { a: 0 }, 2, 32),
+            Some((0, 32))
+        );
+        // none at all when the best of them is a single tile
+        let one = loops(&[(32, 4096, 4), (32, 4, 4096)]);
+        assert_eq!(split_dim(&one, Kernel::Tile { a: 0 }, 1, 32), None);
+        let ties = loops(&[(70, 4096, 4), (64, 4, 4096)]);
+        assert_eq!(
+            split_dim(&ties, Kernel::Tile { a: 0 }, 2, 32),
+            Some((1, 32))
+        );
+        // 5 tiles are enough for 2 pieces, not for 3
+        let five = loops(&[(160, 4096, 4), (8, 4, 4096)]);
+        assert_eq!(
+            split_dim(&five, Kernel::Tile { a: 0 }, 2, 32),
+            Some((0, 32))
+        );
+        assert_eq!(
+            split_dim(&five, Kernel::Tile { a: 0 }, 3, 32),
+            Some((0, 32))
+        );
+        let fives = loops(&[(160, 4096, 4), (160, 4, 4096)]);
+        assert_eq!(
+            split_dim(&fives, Kernel::Tile { a: 0 }, 2, 32),
+            Some((0, 32))
+        );
+        assert_eq!(
+            split_dim(&fives, Kernel::Tile { a: 0 }, 3, 32),
+            Some((1, 32))
+        );
+    }
+
     #[test]
     fn splits_cover_the_plan() {
         let p = plan(&[4096, 4096], &[16384, 4], &[4, 16384]).unwrap();

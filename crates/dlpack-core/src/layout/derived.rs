@@ -81,6 +81,41 @@ mod tests {
         assert!(dense_strides(&[1 << 62, 4], &[4, 8], 4).is_err());
     }
 
+    #[test]
+    fn broadcast_strides_as_numpy() {
+        // float32 sources; the expected strides are numpy's np.broadcast_to(src, shape).strides
+        let c = |shape: &[i64]| Layout::c_order(shape, 4).unwrap();
+        assert_eq!(broadcast_strides(&c(&[3]), &[3]).unwrap(), [4]);
+        assert_eq!(broadcast_strides(&c(&[3]), &[2, 3]).unwrap(), [0, 4]);
+        assert_eq!(broadcast_strides(&c(&[2, 1]), &[2, 3]).unwrap(), [4, 0]);
+        assert_eq!(
+            broadcast_strides(&c(&[1, 3]), &[4, 2, 3]).unwrap(),
+            [0, 0, 4]
+        );
+        let transposed = Layout::from_byte_strides(&[2, 3], Some(&[4, 8]), 4).unwrap();
+        assert_eq!(
+            broadcast_strides(&transposed, &[5, 2, 3]).unwrap(),
+            [0, 4, 8]
+        );
+        // leading extents of 1 beyond the destination's are dropped, others refused
+        assert_eq!(broadcast_strides(&c(&[1, 1, 3]), &[2, 3]).unwrap(), [0, 4]);
+        assert_eq!(broadcast_strides(&c(&[1]), &[0]).unwrap(), [0]);
+        for (src, shape) in [
+            (&[2, 3][..], &[3][..]),
+            (&[3], &[4]),
+            (&[2, 3], &[3, 3]),
+            (&[3], &[0]),
+        ] {
+            let err = broadcast_strides(&c(src), shape).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "could not broadcast source of shape {src:?} into destination of shape {shape:?}"
+                )
+            );
+        }
+    }
+
     proptest! {
         /// `dense_strides` packs every element exactly once, keeping the order of the source's
         /// stride magnitudes.

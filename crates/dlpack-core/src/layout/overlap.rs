@@ -199,6 +199,38 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// Blocks of up to three nested loops placed closer together than a block spans, where
+        /// only a search of the steps between two blocks (`blocks_meet`) tells whether they
+        /// meet: the answer is the bytes' own.
+        #[test]
+        fn interleaved_blocks_match_reference(
+            inner in proptest::collection::vec((2u64..4, 0u64..3), 1..=3),
+            outer in proptest::collection::vec((2u64..4, 0u64..1000, any::<bool>()), 1..=2),
+            item in 1u64..5,
+        ) {
+            let mut dims: Vec<(u64, i64)> = Vec::new();
+            let mut span = item;
+            for &(n, extra) in &inner {
+                let stride = span + extra;
+                dims.push((n, stride as i64));
+                span += (n - 1) * stride;
+            }
+            for &(n, stride, negative) in &outer {
+                let stride = (stride % span) as i64;
+                dims.push((n, if negative { -stride } else { stride }));
+            }
+            let expected = if overlaps_by_bytes(&dims, item) {
+                SelfOverlap::Overlapping
+            } else {
+                SelfOverlap::Disjoint
+            };
+            prop_assert_eq!(self_overlap(dims.iter().copied(), item), expected, "{:?}", dims);
+        }
+    }
+
+    proptest! {
         #[test]
         fn self_overlap_matches_reference(
             dims in proptest::collection::vec((0u64..5, -12i64..13), 0..5),

@@ -353,6 +353,20 @@ mod tests {
     }
 
     #[test]
+    fn layouts_are_equal_when_their_shapes_and_strides_are() {
+        let c = Layout::c_order(&[2, 3], 4).unwrap();
+        assert_eq!(
+            c,
+            Layout::from_byte_strides(&[2, 3], Some(&[12, 4]), 4).unwrap()
+        );
+        assert_ne!(c, Layout::c_order(&[3, 2], 4).unwrap());
+        assert_ne!(
+            c,
+            Layout::from_byte_strides(&[2, 3], Some(&[4, 8]), 4).unwrap()
+        );
+    }
+
+    #[test]
     fn byte_strides_convert() {
         let l = Layout::from_byte_strides(&[3, 2], Some(&[-16, 4]), 4).unwrap();
         assert_eq!(l.strides(), Some(&[-4, 1][..]));
