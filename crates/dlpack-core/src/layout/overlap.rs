@@ -183,6 +183,17 @@ mod tests {
         assert_eq!(self_overlap([(1 << 21, 12), (3, 8)], 4), Unknown);
     }
 
+    /// Within the nested block a step is less than its extent: a step as long as the extent
+    /// would place an element that isn't there. Here the block (strides 2, 3, 8) moved by 4
+    /// bytes (between the outer copies at 8 and 12) would meet itself only through such a step
+    /// (4 - 8 + 2 * 2 = 0), and no element of the layout shares a byte with another.
+    #[test]
+    fn a_block_meets_itself_only_through_steps_within_its_extents() {
+        let layout = [(2, 2), (2, 3), (2, 12), (3, 8)];
+        assert!(!overlaps_by_bytes(&layout, 1));
+        assert_eq!(self_overlap(layout, 1), SelfOverlap::Disjoint);
+    }
+
     /// Reference: mark every byte of every element; any byte marked twice is an overlap.
     fn overlaps_by_bytes(dims: &[(u64, i64)], itemsize: u64) -> bool {
         let shape: Vec<i64> = dims.iter().map(|d| d.0 as i64).collect();
