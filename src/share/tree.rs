@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use dlpack_core::copy::cpu::{PARALLEL_THRESHOLD, Strided, copy_strided};
+use dlpack_core::copy::cpu::{Run, Strided, copy_runs, copy_strided};
 use dlpack_core::dtype::{DType, StoredType};
 use dlpack_core::layout::Layout;
 use dlpack_core::memory::AlignedBuffer;
@@ -245,30 +245,22 @@ fn _share_tree<'py>(
 /// and retaking it costs more than the copy).
 const DETACH_MIN_BYTES: u64 = 64 << 10;
 
-/// Leaves smaller than this, contiguous and in the tree's byte order, are copied with one
-/// `memcpy` each; larger ones go through the copy engine, which may split them between
-/// threads or stream them.
-const DIRECT_MAX_BYTES: u64 = PARALLEL_THRESHOLD as u64;
-
-/// One leaf's copy into its place in the segment.
-enum LeafCopy {
-    /// `len` contiguous bytes.
-    Direct {
-        to: *mut u8,
-        from: *const u8,
-        len: usize,
-    },
-    /// Through the copy engine.
-    Strided {
-        to: Strided,
-        from: Strided,
-        itemsize: usize,
-        swap: Option<usize>,
-    },
+/// One leaf's copy through the copy engine (a leaf not contiguous in the tree's byte order).
+struct StridedCopy {
+    to: Strided,
+    from: Strided,
+    itemsize: usize,
+    swap: Option<usize>,
 }
 
-/// A tree's leaf copies, run together (without the GIL where they are large).
-struct LeafCopies(Vec<LeafCopy>);
+/// A tree's leaf copies, run together (without the GIL where they are large): the contiguous
+/// leaves in the tree's byte order as one batch, which chooses threads and stores on the
+/// batch's total bytes as one copy of that size would (a leaf of a few MiB alone would take
+/// one thread and ordinary stores), the others one by one through the copy engine.
+struct LeafCopies {
+    runs: Vec<Run>,
+    strided: Vec<StridedCopy>,
+}
 
 // SAFETY: the copies only carry addresses of memory their maker keeps alive for as long as
 // they run (see `LeafCopies::run`); running them reads the sources and writes the segment,
@@ -276,29 +268,19 @@ struct LeafCopies(Vec<LeafCopy>);
 unsafe impl Send for LeafCopies {}
 
 impl LeafCopies {
-    /// Run every copy, in the order made.
+    /// Run every copy.
     ///
     /// # Safety
     /// Every copy's target is writable for the call, and read or written by no one else
     /// meanwhile (but readers through the sequence lock, who throw away what they read during
-    /// a write); every source is readable for the call and shares no byte with any target.
+    /// a write); every source is readable for the call and shares no byte with any target;
+    /// no two targets share a byte.
     unsafe fn run(&self) {
-        for copy in &self.0 {
-            match copy {
-                // SAFETY: the contract; `len` bytes on each side (the leaf's size).
-                LeafCopy::Direct { to, from, len } => unsafe {
-                    std::ptr::copy_nonoverlapping(*from, *to, *len)
-                },
-                LeafCopy::Strided {
-                    to,
-                    from,
-                    itemsize,
-                    swap,
-                } => {
-                    // SAFETY: the contract; both layouts address the leaf's elements.
-                    unsafe { copy_strided(to, from, *itemsize, *swap) }
-                }
-            }
+        // SAFETY: the contract; each run is a leaf's size on each side.
+        unsafe { copy_runs(&self.runs) };
+        for copy in &self.strided {
+            // SAFETY: the contract; both layouts address the leaf's elements.
+            unsafe { copy_strided(&copy.to, &copy.from, copy.itemsize, copy.swap) }
         }
     }
 }
@@ -546,7 +528,7 @@ impl TreeSegment {
     fn leaf_copies<'t>(&self, sources: impl Iterator<Item = &'t Tensor>) -> LeafCopies {
         let base = self.mapped.base_ptr();
         let leaves = self.layout.leaves().iter().zip(self.layout.placed());
-        let mut copies = Vec::with_capacity(self.layout.leaves().len());
+        let (mut runs, mut strided) = (Vec::with_capacity(self.layout.leaves().len()), Vec::new());
         for (source, ((leaf, placed), c_layout)) in sources.zip(leaves.zip(&self.c_layouts)) {
             if placed.nbytes == 0 {
                 continue;
@@ -555,10 +537,10 @@ impl TreeSegment {
             let swap =
                 (leaf.element.swapped != source.swapped()).then(|| leaf.element.dtype.swap_unit());
             let contiguous = source.layout().is_c_contiguous() && !source.indirect();
-            if swap.is_none() && contiguous && placed.nbytes < DIRECT_MAX_BYTES {
-                copies.push(LeafCopy::Direct {
-                    to,
-                    from: source.data().cast_const().cast(),
+            if swap.is_none() && contiguous {
+                runs.push(Run {
+                    dst: to,
+                    src: source.data().cast_const().cast(),
                     len: placed.nbytes as usize,
                 });
                 continue;
@@ -567,7 +549,7 @@ impl TreeSegment {
                 layout.byte_strides().iter().map(|&s| s as isize).collect()
             };
             let shape: Vec<usize> = leaf.shape.iter().map(|&n| n as usize).collect();
-            copies.push(LeafCopy::Strided {
+            strided.push(StridedCopy {
                 to: Strided {
                     ptr: to,
                     shape: shape.clone(),
@@ -582,7 +564,7 @@ impl TreeSegment {
                 swap,
             });
         }
-        LeafCopies(copies)
+        LeafCopies { runs, strided }
     }
 
     /// Leaf `k`'s element type and shape as its layout holds them.
