@@ -796,3 +796,47 @@ def test_leaves_copied_as_one_batch_hold_every_value(settings):
     result = run_python("-c", _BATCH_SCRIPT, env=settings, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_a_state_dicts_snapshot_reuses_a_dict_only_when_nothing_holds_or_changed_it():
+    """A state dict's snapshot is made in one call, and hands out again the dict (and leaves) of
+    an earlier snapshot that nothing holds any more: never one still held, one whose leaf is
+    held through an export, or one changed after it was handed out."""
+    shared = dlpack.share_tree({"w": np.zeros(4), "b": np.zeros(2, np.int32)})
+
+    def check(tree, generation):
+        assert list(tree) == ["w", "b"]
+        assert np.asarray(tree["w"]).tolist() == [float(generation)] * 4
+        assert np.asarray(tree["b"]).tolist() == [generation] * 2
+
+    def update(generation):
+        shared.update({"w": np.full(4, float(generation)), "b": np.full(2, generation, np.int32)})
+
+    first = shared.snapshot().tree
+    first_id = id(first)
+    held = shared.snapshot().tree  # held to the end: never written again
+    del first
+    update(1)
+    reused = shared.snapshot().tree
+    assert id(reused) == first_id  # the first dict, alive in the tree's keeping
+    check(reused, 1)
+    # Changed after it was handed out, then dropped: not handed out again.
+    reused["w"] = "changed"
+    del reused["b"]
+    del reused
+    exported = np.asarray(shared.snapshot().tree["w"])  # its leaf held through an export only
+    for generation in range(2, 8):
+        update(generation)
+        tree = shared.snapshot().tree
+        check(tree, generation)
+        del tree
+    check(held, 0)
+    assert exported.tolist() == [1.0] * 4
+    # A loop holding its last snapshot takes the dicts in turn.
+    last = shared.snapshot().tree
+    ids = set()
+    for _ in range(6):
+        last = shared.snapshot().tree
+        ids.add(id(last))
+        check(last, 7)
+    assert len(ids) == 2
