@@ -3,7 +3,7 @@
 from collections.abc import Mapping, Sequence
 from enum import IntEnum
 from types import ModuleType
-from typing import Any, SupportsIndex, final
+from typing import Any, SupportsIndex, final, overload
 
 from typing_extensions import CapsuleType
 
@@ -192,8 +192,16 @@ class TreeSegment:
         """The leaves over the segment's memory, read-only (made once)."""
     def update(self, leaves: list[Any], name: Any, timeout: float | None = None) -> int:
         """Write ``leaves`` as the next generation, which it returns."""
-    def snapshot(self, timeout: float | None = None) -> tuple[list[DLPackObject], int]:
+    @overload
+    def snapshot(
+        self, timeout: float | None = None, keys: None = None
+    ) -> tuple[list[DLPackObject], int]:
         """A copy of every leaf, all of one generation, and that generation."""
+    @overload
+    def snapshot(
+        self, timeout: float | None, keys: tuple[Any, ...]
+    ) -> tuple[dict[Any, DLPackObject], int]:
+        """The same, as a dict of ``keys`` (a state dict's) in order."""
     @property
     def generation(self) -> int: ...
     @property

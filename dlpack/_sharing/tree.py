@@ -135,6 +135,11 @@ class SharedTree:
         generations, a BufferError until the next update. A writer updating back to back,
         without a pause as long as this copy, can keep it retrying until ``timeout``.
         """
+        keys = self._keys
+        if type(keys) is tuple:
+            # A state dict: made (or an earlier snapshot's that nothing holds, reused) in one call.
+            tree, generation = self._segment.snapshot(_timeout(timeout), keys)
+            return TreeSnapshot(tree, generation)
         leaves, generation = self._segment.snapshot(_timeout(timeout))
         return TreeSnapshot(self._tree_of(leaves), generation)
 

@@ -91,6 +91,12 @@ pub unsafe fn decref(object: *mut PyObject) {
     unsafe { ffi::Py_DecRef(object) }
 }
 
+/// How many references to `object` there are (the one it borrows from among them).
+pub fn references(object: &Bound<'_, PyAny>) -> isize {
+    // SAFETY: reading the header of a live object (the bound reference), the GIL held (`Bound`).
+    unsafe { ffi::Py_REFCNT(object.as_ptr()) }
+}
+
 /// Whether the one reference `object` borrows from is the only one there is.
 pub fn sole_reference(object: &Bound<'_, PyAny>) -> bool {
     // SAFETY: reading the header of a live object (the bound reference), the GIL held (`Bound`).

@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use dlpack_core::copy::cpu::{PARALLEL_THRESHOLD, Strided, copy_strided};
+use dlpack_core::copy::cpu::{Run, Strided, copy_runs, copy_strided};
 use dlpack_core::dtype::{DType, StoredType};
 use dlpack_core::layout::Layout;
 use dlpack_core::memory::AlignedBuffer;
@@ -75,13 +75,54 @@ pub struct TreeSegment {
     kept: Mutex<Vec<Kept>>,
 }
 
-/// A snapshot's memory, and its leaves where they can be handed out again.
-type SnapshotMemory = (Arc<AlignedBuffer>, Option<Vec<Py<PyAny>>>);
+/// A snapshot's memory, and its leaves and dict (where it has one) where they can be handed
+/// out again.
+type SnapshotMemory = (Arc<AlignedBuffer>, Option<Reused>);
 
-/// A snapshot's memory and the leaves over it.
+/// A kept snapshot's leaves and dict, taken to be handed out again: holding them marks them
+/// held, so no other call takes them meanwhile (a snapshot may wait without the GIL).
+struct Reused {
+    leaves: Vec<Py<PyAny>>,
+    dict: Option<(Py<PyDict>, Py<PyTuple>)>,
+}
+
+/// A snapshot's memory and the leaves over it, and the dict it was handed out as (a state
+/// dict's: its keys in order, the leaves their values).
 struct Kept {
     buffer: Arc<AlignedBuffer>,
     leaves: Vec<Py<PyAny>>,
+    dict: Option<(Py<PyDict>, Py<PyTuple>)>,
+}
+
+impl Kept {
+    /// Whether nothing but this tree holds its leaves, nor its dict where it has one, and that
+    /// dict still holds exactly its keys and leaves in order (a dict changed after it was handed
+    /// out, or held elsewhere, is not handed out again, nor are its leaves).
+    fn unheld(&self, py: Python<'_>) -> bool {
+        let holders = match &self.dict {
+            None => 1,
+            Some((dict, keys)) => {
+                let (dict, keys) = (dict.bind(py), keys.bind(py));
+                if !python::sole_reference(dict.as_any()) || !self.holds_in_order(dict, keys) {
+                    return false;
+                }
+                2
+            }
+        };
+        self.leaves
+            .iter()
+            .all(|leaf| python::references(leaf.bind(py)) == holders)
+    }
+
+    /// Whether `dict` maps exactly `keys` (the same objects), in order, to the leaves.
+    fn holds_in_order(&self, dict: &Bound<'_, PyDict>, keys: &Bound<'_, PyTuple>) -> bool {
+        dict.len() == self.leaves.len()
+            && keys.len() == self.leaves.len()
+            && dict
+                .iter()
+                .zip(keys.iter().zip(&self.leaves))
+                .all(|((key, value), (kept_key, leaf))| key.is(&kept_key) && value.is(leaf))
+    }
 }
 
 /// How many snapshots' memory a tree keeps: two, so that a loop holding its last snapshot while
@@ -245,30 +286,22 @@ fn _share_tree<'py>(
 /// and retaking it costs more than the copy).
 const DETACH_MIN_BYTES: u64 = 64 << 10;
 
-/// Leaves smaller than this, contiguous and in the tree's byte order, are copied with one
-/// `memcpy` each; larger ones go through the copy engine, which may split them between
-/// threads or stream them.
-const DIRECT_MAX_BYTES: u64 = PARALLEL_THRESHOLD as u64;
-
-/// One leaf's copy into its place in the segment.
-enum LeafCopy {
-    /// `len` contiguous bytes.
-    Direct {
-        to: *mut u8,
-        from: *const u8,
-        len: usize,
-    },
-    /// Through the copy engine.
-    Strided {
-        to: Strided,
-        from: Strided,
-        itemsize: usize,
-        swap: Option<usize>,
-    },
+/// One leaf's copy through the copy engine (a leaf not contiguous in the tree's byte order).
+struct StridedCopy {
+    to: Strided,
+    from: Strided,
+    itemsize: usize,
+    swap: Option<usize>,
 }
 
-/// A tree's leaf copies, run together (without the GIL where they are large).
-struct LeafCopies(Vec<LeafCopy>);
+/// A tree's leaf copies, run together (without the GIL where they are large): the contiguous
+/// leaves in the tree's byte order as one batch, which chooses threads and stores on the
+/// batch's total bytes as one copy of that size would (a leaf of a few MiB alone would take
+/// one thread and ordinary stores), the others one by one through the copy engine.
+struct LeafCopies {
+    runs: Vec<Run>,
+    strided: Vec<StridedCopy>,
+}
 
 // SAFETY: the copies only carry addresses of memory their maker keeps alive for as long as
 // they run (see `LeafCopies::run`); running them reads the sources and writes the segment,
@@ -276,29 +309,19 @@ struct LeafCopies(Vec<LeafCopy>);
 unsafe impl Send for LeafCopies {}
 
 impl LeafCopies {
-    /// Run every copy, in the order made.
+    /// Run every copy.
     ///
     /// # Safety
     /// Every copy's target is writable for the call, and read or written by no one else
     /// meanwhile (but readers through the sequence lock, who throw away what they read during
-    /// a write); every source is readable for the call and shares no byte with any target.
+    /// a write); every source is readable for the call and shares no byte with any target;
+    /// no two targets share a byte.
     unsafe fn run(&self) {
-        for copy in &self.0 {
-            match copy {
-                // SAFETY: the contract; `len` bytes on each side (the leaf's size).
-                LeafCopy::Direct { to, from, len } => unsafe {
-                    std::ptr::copy_nonoverlapping(*from, *to, *len)
-                },
-                LeafCopy::Strided {
-                    to,
-                    from,
-                    itemsize,
-                    swap,
-                } => {
-                    // SAFETY: the contract; both layouts address the leaf's elements.
-                    unsafe { copy_strided(to, from, *itemsize, *swap) }
-                }
-            }
+        // SAFETY: the contract; each run is a leaf's size on each side.
+        unsafe { copy_runs(&self.runs) };
+        for copy in &self.strided {
+            // SAFETY: the contract; both layouts address the leaf's elements.
+            unsafe { copy_strided(&copy.to, &copy.from, copy.itemsize, copy.swap) }
         }
     }
 }
@@ -513,18 +536,59 @@ impl TreeSegment {
             .count();
         // The GIL is held: no reference to a leaf, nor to the memory (each taken through a leaf
         // or its exports, or here), can be made meanwhile.
-        let free = kept.iter().find(|kept| {
-            Arc::strong_count(&kept.buffer) == 1 + views
-                && kept
-                    .leaves
-                    .iter()
-                    .all(|leaf| python::sole_reference(leaf.bind(py)))
-        });
-        if let Some(free) = free {
-            let leaves = free.leaves.iter().map(|leaf| leaf.clone_ref(py)).collect();
-            return Ok((free.buffer.clone(), Some(leaves)));
+        let free = kept
+            .iter()
+            .position(|kept| Arc::strong_count(&kept.buffer) == 1 + views && kept.unheld(py));
+        if let Some(at) = free {
+            let reused = Reused {
+                leaves: kept[at].leaves.iter().map(|l| l.clone_ref(py)).collect(),
+                dict: (kept[at].dict.as_ref())
+                    .map(|(dict, keys)| (dict.clone_ref(py), keys.clone_ref(py))),
+            };
+            return Ok((kept[at].buffer.clone(), Some(reused)));
         }
         Ok((Arc::new(AlignedBuffer::new(len)?), None))
+    }
+
+    /// A snapshot's `leaves` (over `buffer`): as a list, or with `keys` as a dict of them
+    /// (`dict`, where the snapshot has one of those keys, else made now and kept with it).
+    fn hand_out<'py>(
+        &self,
+        py: Python<'py>,
+        buffer: &Arc<AlignedBuffer>,
+        leaves: Vec<Py<PyAny>>,
+        dict: Option<(Py<PyDict>, Py<PyTuple>)>,
+        keys: Option<&Bound<'py, PyTuple>>,
+    ) -> Result<Bound<'py, PyAny>> {
+        let Some(keys) = keys else {
+            return Ok(PyList::new(py, leaves)?.into_any());
+        };
+        if let Some((dict, kept_keys)) = dict
+            && kept_keys.bind(py).is(keys)
+        {
+            return Ok(dict.into_bound(py).into_any());
+        }
+        let dict = PyDict::new(py);
+        for (key, leaf) in keys.iter().zip(&leaves) {
+            dict.set_item(key, leaf.bind(py))?;
+        }
+        // Keys equal to one another would leave fewer entries than leaves.
+        if dict.len() != leaves.len() {
+            return Err(Error::value(
+                "a state dict's snapshot needs keys that differ",
+            ));
+        }
+        let replaced = {
+            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            let held = kept
+                .iter_mut()
+                .find(|kept| Arc::ptr_eq(&kept.buffer, buffer));
+            held.and_then(|kept| {
+                (kept.dict).replace((dict.clone().unbind(), keys.clone().unbind()))
+            })
+        };
+        drop(replaced); // its references let go of outside the lock
+        Ok(dict.into_any())
     }
 
     /// Keep a new snapshot's memory and leaves for later ones (the oldest let go of, beyond
@@ -534,7 +598,11 @@ impl TreeSegment {
         let dropped = {
             let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
             let dropped = (kept.len() >= SNAPSHOTS_KEPT).then(|| kept.remove(0));
-            kept.push(Kept { buffer, leaves });
+            kept.push(Kept {
+                buffer,
+                leaves,
+                dict: None,
+            });
             dropped
         };
         drop(dropped); // its references let go of outside the lock
@@ -546,7 +614,7 @@ impl TreeSegment {
     fn leaf_copies<'t>(&self, sources: impl Iterator<Item = &'t Tensor>) -> LeafCopies {
         let base = self.mapped.base_ptr();
         let leaves = self.layout.leaves().iter().zip(self.layout.placed());
-        let mut copies = Vec::with_capacity(self.layout.leaves().len());
+        let (mut runs, mut strided) = (Vec::with_capacity(self.layout.leaves().len()), Vec::new());
         for (source, ((leaf, placed), c_layout)) in sources.zip(leaves.zip(&self.c_layouts)) {
             if placed.nbytes == 0 {
                 continue;
@@ -555,10 +623,10 @@ impl TreeSegment {
             let swap =
                 (leaf.element.swapped != source.swapped()).then(|| leaf.element.dtype.swap_unit());
             let contiguous = source.layout().is_c_contiguous() && !source.indirect();
-            if swap.is_none() && contiguous && placed.nbytes < DIRECT_MAX_BYTES {
-                copies.push(LeafCopy::Direct {
-                    to,
-                    from: source.data().cast_const().cast(),
+            if swap.is_none() && contiguous {
+                runs.push(Run {
+                    dst: to,
+                    src: source.data().cast_const().cast(),
                     len: placed.nbytes as usize,
                 });
                 continue;
@@ -567,7 +635,7 @@ impl TreeSegment {
                 layout.byte_strides().iter().map(|&s| s as isize).collect()
             };
             let shape: Vec<usize> = leaf.shape.iter().map(|&n| n as usize).collect();
-            copies.push(LeafCopy::Strided {
+            strided.push(StridedCopy {
                 to: Strided {
                     ptr: to,
                     shape: shape.clone(),
@@ -582,7 +650,7 @@ impl TreeSegment {
                 swap,
             });
         }
-        LeafCopies(copies)
+        LeafCopies { runs, strided }
     }
 
     /// Leaf `k`'s element type and shape as its layout holds them.
@@ -755,13 +823,26 @@ impl TreeSegment {
     /// A copy of every leaf, all of one generation, and that generation: `(leaves,
     /// generation)`. Waits for a write under way (`timeout` seconds at most, None: while its
     /// writer lives); a write whose writer died halfway is a BufferError.
-    #[pyo3(signature = (timeout=None))]
+    /// With `keys` (a state dict's, as many as the leaves) the leaves come as a dict of those
+    /// keys in order instead of a list: the dict an earlier snapshot handed out, where nothing
+    /// holds or changed it any more.
+    #[pyo3(signature = (timeout=None, keys=None))]
     fn snapshot<'py>(
         &self,
         py: Python<'py>,
         timeout: Option<f64>,
-    ) -> Result<(Bound<'py, PyList>, u64)> {
+        keys: Option<&Bound<'py, PyTuple>>,
+    ) -> Result<(Bound<'py, PyAny>, u64)> {
         let (data, len) = self.layout.data();
+        if let Some(keys) = keys
+            && keys.len() != self.layout.leaves().len()
+        {
+            return Err(Error::value(format!(
+                "{} keys for a tree of {} array leaves",
+                keys.len(),
+                self.layout.leaves().len()
+            )));
+        }
         let (buffer, reused) = self.snapshot_memory(py, len as usize)?;
         let from = self.source()?.wrapping_add(data as usize);
         let sequence = SeqLock::new(self.sequence()?);
@@ -822,8 +903,8 @@ impl TreeSegment {
             py.detach(|| std::thread::sleep(nap));
             nap = (nap * 2).min(MAX_NAP);
         };
-        if let Some(leaves) = reused {
-            return Ok((PyList::new(py, leaves)?, generation));
+        if let Some(Reused { leaves, dict }) = reused {
+            return Ok((self.hand_out(py, &buffer, leaves, dict, keys)?, generation));
         }
         let list = PyList::empty(py);
         let leaves = self.layout.leaves().iter().zip(self.layout.placed());
@@ -849,8 +930,9 @@ impl TreeSegment {
             };
             list.append(view)?;
         }
-        self.keep_snapshot(buffer, &list);
-        Ok((list, generation))
+        self.keep_snapshot(buffer.clone(), &list);
+        let leaves = list.iter().map(Bound::unbind).collect();
+        Ok((self.hand_out(py, &buffer, leaves, None, keys)?, generation))
     }
 
     /// The generation the tree holds: the number of updates ended (one under way not yet).

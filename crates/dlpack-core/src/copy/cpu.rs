@@ -6,7 +6,11 @@
 //! see [`kernels`] and [`tiles`]) and, from a size up, cuts the work between threads and writes
 //! with streaming stores, as [`tune`] measured for that kind of copy on this machine. It never
 //! touches Python: callers release the GIL around it.
+//!
+//! [`copy_runs`] copies a batch of contiguous runs (a shared tree's leaves) as one contiguous copy
+//! of their total size chooses its threads and stores.
 
+mod batch;
 mod blocks;
 mod elem;
 mod engine;
@@ -20,5 +24,6 @@ mod throughput;
 mod tiles;
 pub mod tune;
 
+pub use batch::{Run, copy_runs};
 pub use engine::{Strided, byte_span, calibrate_now, copy_strided, may_overlap};
 pub use tune::{LARGE_THRESHOLD, PARALLEL_THRESHOLD};

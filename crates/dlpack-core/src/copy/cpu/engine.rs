@@ -425,7 +425,7 @@ const RESIDENCY_MAX_BYTES: usize = 1 << 30;
 /// How many of the pages holding the bytes `[lo, hi)` are in memory, of how many (`mincore`);
 /// `None` where that can't be told (not Linux, a span beyond [`RESIDENCY_MAX_BYTES`], the call
 /// failing).
-fn residency((lo, hi): (usize, usize)) -> Option<(usize, usize)> {
+pub(super) fn residency((lo, hi): (usize, usize)) -> Option<(usize, usize)> {
     #[cfg(target_os = "linux")]
     {
         let page = rustix::param::page_size();
