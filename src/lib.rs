@@ -41,7 +41,7 @@ mod testing;
 
 use pyo3::prelude::*;
 
-#[pymodule]
+#[pymodule(gil_used = false)]
 fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DLPackObject", object::type_object(m.py())?)?;
     // The runtime other extensions view memory through (see `api::capi`).
