@@ -14,16 +14,16 @@
 //! checks other views, and a rust-numpy borrow is checked against the views only (against
 //! other rust-numpy borrows rust-numpy's own flags decide, by its rules).
 //!
-//! The registry is a lock (`HELD`), taken for a check and its insert as one step, and never
+//! The registry is a `Latch` (`HELD`), taken for a check and its insert as one step, and never
 //! held while Python code runs, so a thread waits for it only while another compares a few
 //! ranges; it needs no GIL, on either build.
 
 use std::ffi::{c_int, c_void};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use dlpack_core::layout::Layout;
 
 use crate::error::{Error, Result};
+use crate::ffi::python::Latch;
 use crate::tensor::Tensor;
 
 /// A held range; equal entries are interchangeable, so an entry is found by its value.
@@ -42,13 +42,8 @@ const VIEW: usize = 0;
 /// `holder` of a writer's entry (always exclusive); no array lives at address 1.
 const WRITER: usize = 1;
 
-static HELD: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
-
-/// The registry, locked (a poisoned lock is taken as it is: every change is one push or one
-/// removal, whole before anything could panic).
-fn held() -> MutexGuard<'static, Vec<Entry>> {
-    HELD.lock().unwrap_or_else(PoisonError::into_inner)
-}
+/// Every change is one push or one removal, whole before anything could panic.
+static HELD: Latch<Vec<Entry>> = Latch::new(Vec::new());
 
 /// The addresses `start..end` a tensor's elements span, as the registry compares them; a
 /// `ValueError` for a layout that would run past either end of the address space from its
@@ -86,14 +81,26 @@ impl Writing {
         if start >= end {
             return Ok(None); // no bytes written
         }
-        let mut held = held();
+        let entry = Entry {
+            start,
+            end,
+            exclusive: true,
+            holder: WRITER,
+        };
         // rust-numpy's borrows are left to their holders, as they are where the runtime didn't
         // install rust-numpy's flags (and so can't see them).
-        if let Some(other) = held
-            .iter()
-            .find(|e| e.holder == VIEW && e.start < end && start < e.end)
-        {
-            return Err(Error::buffer(if other.exclusive {
+        let viewed = HELD.with(|held| {
+            let found = held
+                .iter()
+                .find(|e| e.holder == VIEW && e.start < end && start < e.end)
+                .map(|other| other.exclusive);
+            if found.is_none() {
+                held.push(entry);
+            }
+            found
+        });
+        if let Some(exclusive) = viewed {
+            return Err(Error::buffer(if exclusive {
                 format!(
                     "{writer} can't write into this memory: it is borrowed mutably by a view (a \
                      Rust or C extension's view_mut, through dlpack's C API) that holds it alone; \
@@ -107,13 +114,6 @@ impl Writing {
                 )
             }));
         }
-        let entry = Entry {
-            start,
-            end,
-            exclusive: true,
-            holder: WRITER,
-        };
-        held.push(entry);
         Ok(Some(Writing(entry)))
     }
 }
@@ -140,10 +140,21 @@ impl Borrow {
         if start >= end {
             return Ok(None);
         }
-        let mut held = held();
-        let conflict = held
-            .iter()
-            .find(|e| e.start < end && start < e.end && (e.exclusive || exclusive));
+        let conflict = HELD.with(|held| {
+            let found = held
+                .iter()
+                .find(|e| e.start < end && start < e.end && (e.exclusive || exclusive))
+                .copied();
+            if found.is_none() {
+                held.push(Entry {
+                    start,
+                    end,
+                    exclusive,
+                    holder: VIEW,
+                });
+            }
+            found
+        });
         if let Some(other) = conflict {
             return Err(match other.holder {
                 VIEW if other.exclusive => Error::buffer(
@@ -161,12 +172,6 @@ impl Borrow {
                 _ => held_by_rust_numpy(exclusive),
             });
         }
-        held.push(Entry {
-            start,
-            end,
-            exclusive,
-            holder: VIEW,
-        });
         Ok(Some(Borrow {
             start,
             end,
@@ -213,7 +218,8 @@ pub fn held_by_rust_numpy(exclusive: bool) -> Error {
 /// array has it until `release_rust_numpy`): refused (-1) where a view holds any of it in
 /// conflict, else `acquire`'s answer (rust-numpy's own flags), recorded when granted (0). The
 /// check, `acquire` and the record are one step under the registry's lock, so no view can come
-/// between; `acquire` must run no Python code.
+/// between; `acquire` must run no Python code and never reach the registry (rust-numpy's own
+/// lock is taken inside it, so always after the registry's).
 pub fn acquire_rust_numpy(
     start: usize,
     end: usize,
@@ -221,45 +227,48 @@ pub fn acquire_rust_numpy(
     holder: usize,
     acquire: impl FnOnce() -> c_int,
 ) -> c_int {
-    let mut held = held();
-    let viewed = held
-        .iter()
-        .any(|e| e.holder == VIEW && e.start < end && start < e.end && (e.exclusive || exclusive));
-    if viewed {
-        return -1;
-    }
-    let status = acquire();
-    if status == 0 {
-        held.push(Entry {
-            start,
-            end,
-            exclusive,
-            holder,
+    HELD.with(|held| {
+        let viewed = held.iter().any(|e| {
+            e.holder == VIEW && e.start < end && start < e.end && (e.exclusive || exclusive)
         });
-    }
-    status
+        if viewed {
+            return -1;
+        }
+        let status = acquire();
+        if status == 0 {
+            held.push(Entry {
+                start,
+                end,
+                exclusive,
+                holder,
+            });
+        }
+        status
+    })
 }
 
 /// End a rust-numpy borrow acquired with the array at `holder`: `release` (rust-numpy's own
-/// flags, which must run no Python code), and the registry forgets the borrow, found by the
+/// flags, as `acquire_rust_numpy`'s `acquire`), and the registry forgets the borrow, found by the
 /// array (whose range Python code may have changed since, `a.shape = ...`): any one of its
 /// borrows of that kind, as they are released one for one. One step under the registry's lock.
 pub fn release_rust_numpy(exclusive: bool, holder: usize, release: impl FnOnce()) {
-    let mut held = held();
-    release();
-    if let Some(k) = held
-        .iter()
-        .rposition(|e| e.holder == holder && e.exclusive == exclusive)
-    {
-        held.swap_remove(k);
-    }
+    HELD.with(|held| {
+        release();
+        if let Some(k) = held
+            .iter()
+            .rposition(|e| e.holder == holder && e.exclusive == exclusive)
+        {
+            held.swap_remove(k);
+        }
+    });
 }
 
 fn remove(entry: Entry) {
-    let mut held = held();
-    if let Some(k) = held.iter().rposition(|e| *e == entry) {
-        held.swap_remove(k);
-    }
+    HELD.with(|held| {
+        if let Some(k) = held.iter().rposition(|e| *e == entry) {
+            held.swap_remove(k);
+        }
+    });
 }
 
 #[cfg(test)]

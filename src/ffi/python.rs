@@ -6,12 +6,14 @@
 //! C API needs, which on a free-threaded build is all it means: other threads run Python code
 //! meanwhile. No state of ours is guarded by the GIL. What our entry points share lives in:
 //!
-//! - `Latch`es, try-locks for caches a thread does without when another is using them:
-//!   `object::instance`'s `FREE` (the free list of dead `DLPackObject`s) and
+//! - `Latch`es used without waiting, for caches a thread does without when another is using
+//!   them: `object::instance`'s `FREE` (the free list of dead `DLPackObject`s) and
 //!   `object::arguments`' `LAST_MAX_VERSION` (the last `max_version` tuple, a strong reference,
 //!   with its answer);
-//! - locks never held while Python code runs: `api::borrows`' `HELD` (the ranges Rust views and
-//!   copies hold, whose check and insert are one step), `import::numpy`'s `DESCRS`,
+//! - a `Latch` waited for, never held while Python code runs: `api::borrows`' `HELD` (the ranges
+//!   Rust views and copies hold, whose check and insert are one step: a `Mutex` added 51
+//!   instructions to a view and its release, a `Latch` 17);
+//! - `Mutex`es never held while Python code runs: `import::numpy`'s `DESCRS`,
 //!   `import::protocols`' `CACHE`, `object::methods`' `DTYPE_OBJECTS`, `share`'s registries;
 //! - atomics: `object::instance`'s `TYPE`, `object::arguments`' `KEYWORD_NAMES` (written once
 //!   at initialisation), `object::methods`' `CPU_DEVICE` (written once), `api::lease`'s
@@ -36,18 +38,21 @@ pub use ffi::{PyObject, PyTypeObject};
 
 // -- shared caches ----------------------------------------------------------------------------
 
-/// A value shared by threads, used by one at a time and only if free: `try_with` never waits,
-/// so it can't deadlock against the GIL, a free-threaded interpreter's stop-the-world pauses or
-/// its own caller. For caches and free lists, whose users do without them when another thread
-/// (or an outer use on this thread) has them: one compare-and-swap to take, a store to give back.
+/// A value shared by threads, used by one at a time: one compare-and-swap to take it, a store to
+/// give it back, and no poisoning (a use that panics leaves the value as far as it got).
+/// `try_with` never waits, so it can't deadlock against the GIL, a free-threaded interpreter's
+/// stop-the-world pauses or its own caller: for caches and free lists, whose users do without
+/// them when another thread (or an outer use on this thread) has them. `with` waits, for values
+/// used only for a few comparisons at a time, never across Python code or anything else that
+/// waits.
 pub struct Latch<T> {
     busy: AtomicBool,
     value: UnsafeCell<T>,
 }
 
-// SAFETY: the value is reached only through `try_with`, which hands it to one thread at a time
-// (the one that set `busy`), so sharing the latch moves the value between threads, as `T: Send`
-// allows.
+// SAFETY: the value is reached only through `try_with` and `with`, which hand it to one thread at
+// a time (the one that set `busy`), so sharing the latch moves the value between threads, as
+// `T: Send` allows.
 unsafe impl<T: Send> Sync for Latch<T> {}
 
 impl<T> Latch<T> {
@@ -58,16 +63,53 @@ impl<T> Latch<T> {
         }
     }
 
+    #[inline(always)]
+    fn take(&self) -> bool {
+        self.busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// `f` of the value, unless another use of it is under way (`None` then: `f` is not run).
     #[inline(always)]
     pub fn try_with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
-        if self
-            .busy
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        if !self.take() {
             return None;
         }
+        // SAFETY: this thread just set `busy`.
+        Some(unsafe { self.use_taken(f) })
+    }
+
+    /// `f` of the value, once other uses are over (spinning a little, then yielding the CPU to
+    /// them). `f` must not use this latch again, nor wait for anything: a user that waits while
+    /// another waits for it never ends.
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        if !self.take() {
+            self.wait();
+        }
+        // SAFETY: this thread set `busy` (above, or in `wait`).
+        unsafe { self.use_taken(f) }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wait(&self) {
+        let mut spins = 0u32;
+        while !self.take() {
+            if spins < 64 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// # Safety
+    /// This thread set `busy`, and nothing else will clear it.
+    #[inline(always)]
+    unsafe fn use_taken<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         /// Clears `busy` when `f` returns or unwinds.
         struct Free<'a>(&'a AtomicBool);
         impl Drop for Free<'_> {
@@ -77,10 +119,10 @@ impl<T> Latch<T> {
             }
         }
         let _free = Free(&self.busy);
-        // SAFETY: this thread set `busy`, so until `_free` clears it no other reference to the
-        // value exists; the one made here ends with `f`, which can't keep it (its result's type
-        // doesn't borrow from it).
-        Some(f(unsafe { &mut *self.value.get() }))
+        // SAFETY: this thread set `busy` (the contract), so until `_free` clears it no other
+        // reference to the value exists; the one made here ends with `f`, which can't keep it
+        // (its result's type doesn't borrow from it).
+        f(unsafe { &mut *self.value.get() })
     }
 }
 
