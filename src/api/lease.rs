@@ -56,8 +56,8 @@ fn take_box() -> Box<MaybeUninit<Lease>> {
 fn keep_box(spare: Box<MaybeUninit<Lease>>) {
     let old = SPARE.swap(Box::into_raw(spare), Ordering::AcqRel);
     if !old.is_null() {
-        // SAFETY: as in `take_box`: a box `keep_box` kept, this thread's alone after the swap
-        // (freed as uninitialised memory: no Python code).
+        // SAFETY: a non-null `SPARE` came from `Box::into_raw` (above, by an earlier call), and
+        // the swap made it this thread's alone; freed as uninitialised memory (no Python code).
         drop(unsafe { Box::from_raw(old) });
     }
 }
