@@ -227,16 +227,28 @@ def test_a_view_never_sees_copyto_write_under_it():
     dst = np.zeros(1 << 20, dtype=np.float64)  # 8 MiB: written detached
     values = [np.full(dst.size, float(v)) for v in (1, 2)]
     done = threading.Event()
+    viewed = threading.Event()  # the readers are at work before the writer starts
 
     def writer():
-        for r in range(ROUNDS):
-            try:
-                copyto(dst, values[r % 2])
-            except BufferError as exc:
-                assert "borrowed by a view" in str(exc)
-        done.set()
+        try:
+            viewed.wait()
+            written = 0
+            while written < 20:  # copies made, between the readers' views
+                try:
+                    copyto(dst, values[written % 2])
+                    written += 1
+                except BufferError as exc:
+                    assert "borrowed by a view" in str(exc)
+        finally:
+            done.set()
 
     def reader():
+        try:
+            read_views()
+        finally:
+            viewed.set()  # a reader that failed doesn't keep the writer waiting
+
+    def read_views():
         while not done.is_set():
             view = DLPackAdapterView()
             try:
@@ -251,9 +263,10 @@ def test_a_view_never_sees_copyto_write_under_it():
                 API.release_view(address(view))
             assert first.min() == first.max(), "a view saw a copy half done"
             assert np.array_equal(first, again), "a view's memory changed under it"
+            viewed.set()
 
     run_threads(lambda k: writer() if k == 0 else reader(), threads=3)
-    assert dst.min() == dst.max()
+    assert (dst == 2.0).all()  # the 20th copy's values
 
 
 # -- sharing -------------------------------------------------------------------------------------
@@ -298,12 +311,19 @@ def test_threads_asking_for_jax_module_get_one_class():
     need("jax")
     code = textwrap.dedent(
         f"""
-        import sys, threading
+        import threading
+        import time
         import torch, jax
         import dlpack.interop
-        sys.setswitchinterval(1e-6)
         barrier = threading.Barrier({THREADS})
         found = []
+
+        def pause_in_class_body(frame, event, arg):
+            # Other threads run while JaxModule's class body does: they ask at the same time.
+            if event == "call" and frame.f_code.co_name == "JaxModule":
+                time.sleep(0.05)
+
+        threading.settrace(pause_in_class_body)
 
         def ask():
             barrier.wait()
