@@ -63,7 +63,7 @@ PYTHONS_JOBS ?= 2
 .PHONY: demo test lint bench build wheel sdist mixed mixed-venv lock deps rust-test py-test \
 	py-test-checked py-test-x64 stubtest mypy venv clean example-test bench-rust-api docs memcheck \
 	build-tools checked-build example-build example-run rust-build test-python \
-	pythons release-check test-matrix debian-chroot debian-pythons mutants mutants-smoke
+	pythons release-check test-matrix debian-chroot debian-pythons mutants mutants-smoke lint-ft
 
 venv: $(PY)
 $(PY):
@@ -325,6 +325,7 @@ lint: deps
 	! cargo tree -p dlpack-adapter -e features -i pyo3 | grep abi3
 	# the C API's header (dlpack/include/dlpack_adapter.h) is what its Rust declaration generates
 	cargo run --quiet -p dlpack-header -- --check
+	$(MAKE) lint-ft
 	$(PY) tools/module_cycles.py
 	# messages without holes (a line break left in a literal, words run together)
 	$(PY) tools/check_messages.py --self-test
@@ -335,6 +336,13 @@ lint: deps
 	$(PY) -m ruff check dlpack bench tools examples
 	$(PY) -m ruff format --check dlpack bench tools examples
 	$(MAKE) mypy
+
+# Clippy on the free-threaded CPython 3.14 build (version-specific: abi3 has no free-threaded
+# form before 3.15), which no interpreter here provides: PyO3 is configured by a file instead.
+# Its own target folder, so the two configurations don't rebuild each other's dependencies.
+PYO3_FT := PYO3_CONFIG_FILE=$(abspath tools/pyo3-ft314.cfg) CARGO_TARGET_DIR=$(abspath target/ft)
+lint-ft:
+	$(PYO3_FT) cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
 
 # Exchange cost against the native paths and pydlpack (installed aside, in bench/.pydlpack).
 bench: deps

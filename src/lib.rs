@@ -41,7 +41,7 @@ mod testing;
 
 use pyo3::prelude::*;
 
-#[pymodule]
+#[pymodule(gil_used = false)]
 fn _dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The copy engine's settings come from the environment: refuse what can't be understood
     // rather than copy otherwise than asked.

@@ -7,8 +7,10 @@
  *     dlpack_api = dlpack_adapter_import(1);  // the lowest feature level the extension needs
  *     if (dlpack_api == NULL) return NULL;      // ImportError set
  *
- * Every function is called holding the GIL; one that fails returns -1 (or NULL) with a Python
- * exception set. Include <dlpack/dlpack.h>, if you use it, before this header.
+ * Every function is called holding the GIL (on a free-threaded CPython: attached, with a thread
+ * state; threads may then call at once, and the runtime locks what they share); one that fails
+ * returns -1 (or NULL) with a Python exception set. Include <dlpack/dlpack.h>, if you use it,
+ * before this header.
  */
 
 #ifndef DLPACK_ADAPTER_H

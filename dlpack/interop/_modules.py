@@ -4,6 +4,7 @@ torch modules (JaxModule)."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -107,9 +108,23 @@ def _check_pure_module(module: torch.nn.Module) -> None:
             )
 
 
-@functools.cache
+_jax_module: type | None = None
+# functools.cache would let two threads asking at once each define a class (the definition runs
+# Python code, so another thread may run meanwhile, with or without a GIL): JaxModule must be one.
+_jax_module_lock = threading.Lock()
+
+
 def _jax_module_class() -> type:
-    """The JaxModule class (a torch.nn.Module, so it is defined once torch is imported)."""
+    """The JaxModule class (a torch.nn.Module, so it is defined once torch is imported), the
+    same for every caller."""
+    global _jax_module
+    with _jax_module_lock:
+        if _jax_module is None:
+            _jax_module = _define_jax_module()
+        return _jax_module
+
+
+def _define_jax_module() -> type:
     _require("torch", "JaxModule")
     import torch
 

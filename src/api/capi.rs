@@ -6,9 +6,10 @@
 //! The table's versions, as numpy's: an ABI version changed only by a breaking change, and a
 //! feature level raised when functions or fields are appended; views and memory descriptions
 //! carry the size their caller declared them with, and the runtime writes and reads no byte past
-//! it. Every function is called with the GIL held; one that fails returns -1 (or NULL) with a
-//! Python exception set. The declarations are `dlpack_adapter::capi`'s, from which the C header
-//! `dlpack_adapter.h` is generated.
+//! it. Every function is called with the GIL held (on a free-threaded CPython: attached, while
+//! other threads call too; what they share is locked, see `crate::ffi::python`); one that fails
+//! returns -1 (or NULL) with a Python exception set. The declarations are
+//! `dlpack_adapter::capi`'s, from which the C header `dlpack_adapter.h` is generated.
 
 use std::ffi::{c_int, c_void};
 use std::mem::{MaybeUninit, offset_of};

@@ -7,6 +7,8 @@
 //! cost more than reading an exact numpy array does.
 
 use std::mem::MaybeUninit;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use dlpack_core::layout::{SelfOverlap, self_overlap};
 use pyo3::prelude::*;
@@ -14,7 +16,6 @@ use pyo3::prelude::*;
 use super::borrows::{self, Borrow};
 use super::rust_numpy::{self, NumpyBorrow};
 use crate::error::{Error, Result};
-use crate::ffi::python::GilCell;
 use crate::import::{self, array_interface::type_name};
 use crate::object::tensor_of;
 use crate::tensor::Tensor;
@@ -38,32 +39,40 @@ struct Claims {
     exclusive: bool,
 }
 
-/// One box kept from the last view given back, for the next view to reuse.
-static SPARE: GilCell<Option<Box<MaybeUninit<Lease>>>> = GilCell::new(None);
+/// One box kept from the last view given back, for the next view to reuse (null: none), taken
+/// and put back by atomic swaps, so threads never share one.
+static SPARE: AtomicPtr<MaybeUninit<Lease>> = AtomicPtr::new(ptr::null_mut());
 
-fn take_box(_py: Python<'_>) -> Box<MaybeUninit<Lease>> {
-    // SAFETY: the GIL is held (`_py`); the value is moved out at once.
-    let spare = unsafe { SPARE.get() }.take();
-    spare.unwrap_or_else(Box::new_uninit)
+fn take_box() -> Box<MaybeUninit<Lease>> {
+    let spare = SPARE.swap(ptr::null_mut(), Ordering::Acquire);
+    if spare.is_null() {
+        return Box::new_uninit();
+    }
+    // SAFETY: a non-null `SPARE` came from `Box::into_raw` (`keep_box`), and the swap made it
+    // this thread's alone.
+    unsafe { Box::from_raw(spare) }
 }
 
-fn keep_box(_py: Python<'_>, spare: Box<MaybeUninit<Lease>>) {
-    // SAFETY: the GIL is held (`_py`); the old box is moved out, then freed (no Python code).
-    drop(unsafe { SPARE.get() }.replace(spare));
+fn keep_box(spare: Box<MaybeUninit<Lease>>) {
+    let old = SPARE.swap(Box::into_raw(spare), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: a non-null `SPARE` came from `Box::into_raw` (above, by an earlier call), and
+        // the swap made it this thread's alone; freed as uninitialised memory (no Python code).
+        drop(unsafe { Box::from_raw(old) });
+    }
 }
 
 impl Lease {
     /// `obj`'s memory, held shared, or `exclusive`ly (writable host memory only), in a box.
     pub(crate) fn make(obj: &Bound<'_, PyAny>, exclusive: bool) -> Result<Box<Lease>> {
-        let py = obj.py();
-        let mut slot = take_box(py);
+        let mut slot = take_box();
         let dst = slot.as_mut_ptr();
         // SAFETY: `dst` is the box's memory, ours alone and valid for writes of a `Lease`.
         match unsafe { Lease::write(dst, obj, exclusive) } {
             // SAFETY: `write` initialised the whole `Lease` when it succeeded.
             Ok(()) => Ok(unsafe { slot.assume_init() }),
             Err(err) => {
-                keep_box(py, slot);
+                keep_box(slot);
                 Err(err)
             }
         }
@@ -148,7 +157,7 @@ impl Lease {
             return Ok(None);
         }
         let (start, end) = borrows::range_of(tensor)?;
-        Borrow::take(obj.py(), start, end, self.claims.exclusive)
+        Borrow::take(start, end, self.claims.exclusive)
     }
 
     /// Take the same memory's borrow in another extension's table of rust-numpy's borrows too
@@ -170,7 +179,7 @@ impl Lease {
             }
             Err(err) => {
                 if let Some(borrow) = self.claims.borrow.take() {
-                    borrow.give_back(obj.py());
+                    borrow.give_back();
                 }
                 // SAFETY: not used again (the contract).
                 unsafe { self.drop_source(obj.py()) };
@@ -225,13 +234,11 @@ impl Lease {
             numpy.give_back(py);
         }
         if let Some(borrow) = lease.claims.borrow.take() {
-            borrow.give_back(py);
+            borrow.give_back();
         }
         // SAFETY: the allocation `Box::into_raw` gave; its source was released and its borrows
         // given back above, and what remains (`None`s and a bool) needs no drop.
-        keep_box(py, unsafe {
-            Box::from_raw(raw.cast::<MaybeUninit<Lease>>())
-        });
+        keep_box(unsafe { Box::from_raw(raw.cast::<MaybeUninit<Lease>>()) });
     }
 }
 

@@ -273,20 +273,17 @@ unsafe fn acquire_through(flags: *mut c_void, array: *mut PyArrayObject, exclusi
         let inner = unsafe { &*flags.cast::<SharedV1>() };
         // SAFETY: a live numpy array (the contract).
         let (start, end) = unsafe { byte_range(py, array) };
-        if borrows::viewed(py, start, end, exclusive) {
-            return -1;
-        }
         let acquire = if exclusive {
             inner.acquire_mut
         } else {
             inner.acquire
         };
-        // SAFETY: the crate's function, attached, with its flags and a live array.
-        let status = unsafe { acquire(inner.flags, array) };
-        if status == 0 {
-            borrows::hold_rust_numpy(py, start, end, exclusive, array as usize);
-        }
-        status
+        // The check against views, rust-numpy's answer and its record are one step.
+        borrows::acquire_rust_numpy(start, end, exclusive, array as usize, || {
+            // SAFETY: the crate's function, attached, with its flags and a live array (it runs
+            // no Python code).
+            unsafe { acquire(inner.flags, array) }
+        })
     }));
     // Nothing above panics but on a bug; refused then, never unwound into rust-numpy.
     granted.unwrap_or(-1)
@@ -298,9 +295,6 @@ unsafe fn acquire_through(flags: *mut c_void, array: *mut PyArrayObject, exclusi
 /// As `acquire_through`'s, with the array the borrow was acquired with.
 unsafe fn release_through(flags: *mut c_void, array: *mut PyArrayObject, exclusive: bool) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: rust-numpy calls its table's functions attached (the contract), as this
-        // is one.
-        let py = unsafe { Python::assume_attached() };
         // SAFETY: the wrapper's flags are the crate's table, which lives forever (`install`).
         let inner = unsafe { &*flags.cast::<SharedV1>() };
         let release = if exclusive {
@@ -308,9 +302,11 @@ unsafe fn release_through(flags: *mut c_void, array: *mut PyArrayObject, exclusi
         } else {
             inner.release
         };
-        // SAFETY: the crate's function, attached, with its flags and the borrow's array.
-        unsafe { release(inner.flags, array) };
-        borrows::release_rust_numpy(py, exclusive, array as usize);
+        borrows::release_rust_numpy(exclusive, array as usize, || {
+            // SAFETY: the crate's function, attached, with its flags and the borrow's array (it
+            // runs no Python code).
+            unsafe { release(inner.flags, array) }
+        });
     }));
 }
 

@@ -46,11 +46,14 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
         ));
     }
     let dst_on_host = on_host(dst)?;
-    if dst_on_host {
-        // A view reading this memory must not see it change, one writing it holds it alone.
+    // A view reading this memory must not see it change, one writing it holds it alone; and no
+    // view is taken of it until the copy is done (`_writing`, given back on return).
+    let _writing = if dst_on_host {
         let (start, end) = borrows::range_of(dst)?;
-        borrows::check_unheld(py, start, end, "copyto")?;
-    }
+        borrows::Writing::take(start, end, "copyto")?
+    } else {
+        None
+    };
     if !dst_on_host || !on_host(src)? {
         return cuda::copy_into(py, dst, src, stream);
     }

@@ -2,39 +2,33 @@
 //! function whose contract says what it needs. Everything else in the crate reaches Python
 //! through these or through PyO3's safe API.
 //!
-//! The extension is built for GIL-enabled CPython only (abi3): several of our caches are guarded
-//! by the GIL instead of a lock, so a free-threaded build is refused outright. Such a build
-//! (which has no abi3, and would declare `gil_used = false`) would need, for each `GilCell`:
+//! Contracts here say "the calling thread holds the GIL": attached to the interpreter, as the
+//! C API needs, which on a free-threaded build is all it means: other threads run Python code
+//! meanwhile. No state of ours is guarded by the GIL. What our entry points share lives in:
 //!
-//! - `object::instance`'s `FREE`, the free list of dead `DLPackObject`s, popped for every new
-//!   object and pushed by every deallocation: a lock, or one list per thread (or none:
-//!   free-threaded CPython keeps per-thread free lists of its own);
-//! - `object::arguments`'s `KEYWORD_NAMES`, `__dlpack__`'s interned keyword names by address,
-//!   written once at initialisation: a `OnceLock`;
-//! - `object::arguments`'s `LAST_MAX_VERSION`, the last `max_version` tuple (a strong reference)
-//!   with its answer, read and replaced by `__dlpack__`: a lock, or one per thread (the tuple it
-//!   replaces must not be released while another thread compares against its address);
-//! - `object::methods`'s `CPU_DEVICE`, the shared `(1, 0)` tuple, written once: a `PyOnceLock`;
-//! - `api::borrows`'s `HELD`, the ranges Rust views hold, whose check and insert must be one
-//!   step: a lock;
-//! - `api::held`'s `SPARE`, the one box kept for the next view: one per thread, or an atomic
-//!   swap.
+//! - `Latch`es used without waiting, for caches a thread does without when another is using
+//!   them: `object::instance`'s `FREE` (the free list of dead `DLPackObject`s) and
+//!   `object::arguments`' `LAST_MAX_VERSION` (the last `max_version` tuple, a strong reference,
+//!   with its answer);
+//! - a `Latch` waited for, never held while Python code runs: `api::borrows`' `HELD` (the ranges
+//!   Rust views and copies hold, whose check and insert are one step: a `Mutex` added 51
+//!   instructions to a view and its release, a `Latch` 17);
+//! - `Mutex`es never held while Python code runs: `import::numpy`'s `DESCRS`,
+//!   `import::protocols`' `CACHE`, `object::methods`' `DTYPE_OBJECTS`, `share`'s registries;
+//! - atomics: `object::instance`'s `TYPE`, `object::arguments`' `KEYWORD_NAMES` (written once
+//!   at initialisation), `object::methods`' `CPU_DEVICE` (written once), `api::lease`'s
+//!   `SPARE` (a box swapped in and out), `import::numpy`'s `NDARRAY` and its last-dtype
+//!   seqlock (whose writers hold `DESCRS`' lock);
+//! - `PyOnceLock`s, which detach while they wait (`import::numpy`'s `FIELDS_OFFSET`,
+//!   pickling's, the stand-in type's, `api::rust_numpy`'s `FLAGS` and `MODULES`), and immutable
+//!   tables (the C APIs').
 //!
-//! The other statics take no GIL for granted: atomics (`object::instance`'s `TYPE`,
-//! `import::numpy`'s `NDARRAY` and its last-dtype seqlock, whose writers hold `DESCRS`' lock),
-//! locks (`import::numpy`'s `DESCRS`, `import::protocols`' `CACHE`, `share`'s registries),
-//! `PyOnceLock`s (`import::numpy`'s `FIELDS_OFFSET`, pickling's, the stand-in type's,
-//! `api::rust_numpy`'s `FLAGS` and `MODULES`) and immutable tables (the C APIs').
-
-#[cfg(Py_GIL_DISABLED)]
-compile_error!(
-    "dlpack-adapter supports GIL-enabled CPython only: its caches and free list are guarded by \
-     the GIL (build for a GIL-enabled interpreter, e.g. abi3)"
-);
+//! A `DLPackObject`'s state is immutable once made, so threads share an object freely.
 
 use std::cell::UnsafeCell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -42,29 +36,93 @@ use pyo3::types::PyType;
 
 pub use ffi::{PyObject, PyTypeObject};
 
-// -- state guarded by the GIL ----------------------------------------------------------------
+// -- shared caches ----------------------------------------------------------------------------
 
-/// State shared by our entry points, guarded by the GIL instead of a lock (the extension runs
-/// on GIL-enabled CPython only: see the `compile_error!` above).
-pub struct GilCell<T>(UnsafeCell<T>);
+/// A value shared by threads, used by one at a time: one compare-and-swap to take it, a store to
+/// give it back, and no poisoning (a use that panics leaves the value as far as it got).
+/// `try_with` never waits, so it can't deadlock against the GIL, a free-threaded interpreter's
+/// stop-the-world pauses or its own caller: for caches and free lists, whose users do without
+/// them when another thread (or an outer use on this thread) has them. `with` waits, for values
+/// used only for a few comparisons at a time, never across Python code or anything else that
+/// waits.
+pub struct Latch<T> {
+    busy: AtomicBool,
+    value: UnsafeCell<T>,
+}
 
-// SAFETY: the contents are only reached through `get`, whose callers hold the GIL, so by one
-// thread at a time.
-unsafe impl<T: Send> Sync for GilCell<T> {}
+// SAFETY: the value is reached only through `try_with` and `with`, which hand it to one thread at
+// a time (the one that set `busy`), so sharing the latch moves the value between threads, as
+// `T: Send` allows.
+unsafe impl<T: Send> Sync for Latch<T> {}
 
-impl<T> GilCell<T> {
+impl<T> Latch<T> {
     pub const fn new(value: T) -> Self {
-        GilCell(UnsafeCell::new(value))
+        Latch {
+            busy: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    #[inline(always)]
+    fn take(&self) -> bool {
+        self.busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// `f` of the value, unless another use of it is under way (`None` then: `f` is not run).
+    #[inline(always)]
+    pub fn try_with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        if !self.take() {
+            return None;
+        }
+        // SAFETY: this thread just set `busy`.
+        Some(unsafe { self.use_taken(f) })
+    }
+
+    /// `f` of the value, once other uses are over (spinning a little, then yielding the CPU to
+    /// them). `f` must not use this latch again, nor wait for anything: a user that waits while
+    /// another waits for it never ends.
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        if !self.take() {
+            self.wait();
+        }
+        // SAFETY: this thread set `busy` (above, or in `wait`).
+        unsafe { self.use_taken(f) }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wait(&self) {
+        let mut spins = 0u32;
+        while !self.take() {
+            if spins < 64 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// # Safety
-    /// The caller holds the GIL, and doesn't call `get` again (on this cell) while it uses the
-    /// result.
-    #[allow(clippy::mut_from_ref, reason = "the GIL is the lock")]
+    /// This thread set `busy`, and nothing else will clear it.
     #[inline(always)]
-    pub unsafe fn get(&self) -> &mut T {
-        // SAFETY: per the contract, this is the only reference for its lifetime.
-        unsafe { &mut *self.0.get() }
+    unsafe fn use_taken<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        /// Clears `busy` when `f` returns or unwinds.
+        struct Free<'a>(&'a AtomicBool);
+        impl Drop for Free<'_> {
+            #[inline(always)]
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _free = Free(&self.busy);
+        // SAFETY: this thread set `busy` (the contract), so until `_free` clears it no other
+        // reference to the value exists; the one made here ends with `f`, which can't keep it
+        // (its result's type doesn't borrow from it).
+        f(unsafe { &mut *self.value.get() })
     }
 }
 

@@ -4,13 +4,15 @@
 //! with their own strings (numpy's C code), so names are matched by address first, then by
 //! contents.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString, PyTuple};
 
 use crate::error::{Error, Result};
 use crate::export::policy::{Request, reported_minor};
-use crate::ffi::python::{self, GilCell, Py_ssize_t, PyObject};
+use crate::ffi::python::{self, Latch, Py_ssize_t, PyObject};
 use crate::import::array_interface::{to_i64, type_name};
 use dlpack_core::abi::DLDevice;
 use dlpack_core::abi::c_array;
@@ -18,28 +20,27 @@ use dlpack_core::abi::c_array;
 /// `__dlpack__`'s parameters, all keyword-only, in signature order.
 pub const KEYWORDS: [&str; 4] = ["stream", "max_version", "dl_device", "copy"];
 
-/// `KEYWORDS`, interned (as CPython interns names in calls), by address.
-static KEYWORD_NAMES: GilCell<[usize; 4]> = GilCell::new([0; 4]);
+/// `KEYWORDS`, interned (as CPython interns names in calls), by address: written at module
+/// initialisation, read by every call (only compared, so a call racing the initialisation at
+/// worst takes the slower path).
+static KEYWORD_NAMES: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
 
 /// Intern `KEYWORDS` once (module initialisation); the table keeps them alive.
 pub fn intern_keywords(py: Python<'_>) {
     for (slot, name) in KEYWORDS.iter().enumerate() {
         let name = PyString::intern(py, name);
-        // SAFETY: we hold the GIL (`py`); the reference leaked into the table keeps the
-        // interned name, and so its address, alive.
-        unsafe { KEYWORD_NAMES.get()[slot] = name.into_ptr() as usize };
+        // The reference leaked into the table keeps the interned name, and so its address,
+        // alive.
+        KEYWORD_NAMES[slot].store(name.into_ptr() as usize, Ordering::Relaxed);
     }
 }
 
 /// The `KEYWORDS` slot `name` is, if it is one of our interned names (compared by address).
-///
-/// # Safety
-/// The caller holds the GIL.
 #[inline(always)]
-unsafe fn interned_keyword_slot(name: *mut PyObject) -> Option<usize> {
-    // SAFETY: per the contract; the table is read, not kept.
-    let names = unsafe { *KEYWORD_NAMES.get() };
-    names.iter().position(|&n| n == name as usize)
+fn interned_keyword_slot(name: *mut PyObject) -> Option<usize> {
+    KEYWORD_NAMES
+        .iter()
+        .position(|n| n.load(Ordering::Relaxed) == name as usize)
 }
 
 /// The parameter a keyword names, for names that are not our interned strings.
@@ -82,8 +83,7 @@ pub unsafe fn common_arguments(
         // SAFETY: `k` is below the size of `kwnames`, a live tuple, and we hold the GIL (this
         // function's contract).
         let name = unsafe { python::tuple_item(kwnames, k as isize) };
-        // SAFETY: we hold the GIL (this function's contract).
-        let slot = unsafe { interned_keyword_slot(name) }?;
+        let slot = interned_keyword_slot(name)?;
         if !values[slot].is_null() {
             return None;
         }
@@ -122,8 +122,7 @@ pub unsafe fn dlpack_arguments<'a, 'py>(
     let given = unsafe { c_array(args, names.len()) };
     let (none, _) = python::none_and_false();
     for (k, name) in names.iter().enumerate() {
-        // SAFETY: we hold the GIL (`py`).
-        let slot = match unsafe { interned_keyword_slot(name.as_ptr()) } {
+        let slot = match interned_keyword_slot(name.as_ptr()) {
             Some(slot) => Some(slot),
             None => keyword_slot(&name),
         };
@@ -258,8 +257,9 @@ pub fn parse_request(
 }
 
 /// The last `max_version` tuple `versioned_minor` read, held (so its address can't be reused)
-/// with what it asked for: consumers pass the same tuple on every call (numpy's is static).
-static LAST_MAX_VERSION: GilCell<(usize, Option<u32>)> = GilCell::new((0, None));
+/// with what it asked for: consumers pass the same tuple on every call (numpy's is static). A
+/// `Latch`: a thread that finds it in use reads its tuple without it.
+static LAST_MAX_VERSION: Latch<(usize, Option<u32>)> = Latch::new((0, None));
 
 /// `reported_minor` for `max_version`, an exact tuple of two ints that are not negative; `None`
 /// for anything else (`parse_request` then accepts or rejects it).
@@ -268,24 +268,28 @@ static LAST_MAX_VERSION: GilCell<(usize, Option<u32>)> = GilCell::new((0, None))
 /// `max_version` is a live object; the caller holds the GIL.
 #[inline(always)]
 pub unsafe fn versioned_minor(py: Python<'_>, max_version: *mut PyObject) -> Option<Option<u32>> {
-    // SAFETY: per the contract, we hold the GIL, so the cache is ours for the call.
-    let last = unsafe { LAST_MAX_VERSION.get() };
-    if last.0 == max_version as usize {
-        return Some(last.1);
+    let key = max_version as usize;
+    // The cached tuple is alive (the cache holds it), and so is `max_version`: the same address
+    // is the same tuple.
+    let cached = LAST_MAX_VERSION.try_with(|last| (last.0 == key).then_some(last.1));
+    if let Some(Some(minor)) = cached {
+        return Some(minor);
     }
     // SAFETY: `max_version` is a live object and we hold the GIL (this function's contract).
     let version = unsafe { Borrowed::from_ptr(py, max_version) };
     let (major, minor) = exact_int_pair(&version)?;
     let minor = reported_minor(major, minor)?;
-    // The cache holds a strong reference to its tuple (an exact tuple of ints, whose release runs
-    // no Python code), taken here and released when replaced.
-    // SAFETY: `max_version` is a live object and we hold the GIL (this function's contract); the
-    // cache keeps this reference.
-    unsafe { python::incref(max_version) };
-    let old = std::mem::replace(last, (max_version as usize, minor)).0;
-    if old != 0 {
-        // SAFETY: `old` is the tuple the cache took a reference to, given up now it is replaced; we
-        // hold the GIL (this function's contract).
+    // The cache holds a strong reference to its tuple, taken here and released once replaced
+    // (an exact tuple of ints, whose release runs no Python code).
+    let replaced = LAST_MAX_VERSION.try_with(|last| {
+        // SAFETY: `max_version` is a live object and we hold the GIL (this function's
+        // contract); the cache keeps this reference.
+        unsafe { python::incref(max_version) };
+        std::mem::replace(last, (key, minor)).0
+    });
+    if let Some(old) = replaced.filter(|&old| old != 0) {
+        // SAFETY: `old` is the tuple the cache took a reference to, given up now it is replaced;
+        // we hold the GIL (this function's contract).
         unsafe { python::decref(old as *mut PyObject) };
     }
     Some(minor)

@@ -1,5 +1,5 @@
 //! `DLPackObject` instances as CPython sees them: their memory (the object header, then the
-//! state), a small free list (GIL-protected) they come from and return to, and the slots that
+//! state), a small free list (a `Latch`) they come from and return to, and the slots that
 //! end them (`tp_dealloc`, `tp_traverse`). An instance is tracked by the garbage collector only
 //! when it can be part of a cycle (it references a garbage-collected object): a numpy array or
 //! bytes owner can't be.
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use pyo3::prelude::*;
 
 use super::state::DLPackObject;
-use crate::ffi::python::{self, GilCell, PyObject, PyTypeObject};
+use crate::ffi::python::{self, Latch, PyObject, PyTypeObject};
 
 /// An instance's memory: the object header, then our state (initialised while the instance is
 /// alive; released in place when it dies).
@@ -30,42 +30,43 @@ const _: () = assert!(std::mem::align_of::<Instance>() <= 16);
 /// as long as the process).
 static TYPE: AtomicPtr<PyTypeObject> = AtomicPtr::new(ptr::null_mut());
 
-/// Dead instances kept for reuse, the way CPython keeps its own free lists.
+/// Dead instances kept for reuse, the way CPython keeps its own free lists. A thread that finds
+/// the list in use by another allocates (or frees) as if it were empty (or full).
 struct FreeList {
-    slots: GilCell<([usize; FREE_LIST_SIZE], usize)>,
+    slots: Latch<([usize; FREE_LIST_SIZE], usize)>,
 }
 
 const FREE_LIST_SIZE: usize = 16;
 
 static FREE: FreeList = FreeList {
-    slots: GilCell::new(([0; FREE_LIST_SIZE], 0)),
+    slots: Latch::new(([0; FREE_LIST_SIZE], 0)),
 };
 
 impl FreeList {
-    /// # Safety
-    /// The caller holds the GIL.
-    unsafe fn pop(&self) -> Option<*mut PyObject> {
-        // SAFETY: per the contract, nobody else touches the list meanwhile.
-        let (slots, len) = unsafe { self.slots.get() };
-        (*len > 0).then(|| {
-            *len -= 1;
-            slots[*len] as *mut PyObject
-        })
+    fn pop(&self) -> Option<*mut PyObject> {
+        self.slots
+            .try_with(|(slots, len)| {
+                (*len > 0).then(|| {
+                    *len -= 1;
+                    slots[*len] as *mut PyObject
+                })
+            })
+            .flatten()
     }
 
-    /// Keep `instance` (dead: untracked, state released); false when the list is full.
-    ///
-    /// # Safety
-    /// The caller holds the GIL.
-    unsafe fn push(&self, instance: *mut PyObject) -> bool {
-        // SAFETY: per the contract, nobody else touches the list meanwhile.
-        let (slots, len) = unsafe { self.slots.get() };
-        if *len == FREE_LIST_SIZE {
-            return false;
-        }
-        slots[*len] = instance as usize;
-        *len += 1;
-        true
+    /// Keep `instance` (dead: untracked, state released); false when the list is full or in
+    /// use.
+    fn push(&self, instance: *mut PyObject) -> bool {
+        self.slots
+            .try_with(|(slots, len)| {
+                if *len == FREE_LIST_SIZE {
+                    return false;
+                }
+                slots[*len] = instance as usize;
+                *len += 1;
+                true
+            })
+            .unwrap_or(false)
     }
 }
 
@@ -99,7 +100,7 @@ pub fn new_object(py: Python<'_>, state: DLPackObject) -> PyResult<Bound<'_, PyA
 /// A new `DLPackObject` whose state `init` writes in place (fast paths: a state built on the
 /// stack and copied in cost more than building it); `None` when `init` declines, having
 /// written nothing that needs dropping. Allocating may run a garbage collection (and so
-/// finalizers), so no `GilCell` borrow may be held across this call.
+/// finalizers).
 ///
 /// # Safety
 /// `init` gets the instance's uninitialised state; when it returns true, it has written all of
@@ -120,8 +121,7 @@ pub unsafe fn new_object_with(
     // `new_instance`. The state is written before the object is tracked or shared; a declined
     // instance is dead again (its type reference released) and goes back to the free list or the
     // allocator.
-    // SAFETY: we hold the GIL (`py`).
-    let object = match unsafe { FREE.pop() } {
+    let object = match FREE.pop() {
         Some(object) => {
             // SAFETY: we hold the GIL (`py`); the free list keeps dead, untracked instances of `ty`
             // whose type reference was released.
@@ -141,8 +141,7 @@ pub unsafe fn new_object_with(
     let state = unsafe { (*object.cast::<Instance>()).state.as_mut_ptr() };
     if !init(state) {
         // The instance is dead again: nothing was written that needs dropping (the contract).
-        // SAFETY: we hold the GIL (`py`).
-        if !unsafe { FREE.push(object) } {
+        if !FREE.push(object) {
             // SAFETY: we hold the GIL (`py`); untracked, dead, and not used again.
             unsafe { python::free_instance(object) };
         }
@@ -211,9 +210,8 @@ pub(super) unsafe extern "C" fn dealloc(object: *mut PyObject) {
         // and is not used again; CPython calls `tp_dealloc` holding the GIL.
         unsafe { DLPackObject::release_attached_in_place(state) };
     }));
-    // SAFETY: CPython calls `tp_dealloc` holding the GIL; the instance is dead and untracked, as
-    // the free list keeps them.
-    if !unsafe { FREE.push(object) } {
+    // The instance is dead and untracked, as the free list keeps them.
+    if !FREE.push(object) {
         // SAFETY: the GIL is held; the instance came from `new_instance`, is dead and untracked,
         // and is not used again (the free list is full).
         unsafe { python::free_instance(object) };

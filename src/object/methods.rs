@@ -2,7 +2,8 @@
 //! (through `export::policy` and `export::capsule`), its device, its array interfaces, its
 //! properties and its repr.
 
-use std::ptr::NonNull;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dlpack_core::dtype::DType;
@@ -18,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::export::capsule::{self, Described, Kind};
 use crate::export::interface::{self, Data};
 use crate::export::policy::{self, MANAGED_REQUEST, Request};
-use crate::ffi::python::{self, GilCell};
+use crate::ffi::python;
 use crate::tensor::{Device, Tensor};
 use dlpack_core::abi::DLDevice;
 use dlpack_core::abi::DLManagedTensorVersioned;
@@ -98,8 +99,9 @@ impl DLPackObject {
     }
 }
 
-/// `(1, 0)`, the device of CPU memory, once made (asked on every torch exchange).
-static CPU_DEVICE: GilCell<usize> = GilCell::new(0);
+/// `(1, 0)`, the device of CPU memory, once made (asked on every torch exchange): a strong
+/// reference, set once (threads racing to set it keep the first, and release their own).
+static CPU_DEVICE: AtomicPtr<python::PyObject> = AtomicPtr::new(ptr::null_mut());
 
 /// The dtype objects `dtype_object` has made, by element type: making one calls `numpy.dtype`
 /// (about 0.6 µs, on every leaf `dlpack.interop` converts), and numpy's dtypes are immutable.
@@ -176,14 +178,16 @@ impl DLPackObject {
     pub(super) fn dlpack_device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let device = self.tensor.device().get()?;
         let tuple = PyTuple::new(py, [device.device_type, device.device_id])?;
-        if device == DLDevice::CPU {
-            // SAFETY: we hold the GIL (`py`); the cache keeps a reference of its own (leaked:
-            // one tuple per process).
-            unsafe {
-                let cached = CPU_DEVICE.get();
-                if *cached == 0 {
-                    *cached = tuple.clone().into_ptr() as usize;
-                }
+        if device == DLDevice::CPU && CPU_DEVICE.load(Ordering::Acquire).is_null() {
+            // The cache keeps a reference of its own (leaked: one tuple per process).
+            let kept = tuple.clone().into_ptr();
+            if CPU_DEVICE
+                .compare_exchange(ptr::null_mut(), kept, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // SAFETY: the reference taken just above, which the cache didn't keep; we hold
+                // the GIL (`py`).
+                unsafe { python::decref(kept) };
             }
         }
         Ok(tuple)
@@ -199,8 +203,7 @@ impl DLPackObject {
         if !matches!(*self.tensor.device(), Device::Known(d) if d == DLDevice::CPU) {
             return None;
         }
-        // SAFETY: per the contract, we hold the GIL, and keep no borrow of the cell.
-        let cached = unsafe { *CPU_DEVICE.get() } as *mut python::PyObject;
+        let cached = CPU_DEVICE.load(Ordering::Acquire);
         if cached.is_null() {
             return None;
         }

@@ -46,14 +46,14 @@
 //!   to its heap type last. Traversal (`instance::traverse`) visits the type and what the state
 //!   references; there is no `tp_clear`: the state can't be cleared in place, and a cycle through
 //!   an instance is broken at its other, mutable members.
-//! - The free list and the GIL. `instance::FREE` keeps up to 16 dead instances (untracked, state
-//!   released, type reference given up); `python::revive_instance` makes one live again with a
-//!   new type reference. It is a `GilCell`: only touched holding the GIL (`tp_dealloc` is called
-//!   with it; `new_object_with` takes `py`), and each borrow of it ends inside `pop` or `push`,
-//!   so code that can run Python (the state's release, an allocation that starts a collection)
-//!   never runs while one is held. The same goes for every other `GilCell`; which ones a
-//!   free-threaded build would need to lock is listed in `crate::ffi::python`, which refuses such
-//!   a build at compile time.
+//! - The free list. `instance::FREE` keeps up to 16 dead instances (untracked, state released,
+//!   type reference given up); `python::revive_instance` makes one live again with a new type
+//!   reference. It is a `Latch`: a thread that finds it in use by another does without it
+//!   (allocates, or frees), so it never waits; each use ends inside `pop` or `push`, so code
+//!   that can run Python (the state's release, an allocation that starts a collection) never
+//!   runs while it is held. Which lock or atomic guards each other shared value is listed in
+//!   `crate::ffi::python`; none relies on the GIL, so a free-threaded build shares them as
+//!   safely.
 //! - Nothing unwinds into C. Each entry point runs its fallible work in `pytype::entry` (PyO3's
 //!   `Python::attach` and `error::at_c_boundary`: an error is raised, a panic becomes a
 //!   RuntimeError, the C caller gets NULL or -1) or in `pytype::fast_path` (a caught panic sends

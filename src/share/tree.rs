@@ -778,10 +778,10 @@ impl TreeSegment {
             };
             sources.push((read, staged));
         }
-        // A view another extension holds of the leaves must not see them change.
+        // A view another extension holds of the leaves must not see them change, nor one be
+        // taken while they do: the leaves are held as written until `update` returns.
         let (data, data_len) = self.layout.data();
-        borrows::check_unheld(
-            py,
+        let _writing = borrows::Writing::take(
             low + data as usize,
             low + (data + data_len) as usize,
             "SharedTree.update",

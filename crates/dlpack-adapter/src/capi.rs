@@ -11,8 +11,9 @@
 //! changes meaning), and a client refuses any other; `feature_version` is raised when functions
 //! are appended to the table or fields to `DLPackAdapterView` and `DLPackAdapterMemory`. A
 //! client states the lowest feature level it needs and runs on any runtime of its ABI version at
-//! that level or later. Every function is called with the GIL held; one that fails returns -1
-//! (or NULL) with a Python exception set.
+//! that level or later. Every function is called with the GIL held (on a free-threaded CPython:
+//! attached, with a thread state; threads may then call at once, and the runtime locks what they
+//! share); one that fails returns -1 (or NULL) with a Python exception set.
 
 use std::ffi::{CStr, c_int, c_void};
 use std::mem::offset_of;
