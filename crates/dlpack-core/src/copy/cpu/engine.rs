@@ -405,15 +405,22 @@ impl Job {
                 let piece = plan::slice(&self.plan, dim, at..at + steps);
                 let piece_bytes = piece.numel().saturating_mul(self.itemsize);
                 let choice = cal.candidates[c];
-                let t = Instant::now();
+                let (t, cpu) = (Instant::now(), thread_cpu_seconds());
                 // SAFETY: steps `at..at + steps` of one loop of the plan: a part of the caller's
                 // elements (`measure` asks for at most `rounds` chunks of each of the `k`
                 // candidates, as many as the cut holds).
                 let shared = unsafe { self.run(&piece, choice.threads, choice) };
+                let wall = t.elapsed().as_secs_f64();
+                let cpu = cpu.zip(thread_cpu_seconds()).map(|(a, b)| b - a);
                 at += steps;
-                let per_byte = t.elapsed().as_secs_f64() / piece_bytes.max(1) as f64;
-                let waited = tune::waited(choice.threads, shared.pieces, shared.by_others);
-                (per_byte, piece_bytes, waited)
+                let (seconds, waited) = tune::judge(tune::Chunk {
+                    threads: choice.threads,
+                    wall,
+                    cpu,
+                    pieces: shared.pieces,
+                    by_others: shared.by_others,
+                });
+                (seconds / piece_bytes.max(1) as f64, piece_bytes, waited)
             },
         );
         let seconds = started.elapsed().as_secs_f64();
@@ -519,6 +526,18 @@ impl Job {
                 (fits && fine).then_some((dim, steps))
             })
     }
+}
+
+/// The CPU seconds the calling thread has run (`None` where that can't be told).
+fn thread_cpu_seconds() -> Option<f64> {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::time::{ClockId, clock_gettime};
+        let t = clock_gettime(ClockId::ThreadCPUTime);
+        Some(t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
 }
 
 /// The most bytes [`residency`] asks the kernel about.

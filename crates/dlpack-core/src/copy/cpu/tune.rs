@@ -13,8 +13,8 @@
 //! candidates, the copy's bytes are the same: the chunks are disjoint parts of the one copy.
 //!
 //! On a machine busy with other work, measuring stays cheap ([`measure`]): it stops, in any
-//! round, once it has cost [`COST_BUDGET`]; a candidate whose threads waited for a core takes no
-//! more chunks ([`waited`]); and a chunk whose threads wait takes about as long as one thread
+//! round, once it has cost [`COST_BUDGET`]; one thread's chunk counts its CPU time, and a
+//! candidate whose threads waited for a core takes no more chunks ([`judge`]); and a chunk whose threads wait takes about as long as one thread
 //! would (the engine's threads take pieces as they get to a core; the copy doesn't wait for a
 //! thread that never did).
 //!
@@ -305,6 +305,41 @@ pub fn decide(trials: &[Vec<f64>]) -> usize {
 pub fn waited(threads: usize, pieces: usize, by_others: usize) -> bool {
     let others = threads.saturating_sub(1).min(pieces.saturating_sub(1));
     others > 0 && by_others.saturating_mul(2 * threads) < pieces.saturating_mul(others)
+}
+
+/// What a calibration chunk measured: the threads its candidate runs, the wall-clock seconds it
+/// took, the CPU seconds the caller's thread spent in it (`None`: can't be told here), and how
+/// its pieces were shared ([`waited`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Chunk {
+    pub threads: usize,
+    pub wall: f64,
+    pub cpu: Option<f64>,
+    pub pieces: usize,
+    pub by_others: usize,
+}
+
+/// A chunk's seconds, and whether its threads waited for a core. A chunk on the caller's thread
+/// alone counts its CPU time, when there is one and no longer than the wall time: the copy's
+/// own (memory stalls and page faults included), without the time the machine's other work held
+/// the core. A chunk of several threads counts its wall time, and waited when the others ran
+/// less than their share ([`waited`]) or the caller's thread ran less than half the time: its
+/// time is then not the candidate's, and on a machine that busy extra threads wait in any copy.
+/// Only ever favours the one thread the others are measured against.
+pub fn judge(chunk: Chunk) -> (f64, bool) {
+    let Chunk {
+        threads,
+        wall,
+        cpu,
+        pieces,
+        by_others,
+    } = chunk;
+    if threads <= 1 || pieces <= 1 {
+        let own = cpu.filter(|&c| c > 0.0 && c <= wall);
+        return (own.unwrap_or(wall), false);
+    }
+    let held = cpu.is_some_and(|c| c.is_nan() || c < 0.5 * wall);
+    (wall, held || waited(threads, pieces, by_others))
 }
 
 /// Which candidates take no more chunks: never the first, which the others are measured
@@ -977,6 +1012,31 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// A chunk's seconds are never more than its wall time, never less than the caller's
+        /// CPU time where that is one; several threads always count the wall's.
+        #[test]
+        fn judge_never_favours_threads(
+            threads in 1usize..9,
+            wall in 1e-6f64..1.0,
+            cpu in proptest::option::of(prop_oneof![0.0f64..2.0, Just(f64::NAN)]),
+            pieces in 0usize..40,
+            by_others in 0usize..40,
+        ) {
+            let chunk = Chunk { threads, wall, cpu, pieces, by_others: by_others.min(pieces) };
+            let (seconds, waited) = judge(chunk);
+            prop_assert!(seconds > 0.0 && seconds <= wall);
+            if threads > 1 && pieces > 1 {
+                prop_assert_eq!(seconds, wall);
+            } else {
+                prop_assert!(!waited);
+                if let Some(c) = cpu.filter(|&c| c > 0.0 && c <= wall) {
+                    prop_assert_eq!(seconds, c);
+                }
+            }
+        }
+    }
+
     #[test]
     fn waited_by_hand() {
         // Two threads, 8 pieces: the other thread ran none, 1 (less than half its 4), 2, 4.
@@ -991,6 +1051,33 @@ mod tests {
         assert!(!waited(1, 4, 0));
         assert!(!waited(2, 1, 0));
         assert!(!waited(0, 0, 0));
+    }
+
+    #[test]
+    fn judge_by_hand() {
+        let c = |threads, wall, cpu, pieces, by_others| Chunk {
+            threads,
+            wall,
+            cpu,
+            pieces,
+            by_others,
+        };
+        // One thread, held off its core half the time: its CPU time counts.
+        assert_eq!(judge(c(1, 2e-3, Some(1e-3), 1, 0)), (1e-3, false));
+        // No CPU time, or one that can't be (longer than the wall, zero, NaN): the wall's.
+        assert_eq!(judge(c(1, 2e-3, None, 1, 0)), (2e-3, false));
+        assert_eq!(judge(c(1, 2e-3, Some(3e-3), 1, 0)), (2e-3, false));
+        assert_eq!(judge(c(1, 2e-3, Some(0.0), 1, 0)), (2e-3, false));
+        assert_eq!(judge(c(1, 2e-3, Some(f64::NAN), 1, 0)), (2e-3, false));
+        // Two threads: the wall's time; waited when the other ran less than half its share,
+        // or the caller's thread less than half the time.
+        assert_eq!(judge(c(2, 2e-3, Some(1.9e-3), 8, 4)), (2e-3, false));
+        assert_eq!(judge(c(2, 2e-3, Some(1.9e-3), 8, 1)), (2e-3, true));
+        assert_eq!(judge(c(2, 2e-3, Some(0.9e-3), 8, 4)), (2e-3, true));
+        assert_eq!(judge(c(2, 2e-3, Some(f64::NAN), 8, 4)), (2e-3, true));
+        assert_eq!(judge(c(2, 2e-3, None, 8, 4)), (2e-3, false));
+        // Two threads asked, one piece: one thread ran it.
+        assert_eq!(judge(c(2, 2e-3, Some(1e-3), 1, 0)), (1e-3, false));
     }
 
     #[test]
