@@ -98,7 +98,10 @@ def test_each_kind_is_measured_on_its_first_large_copy_apart_into_fresh_memory()
             has_streaming = streaming and kind != "byte swap"
             assert any(s == "streaming" for _, s in ways) == has_streaming
             assert (entry["threads"], entry["stores"]) in ways
-            assert all(c["gb_per_s"] > 0 for c in entry["candidates"])
+            # one thread with regular stores always measured; the others unless measuring ran
+            # out of its budget first (on a machine busy with other work)
+            assert entry["candidates"][0]["gb_per_s"] > 0
+            assert all(c["gb_per_s"] is None or c["gb_per_s"] > 0 for c in entry["candidates"])
             # measured on a copy of 20 MiB, part of it in chunks
             assert entry["copy_bytes"] == 20 * MIB
             assert 0 < entry["calibrated_bytes"] <= 20 * MIB

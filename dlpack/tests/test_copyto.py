@@ -432,6 +432,7 @@ def _overlap_cases():
         "interleaved": lambda w: (w[::2], w[1::2]),
         "byteswap-in-place": lambda w: (w, w.view(">i4")),
         "byteswap-shifted": lambda w: (w[1:], w.view(">i4")[:-1]),
+        "byteswapped-both-shifted": lambda w: (w.view(">i4")[1:], w.view(">i4")[:-1]),
         "odd-strides": odd_pair,
         "odd-strides-reversed": odd_pair_reverse,
         "bytes-shift": lambda w: (w.view(np.uint8)[1:], w.view(np.uint8)[:-1]),

@@ -36,10 +36,14 @@ pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor, stream: Option<i64>
     }
     // Elements that share bytes would be written more than once, in an order nothing defines
     // (and by several threads at once): refused, as torch refuses them. A layout too large to
-    // check exactly is copied by one thread (see `copy_strided`).
+    // check exactly is copied by one thread (see `copy_strided`). A C-contiguous one's
+    // elements are one after another.
     let dims = shape.iter().zip(dst.layout().byte_strides());
     let itemsize = dst.dtype().itemsize() as u64;
-    if self_overlap(dims.map(|(&n, &s)| (n as u64, s)), itemsize) == SelfOverlap::Overlapping {
+    let contiguous = dst.layout().is_c_contiguous();
+    if !contiguous
+        && self_overlap(dims.map(|(&n, &s)| (n as u64, s)), itemsize) == SelfOverlap::Overlapping
+    {
         return Err(Error::value(
             "more than one element of the destination refers to the same memory (a broadcast \
              or overlapping view): copyto can't write into it",

@@ -4,7 +4,7 @@
 
 use std::ffi::c_void;
 
-use dlpack_core::copy::cpu::{Strided, copy_strided, may_overlap};
+use dlpack_core::copy::cpu::{PARALLEL_THRESHOLD, Strided, copy_strided, may_overlap};
 use dlpack_core::layout::broadcast_strides;
 use pyo3::prelude::*;
 
@@ -57,6 +57,26 @@ unsafe fn run(py: Python<'_>, dst: &Strided, src: &Strided, itemsize: usize, swa
         })
     }
 }
+
+/// The bytes of a copy that is one `memmove`: both sides C-contiguous with the same shape, in
+/// the same byte order, read directly, and small enough that the engine would copy them with
+/// one thread and ordinary stores anyway (below its parallel threshold); `None` otherwise.
+fn same_dense_layout(dst: &Tensor, src: &Tensor) -> Option<usize> {
+    let (d, s) = (dst.layout(), src.layout());
+    let plain = d.is_c_contiguous() && s.is_c_contiguous() && !src.indirect();
+    if !plain || dst.swapped() != src.swapped() || d.shape() != s.shape() {
+        return None;
+    }
+    let bytes = usize::try_from(dst.nbytes()).ok()?;
+    (bytes < PARALLEL_THRESHOLD).then_some(bytes)
+}
+
+/// An address handed to the thread that copies without the GIL.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: it only carries the address of memory that outlives the copy, which the caller
+// guarantees no one else writes meanwhile.
+unsafe impl Send for SendPtr {}
 
 /// The two views of one copy, handed to the thread that runs it without the GIL.
 struct SendJob<'a> {
@@ -264,6 +284,28 @@ pub unsafe fn swap_in_place(py: Python<'_>, tensor: &Tensor) {
 /// equal dtypes, `src` broadcasts to `dst`'s shape, no element of `dst` shares bytes with
 /// another).
 pub fn copy_into(py: Python<'_>, dst: &Tensor, src: &Tensor) -> Result<()> {
+    if dst.readonly() || dst.indirect() {
+        return Err(Error::runtime(
+            "internal error: writing into memory that can't take it",
+        ));
+    }
+    if let Some(bytes) = same_dense_layout(dst, src) {
+        let (to, from) = (SendPtr(dst.data().cast()), SendPtr(src.data().cast()));
+        let copy = move || {
+            let (to, from) = (to, from);
+            // SAFETY: both tensors' elements are their `bytes` bytes from `data()`, in the same
+            // order (C-contiguous, one shape), host memory live while their owners are; `dst`
+            // is writable (checked above). `copy` is memmove: where the two share bytes, each
+            // element still gets the value it had in `src` before the call.
+            unsafe { std::ptr::copy(from.0.cast_const(), to.0, bytes) }
+        };
+        if bytes < DETACH_THRESHOLD {
+            copy();
+        } else {
+            py.detach(copy);
+        }
+        return Ok(());
+    }
     let shape = dst.layout().shape();
     let itemsize = dst.dtype().itemsize();
     let to = strided(dst.data(), shape, dst.layout().byte_strides());

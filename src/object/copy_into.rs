@@ -32,17 +32,39 @@ pub fn copyto(
         ))
         .into());
     }
-    if import::is_immutable(dst) {
-        return Err(Error::value(format!(
-            "{} objects are immutable (to refill a JAX array, use dlpack.interop.copyto_jax)",
-            type_name(dst)
-        ))
-        .into());
-    }
-    let target = destination(dst)?;
-    let source = tensor_of(src, import::import)?;
+    // An exact numpy array of a dtype seen before is read from its struct without Python
+    // code (what every import starts with for one): the common case's cost is mostly the
+    // call's. It is neither immutable nor a copy of the memory.
+    let target = match known(dst) {
+        Some(tensor) => TensorOf::Imported(tensor),
+        None => {
+            if import::is_immutable(dst) {
+                return Err(Error::value(format!(
+                    "{} objects are immutable (to refill a JAX array, use \
+                     dlpack.interop.copyto_jax)",
+                    type_name(dst)
+                ))
+                .into());
+            }
+            destination(dst)?
+        }
+    };
+    let source = match known(src) {
+        Some(tensor) => TensorOf::Imported(tensor),
+        None => tensor_of(src, import::import)?,
+    };
     copy::copy_into(py, &target, &source, stream)?;
     Ok(())
+}
+
+/// `obj`'s tensor where it is an exact numpy array whose import needs no Python code
+/// (`import::import_known_into`); `None`: ask the general import.
+fn known(obj: &Bound<'_, PyAny>) -> Option<Tensor> {
+    let mut tensor = std::mem::MaybeUninit::<Tensor>::uninit();
+    // SAFETY: `tensor` is valid for writes of a `Tensor`, all `import_known_into` asks.
+    let written = unsafe { import::import_known_into(obj, tensor.as_mut_ptr()) };
+    // SAFETY: `import_known_into` wrote the tensor whole when it says so.
+    written.then(|| unsafe { tensor.assume_init() })
 }
 
 /// The tensor behind an object: a `DLPackObject`'s own, or freshly imported.

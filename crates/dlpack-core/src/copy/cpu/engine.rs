@@ -1,5 +1,7 @@
 //! The engine itself: thread and kernel choice for one strided copy, and the overlap checks.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Instant;
 
 use super::elem::{Dyn, Plain, Swapped};
@@ -89,6 +91,72 @@ pub unsafe fn copy_strided(
     unsafe { copy_strided_with(dst, src, itemsize, swap_unit, Config::new()) }
 }
 
+/// Pieces a copy is cut into per thread (see [`Job::run`]).
+const PIECES_PER_THREAD: usize = 4;
+
+/// How a copy's pieces were shared between threads (see [`Job::run`]).
+#[derive(Clone, Copy, Debug)]
+struct Shared {
+    pieces: usize,
+    by_others: usize,
+}
+
+/// A copy's pieces, which the threads running it take one at a time (see [`Job::run`]).
+struct Pieces {
+    pieces: Vec<Plan>,
+    dst: SendPtr,
+    src: SendPtr,
+    kernel: Kernel,
+    itemsize: usize,
+    unit: usize,
+    options: Options,
+    /// The next piece to take.
+    next: AtomicUsize,
+    /// Pieces copied, and the signal that all are.
+    done: Mutex<usize>,
+    all_done: Condvar,
+    /// Pieces copied by threads other than the caller's.
+    by_others: AtomicUsize,
+}
+
+// SAFETY: the pointers address memory the copy's caller keeps valid until every piece taken is
+// copied (`Pieces::take`'s contract); a piece is taken by one thread only, and pieces are
+// disjoint parts of the destination.
+unsafe impl Sync for Pieces {}
+
+impl Pieces {
+    /// Copy pieces not yet taken until none is left; how many this thread copied.
+    ///
+    /// # Safety
+    /// The pieces address disjoint parts of the copy's elements, which stay valid until every
+    /// piece is counted in `done`.
+    unsafe fn take(&self) -> usize {
+        let mut ran = 0;
+        while let Some(piece) = self.pieces.get(self.next.fetch_add(1, Ordering::Relaxed)) {
+            // SAFETY: a piece taken here is this thread's alone, and its memory valid until it is
+            // counted below (this function's contract).
+            unsafe {
+                run_piece(
+                    self.dst.get(),
+                    self.src.get(),
+                    piece,
+                    self.kernel,
+                    self.itemsize,
+                    self.unit,
+                    self.options,
+                )
+            };
+            ran += 1;
+            let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+            *done += 1;
+            if *done == self.pieces.len() {
+                self.all_done.notify_all();
+            }
+        }
+        ran
+    }
+}
+
 /// One copy's plan and how to run its pieces.
 struct Job {
     dst: SendPtr,
@@ -147,7 +215,8 @@ pub(super) unsafe fn copy_strided_with(
     };
     if let Some(choice) = config.forced {
         // SAFETY: the plan addresses exactly the caller's elements (this function's contract).
-        return unsafe { job.run(&job.plan, choice.threads, choice) };
+        unsafe { job.run(&job.plan, choice.threads, choice) };
+        return;
     }
     let tuner = config.tuner;
     let limits = &tuner.limits;
@@ -164,7 +233,7 @@ pub(super) unsafe fn copy_strided_with(
         Some(Lookup::Measure(cal)) => return unsafe { job.calibrate(cal, limits, bytes) },
     };
     // SAFETY: the plan addresses exactly the caller's elements (this function's contract).
-    unsafe { job.run(&job.plan, limits.threads_for(bytes, choice), choice) }
+    unsafe { job.run(&job.plan, limits.threads_for(bytes, choice), choice) };
 }
 
 /// The kind of copy a plan and kernel make, for choosing threads and stores.
@@ -180,60 +249,97 @@ pub(super) fn class_of(plan: &Plan, kernel: Kernel, itemsize: usize, unit: usize
 
 impl Job {
     /// Run `plan` (this copy's, or a piece of it) with `threads` threads, writing as `choice`
-    /// says.
+    /// says; returns how many pieces it was cut into and how many of them threads other than
+    /// the caller's ran.
+    ///
+    /// The plan is cut into [`PIECES_PER_THREAD`] pieces per thread, which every thread, the
+    /// caller's too, takes one at a time until none is left, and the call returns once every
+    /// piece is copied: a thread that waits for a core (on a machine busy with other work)
+    /// leaves its pieces to those that run and holds nothing up, so the copy takes about as
+    /// long as the caller's thread alone would, never as long as the wait. A helper that
+    /// starts after that finds no piece left and ends without touching the memory.
     ///
     /// # Safety
     /// `plan` addresses a part of the caller's elements, valid for the whole call.
-    unsafe fn run(&self, plan: &Plan, threads: usize, choice: Choice) {
+    unsafe fn run(&self, plan: &Plan, threads: usize, choice: Choice) -> Shared {
         let threads = if self.threads_ok { threads } else { 1 };
         let options = Options {
             streaming: choice.streaming,
             isa: self.isa,
         };
-        let (kernel, itemsize, unit) = (self.kernel, self.itemsize, self.unit);
-        let (dst_ptr, src_ptr) = (self.dst, self.src);
-        let run = move |piece: &Plan| {
-            // SAFETY: each piece addresses a disjoint part of the caller's elements, valid for
-            // the whole call (this function's contract); a piece on another thread is joined by
-            // the scope below before the call returns.
-            unsafe {
-                run_piece(
-                    dst_ptr.get(),
-                    src_ptr.get(),
-                    piece,
-                    kernel,
-                    itemsize,
-                    unit,
-                    options,
-                )
-            }
-        };
         let split = (threads > 1)
-            .then(|| plan::split_dim(plan, kernel, threads, tiles::tile_granule(itemsize)))
+            .then(|| {
+                plan::split_dim(
+                    plan,
+                    self.kernel,
+                    threads,
+                    tiles::tile_granule(self.itemsize),
+                )
+            })
             .flatten();
         let Some((dim, granule)) = split else {
-            return run(plan);
+            // SAFETY: the caller's elements, valid for the call (this function's contract).
+            unsafe {
+                run_piece(
+                    self.dst.get(),
+                    self.src.get(),
+                    plan,
+                    self.kernel,
+                    self.itemsize,
+                    self.unit,
+                    options,
+                )
+            };
+            return Shared {
+                pieces: 1,
+                by_others: 0,
+            };
         };
-        let pieces = plan::split(plan, dim, granule, threads);
-        let Some((first, rest)) = pieces.split_first() else {
-            return;
-        };
-        std::thread::scope(|scope| {
-            let mut inline = Vec::new();
-            for piece in rest {
-                let work = move || run(piece);
-                if std::thread::Builder::new()
-                    .name("dlpack-copy".into())
-                    .spawn_scoped(scope, work)
-                    .is_err()
-                {
-                    inline.push(piece); // no thread to be had: do it here
-                }
-            }
-            for piece in std::iter::once(first).chain(inline) {
-                run(piece);
-            }
+        let pieces = plan::split(
+            plan,
+            dim,
+            granule,
+            threads.saturating_mul(PIECES_PER_THREAD),
+        );
+        let count = pieces.len();
+        let work = std::sync::Arc::new(Pieces {
+            pieces,
+            dst: self.dst,
+            src: self.src,
+            kernel: self.kernel,
+            itemsize: self.itemsize,
+            unit: self.unit,
+            options,
+            next: AtomicUsize::new(0),
+            done: Mutex::new(0),
+            all_done: Condvar::new(),
+            by_others: AtomicUsize::new(0),
         });
+        for _ in 1..threads.min(count) {
+            let work = std::sync::Arc::clone(&work);
+            let helper = move || {
+                // SAFETY: `Pieces::take`'s contract holds: the caller waits below until every
+                // piece taken is copied.
+                let ran = unsafe { work.take() };
+                work.by_others.fetch_add(ran, Ordering::Relaxed);
+            };
+            // No thread to be had: the caller's takes its pieces.
+            let _ = std::thread::Builder::new()
+                .name("dlpack-copy".into())
+                .spawn(helper);
+        }
+        // SAFETY: the pieces address disjoint parts of the caller's elements (this function's
+        // contract), and this call returns only once every piece is copied.
+        unsafe { work.take() };
+        let mut done = work.done.lock().unwrap_or_else(PoisonError::into_inner);
+        while *done < count {
+            done = (work.all_done.wait(done)).unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(done);
+        Shared {
+            pieces: count,
+            by_others: work.by_others.load(Ordering::Relaxed),
+        }
     }
 
     /// Measure the candidates on chunks of this copy (`bytes` bytes), keep the choice, and copy
@@ -276,7 +382,8 @@ impl Job {
         let Some((rounds, dim, steps, lead)) = cut else {
             drop(cal);
             // SAFETY: the whole plan (the contract).
-            return unsafe { self.run(&self.plan, limits.threads_for(bytes, first), first) };
+            unsafe { self.run(&self.plan, limits.threads_for(bytes, first), first) };
+            return;
         };
         let mut trials = vec![Vec::with_capacity(rounds); k];
         let mut measured = vec![0usize; k];
@@ -289,31 +396,33 @@ impl Job {
             unsafe { self.run(&warm, threads, first) };
         }
         let mut at = lead;
-        for round in 0..rounds {
-            // Candidates far slower than the fastest so far sit the later rounds out, and
-            // rounds past the least stop once measuring has cost its budget.
-            if round >= tune::MIN_ROUNDS && tune::cost(&trials, &measured, None) > tune::COST_BUDGET
-            {
-                break;
-            }
-            let pruned = tune::pruned(&trials);
-            for turn in 0..k {
-                let c = (turn + round) % k;
-                if pruned[c] {
-                    continue;
-                }
+        tune::measure(
+            &mut trials,
+            &mut measured,
+            rounds,
+            limits.cost_budget,
+            |c| {
                 let piece = plan::slice(&self.plan, dim, at..at + steps);
                 let piece_bytes = piece.numel().saturating_mul(self.itemsize);
                 let choice = cal.candidates[c];
-                let t = Instant::now();
+                let (t, cpu) = (Instant::now(), thread_cpu_seconds());
                 // SAFETY: steps `at..at + steps` of one loop of the plan: a part of the caller's
-                // elements.
-                unsafe { self.run(&piece, choice.threads, choice) };
-                trials[c].push(t.elapsed().as_secs_f64() / piece_bytes.max(1) as f64);
-                measured[c] += piece_bytes;
+                // elements (`measure` asks for at most `rounds` chunks of each of the `k`
+                // candidates, as many as the cut holds).
+                let shared = unsafe { self.run(&piece, choice.threads, choice) };
+                let wall = t.elapsed().as_secs_f64();
+                let cpu = cpu.zip(thread_cpu_seconds()).map(|(a, b)| b - a);
                 at += steps;
-            }
-        }
+                let (seconds, waited) = tune::judge(tune::Chunk {
+                    threads: choice.threads,
+                    wall,
+                    cpu,
+                    pieces: shared.pieces,
+                    by_others: shared.by_others,
+                });
+                (seconds / piece_bytes.max(1) as f64, piece_bytes, waited)
+            },
+        );
         let seconds = started.elapsed().as_secs_f64();
         let choice = cal.keep(&trials, &measured, bytes, seconds);
         let rest = plan::slice(&self.plan, dim, at..self.plan.dims[dim].n);
@@ -417,6 +526,18 @@ impl Job {
                 (fits && fine).then_some((dim, steps))
             })
     }
+}
+
+/// The CPU seconds the calling thread has run (`None` where that can't be told).
+fn thread_cpu_seconds() -> Option<f64> {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::time::{ClockId, clock_gettime};
+        let t = clock_gettime(ClockId::ThreadCPUTime);
+        Some(t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
 }
 
 /// The most bytes [`residency`] asks the kernel about.

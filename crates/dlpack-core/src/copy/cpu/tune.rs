@@ -12,6 +12,12 @@
 //! with ordinary stores unless another candidate beats it by more than [`MARGIN`]. Whatever the
 //! candidates, the copy's bytes are the same: the chunks are disjoint parts of the one copy.
 //!
+//! On a machine busy with other work, measuring stays cheap ([`measure`]): it stops, in any
+//! round, once it has cost [`COST_BUDGET`]; one thread's chunk counts its CPU time, and a
+//! candidate whose threads waited for a core takes no more chunks ([`judge`]); and a chunk whose threads wait takes about as long as one thread
+//! would (the engine's threads take pieces as they get to a core; the copy doesn't wait for a
+//! thread that never did).
+//!
 //! `DLPACK_COPY_THREADS` (`auto` or a number) and `DLPACK_COPY_STORES` (`auto`, `regular` or
 //! `streaming`) fix either or both ([`Settings`]); what they fix is not measured.
 
@@ -34,17 +40,18 @@ pub const MAX_THREADS_SETTING: usize = 256;
 /// How much faster than the cheaper candidates (fewer threads, ordinary stores) another one must
 /// be to be chosen: measurements on a shared machine scatter by a few percent.
 pub const MARGIN: f64 = 0.10;
-/// Rounds of the candidates a calibration runs, at most and at least.
+/// Rounds of the candidates a calibration's chunks have room for, at most and at least
+/// (measuring may stop sooner: see [`measure`]).
 const MAX_ROUNDS: usize = 4;
 pub const MIN_ROUNDS: usize = 2;
 /// A candidate whose fastest of [`MIN_ROUNDS`] chunks or more is this many times slower than
-/// the fastest of all takes no more chunks: no margin could make it win, and on a loaded machine
-/// the slow ones (threads waiting for a core) are most of the calibration's cost. One chunk is
-/// not enough to tell: one that waited for the machine's other work read 1.8 GB/s for streaming
-/// stores that copy at 27.
+/// the fastest of all takes no more chunks: no margin could make it win. One chunk is not
+/// enough to tell: one that waited for the machine's other work read 1.8 GB/s for streaming
+/// stores that copy at 27. (A candidate whose threads waited for a core is told apart at once:
+/// see [`waited`].)
 pub const PRUNE: f64 = 2.0;
-/// Seconds a calibration may lose against the fastest way before it stops after
-/// [`MIN_ROUNDS`] rounds (see [`cost`]).
+/// Seconds a calibration may lose against the fastest way before it stops, in any round (see
+/// [`cost`]).
 pub const COST_BUDGET: f64 = 5e-3;
 /// The most bytes of a copy that calibration cuts into chunks: bounds its one-time cost.
 const CALIBRATION_MAX_BYTES: usize = 48 << 20;
@@ -290,17 +297,107 @@ pub fn decide(trials: &[Vec<f64>]) -> usize {
         .unwrap_or(0)
 }
 
-/// Which candidates take no more chunks (see [`PRUNE`]): never the first, which the others
-/// are measured against, nor the fastest so far, nor one with fewer than [`MIN_ROUNDS`] times.
-pub fn pruned(trials: &[Vec<f64>]) -> Vec<bool> {
+/// Whether a chunk run by `threads` threads, cut into `pieces` pieces of which threads other
+/// than the caller's ran `by_others`, had threads waiting for a core: the others ran less than
+/// half their share (each thread takes pieces as it gets to them, so one that doesn't start
+/// leaves its share to the rest). Its time is then the caller's thread's, not the candidate's,
+/// and on a machine that busy, extra threads wait in any copy.
+pub fn waited(threads: usize, pieces: usize, by_others: usize) -> bool {
+    let others = threads.saturating_sub(1).min(pieces.saturating_sub(1));
+    others > 0 && by_others.saturating_mul(2 * threads) < pieces.saturating_mul(others)
+}
+
+/// What a calibration chunk measured: the threads its candidate runs, the wall-clock seconds it
+/// took, the CPU seconds the caller's thread spent in it (`None`: can't be told here), and how
+/// its pieces were shared ([`waited`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Chunk {
+    pub threads: usize,
+    pub wall: f64,
+    pub cpu: Option<f64>,
+    pub pieces: usize,
+    pub by_others: usize,
+}
+
+/// A chunk's seconds, and whether its threads waited for a core. A chunk on the caller's thread
+/// alone counts its CPU time, when there is one and no longer than the wall time: the copy's
+/// own (memory stalls and page faults included), without the time the machine's other work held
+/// the core. A chunk of several threads counts its wall time, and waited when the others ran
+/// less than their share ([`waited`]) or the caller's thread ran less than half the time: its
+/// time is then not the candidate's, and on a machine that busy extra threads wait in any copy.
+/// Only ever favours the one thread the others are measured against.
+pub fn judge(chunk: Chunk) -> (f64, bool) {
+    let Chunk {
+        threads,
+        wall,
+        cpu,
+        pieces,
+        by_others,
+    } = chunk;
+    if threads <= 1 || pieces <= 1 {
+        let own = cpu.filter(|&c| c > 0.0 && c <= wall);
+        return (own.unwrap_or(wall), false);
+    }
+    let held = cpu.is_some_and(|c| c.is_nan() || c < 0.5 * wall);
+    (wall, held || waited(threads, pieces, by_others))
+}
+
+/// Which candidates take no more chunks: never the first, which the others are measured
+/// against, nor the fastest so far, nor the one [`decide`] would pick; one whose threads waited for a core (`waited`, per
+/// candidate: in any of its chunks, see [`waited`]) at once, and one with [`MIN_ROUNDS`] times
+/// or more that is [`PRUNE`] times slower than the fastest.
+pub fn pruned(trials: &[Vec<f64>], waited: &[bool]) -> Vec<bool> {
     let best: Vec<Option<f64>> = trials.iter().map(|t| fastest(t)).collect();
     let top = best.iter().flatten().copied().reduce(f64::min);
+    let pick = decide(trials);
     (trials.iter().zip(&best).enumerate())
         .map(|(i, (t, b))| {
+            let fastest = top.is_some_and(|top| b.is_some_and(|b| b <= top));
             let slow = top.is_some_and(|top| b.is_some_and(|b| b > PRUNE * top));
-            i > 0 && t.len() >= MIN_ROUNDS && slow
+            let waited = waited.get(i).copied().unwrap_or(false);
+            i > 0 && i != pick && !fastest && (waited || (t.len() >= MIN_ROUNDS && slow))
         })
         .collect()
+}
+
+/// Whether measuring has cost more than `budget` seconds ([`cost`] against the fastest; the
+/// engine's is [`COST_BUDGET`]): no more chunks are measured then, whatever the round.
+pub fn over_budget(trials: &[Vec<f64>], bytes: &[usize], budget: f64) -> bool {
+    cost(trials, bytes, None) > budget
+}
+
+/// A calibration's rounds: `rounds` rounds of every candidate (`trials.len()` of them), each
+/// starting one further along so that none always follows another, with the first candidate
+/// first; `chunk(c)` copies a chunk as candidate `c` and returns its seconds per byte, its
+/// bytes and whether its threads waited for a core ([`waited`]). Before each chunk, measuring
+/// stops once it is [`over_budget`] (`budget` seconds), and candidates [`pruned`] take no more chunks: on a
+/// loaded machine those are most of the cost. `trials` and `bytes` hold each candidate's times
+/// and bytes (the first's may hold untimed bytes already); `chunk` is called at most `rounds`
+/// times per candidate.
+pub fn measure(
+    trials: &mut [Vec<f64>],
+    bytes: &mut [usize],
+    rounds: usize,
+    budget: f64,
+    mut chunk: impl FnMut(usize) -> (f64, usize, bool),
+) {
+    let k = trials.len().min(bytes.len());
+    let mut waits = vec![false; k];
+    for round in 0..rounds {
+        for turn in 0..k {
+            if over_budget(trials, bytes, budget) {
+                return;
+            }
+            let c = (turn + round) % k;
+            if pruned(trials, &waits)[c] {
+                continue;
+            }
+            let (per_byte, n, waited) = chunk(c);
+            trials[c].push(per_byte);
+            bytes[c] = bytes[c].saturating_add(n);
+            waits[c] |= waited;
+        }
+    }
 }
 
 /// What measuring has cost: each candidate's bytes at its fastest rate, less the same bytes at
@@ -363,6 +460,8 @@ pub struct Limits {
     pub calibration_max_bytes: usize,
     pub calibration_chunk_bytes: usize,
     pub calibration_min_bytes_per_thread: usize,
+    /// Seconds measuring may cost ([`COST_BUDGET`]; tests that count the chunks lift it).
+    pub cost_budget: f64,
 }
 
 impl Limits {
@@ -373,6 +472,7 @@ impl Limits {
         calibration_max_bytes: CALIBRATION_MAX_BYTES,
         calibration_chunk_bytes: CALIBRATION_CHUNK_BYTES,
         calibration_min_bytes_per_thread: CALIBRATION_MIN_BYTES_PER_THREAD,
+        cost_budget: COST_BUDGET,
     };
 
     /// Threads for a copy of `bytes` under `choice`: one below the parallel threshold, else
@@ -828,11 +928,15 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
-        /// Pruning never drops the first candidate or the fastest, and drops only candidates
-        /// that `decide` can't pick from the times so far.
+        /// Pruning never drops the first candidate or the fastest (nor so `decide`'s pick), and
+        /// drops only candidates whose threads waited or, with `MIN_ROUNDS` times, far slower.
         #[test]
-        fn pruning_drops_only_losers(t in trials()) {
-            let p = pruned(&t);
+        fn pruning_drops_only_losers(
+            t in trials(),
+            w in proptest::collection::vec(any::<bool>(), 7),
+        ) {
+            let w = &w[..t.len()];
+            let p = pruned(&t, w);
             prop_assert_eq!(p.len(), t.len());
             prop_assert!(!p[0]);
             let pick = decide(&t);
@@ -840,12 +944,173 @@ mod tests {
             let best: Vec<Option<f64>> = t.iter().map(|x| fastest(x)).collect();
             let top = best.iter().flatten().copied().reduce(f64::min);
             for (i, &dropped) in p.iter().enumerate() {
-                if dropped {
+                if best[i].is_some() && best[i] == top {
+                    prop_assert!(!dropped);
+                }
+                if dropped && !w[i] {
                     prop_assert!(best[i].unwrap() > PRUNE * top.unwrap());
                     prop_assert!(t[i].len() >= MIN_ROUNDS);
                 }
+                if i > 0 && i != pick && w[i] && best[i] != top {
+                    prop_assert!(dropped);
+                }
             }
         }
+
+        /// The rounds, on made-up chunks (each candidate's time per byte with noise, threads
+        /// that wait at random): no chunk starts once measuring is over its budget, so what it
+        /// costs is the budget and one chunk at most; the first candidate is measured first;
+        /// none gets more than `rounds` chunks; one whose threads waited gets no more unless it
+        /// is the fastest; and `decide` picks the first or one past it by the margin.
+        #[test]
+        fn measuring_keeps_its_budget(
+            rates in proptest::collection::vec(1e-11f64..5e-9, 1..7),
+            noise in proptest::collection::vec(1.0f64..20.0, 28),
+            waits in proptest::collection::vec(proptest::bool::weighted(0.3), 28),
+            rounds in 1usize..=MAX_ROUNDS,
+            chunk_bytes in (256usize << 10)..(8 << 20),
+            warm in 0usize..(1 << 20),
+        ) {
+            let k = rates.len();
+            let mut trials = vec![Vec::new(); k];
+            let mut bytes = vec![0; k];
+            bytes[0] = warm;
+            let mut seen = (vec![Vec::<f64>::new(); k], bytes.clone(), vec![false; k]);
+            let mut calls = 0;
+            let mut order = Vec::new();
+            // Per chunk: whether it started over the budget, or pruned.
+            let mut broken = Vec::new();
+            measure(&mut trials, &mut bytes, rounds, COST_BUDGET, |c| {
+                let (t, b, w) = &mut seen;
+                broken.push(over_budget(t, b, COST_BUDGET) || pruned(t, w)[c]);
+                let per_byte = rates[c] * noise[calls % noise.len()];
+                let waited = c > 0 && waits[calls % waits.len()];
+                calls += 1;
+                order.push(c);
+                t[c].push(per_byte);
+                b[c] += chunk_bytes;
+                w[c] |= waited;
+                (per_byte, chunk_bytes, waited)
+            });
+            prop_assert!(!broken.contains(&true), "a chunk started over the budget or pruned");
+            prop_assert_eq!(order.first().copied(), Some(0));
+            prop_assert_eq!(&trials, &seen.0);
+            prop_assert_eq!(&bytes, &seen.1);
+            prop_assert!(trials.iter().all(|t| t.len() <= rounds));
+            // Less the last chunk, the cost is within the budget.
+            let last = *order.last().unwrap();
+            let mut before = trials.clone();
+            before[last].pop();
+            let mut before_bytes = bytes.clone();
+            before_bytes[last] -= chunk_bytes;
+            prop_assert!(!over_budget(&before, &before_bytes, COST_BUDGET));
+            let pick = decide(&trials);
+            if pick != 0 {
+                let first = fastest(&trials[0]).unwrap();
+                prop_assert!(fastest(&trials[pick]).unwrap() * (1.0 + MARGIN) < first);
+            }
+        }
+    }
+
+    proptest! {
+        /// A chunk's seconds are never more than its wall time, never less than the caller's
+        /// CPU time where that is one; several threads always count the wall's.
+        #[test]
+        fn judge_never_favours_threads(
+            threads in 1usize..9,
+            wall in 1e-6f64..1.0,
+            cpu in proptest::option::of(prop_oneof![0.0f64..2.0, Just(f64::NAN)]),
+            pieces in 0usize..40,
+            by_others in 0usize..40,
+        ) {
+            let chunk = Chunk { threads, wall, cpu, pieces, by_others: by_others.min(pieces) };
+            let (seconds, waited) = judge(chunk);
+            prop_assert!(seconds > 0.0 && seconds <= wall);
+            if threads > 1 && pieces > 1 {
+                prop_assert_eq!(seconds, wall);
+            } else {
+                prop_assert!(!waited);
+                if let Some(c) = cpu.filter(|&c| c > 0.0 && c <= wall) {
+                    prop_assert_eq!(seconds, c);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn waited_by_hand() {
+        // Two threads, 8 pieces: the other thread ran none, 1 (less than half its 4), 2, 4.
+        assert!(waited(2, 8, 0));
+        assert!(waited(2, 8, 1));
+        assert!(!waited(2, 8, 2));
+        assert!(!waited(2, 8, 4));
+        // Four threads, 16 pieces: the three others' share is 12; half of it is 6.
+        assert!(waited(4, 16, 5));
+        assert!(!waited(4, 16, 6));
+        // One thread, or one piece: no other thread to wait for.
+        assert!(!waited(1, 4, 0));
+        assert!(!waited(2, 1, 0));
+        assert!(!waited(0, 0, 0));
+    }
+
+    #[test]
+    fn judge_by_hand() {
+        let c = |threads, wall, cpu, pieces, by_others| Chunk {
+            threads,
+            wall,
+            cpu,
+            pieces,
+            by_others,
+        };
+        // One thread, held off its core half the time: its CPU time counts.
+        assert_eq!(judge(c(1, 2e-3, Some(1e-3), 1, 0)), (1e-3, false));
+        // No CPU time, or one that can't be (longer than the wall, zero, NaN): the wall's.
+        assert_eq!(judge(c(1, 2e-3, None, 1, 0)), (2e-3, false));
+        assert_eq!(judge(c(1, 2e-3, Some(3e-3), 1, 0)), (2e-3, false));
+        assert_eq!(judge(c(1, 2e-3, Some(0.0), 1, 0)), (2e-3, false));
+        assert_eq!(judge(c(1, 2e-3, Some(f64::NAN), 1, 0)), (2e-3, false));
+        // Two threads: the wall's time; waited when the other ran less than half its share,
+        // or the caller's thread less than half the time.
+        assert_eq!(judge(c(2, 2e-3, Some(1.9e-3), 8, 4)), (2e-3, false));
+        assert_eq!(judge(c(2, 2e-3, Some(1.9e-3), 8, 1)), (2e-3, true));
+        assert_eq!(judge(c(2, 2e-3, Some(0.9e-3), 8, 4)), (2e-3, true));
+        assert_eq!(judge(c(2, 2e-3, Some(f64::NAN), 8, 4)), (2e-3, true));
+        assert_eq!(judge(c(2, 2e-3, None, 8, 4)), (2e-3, false));
+        // Two threads asked, one piece: one thread ran it.
+        assert_eq!(judge(c(2, 2e-3, Some(1e-3), 1, 0)), (1e-3, false));
+    }
+
+    #[test]
+    fn measuring_on_a_loaded_machine_by_hand() {
+        // A 2-vCPU machine busy with other work, 4 MiB chunks: one thread copies at 0.18 ns a
+        // byte (11 GB/s read and written), streaming stores at 0.2; the second thread of a
+        // 2-thread candidate waits for a core, so the caller's thread takes its pieces too
+        // (0.2 ns a byte) and the chunk is marked as having waited. The 2-thread candidates
+        // each get one chunk, the others all their rounds, and one thread is kept.
+        let chunk = 4 << 20;
+        let rates = [0.18e-9, 0.2e-9, 0.2e-9, 0.21e-9];
+        let mut trials = vec![Vec::new(); 4];
+        let mut bytes = vec![0; 4];
+        let mut order = Vec::new();
+        measure(&mut trials, &mut bytes, 4, COST_BUDGET, |c| {
+            order.push(c);
+            (rates[c], chunk, c >= 2)
+        });
+        assert_eq!(order, [0, 1, 2, 3, 1, 0, 0, 1, 0, 1]);
+        assert_eq!(decide(&trials), 0);
+        assert!(cost(&trials, &bytes, Some(0)) < COST_BUDGET);
+        // The same where a thread that waits holds the whole chunk up (0.6 GB/s, 7 ms a
+        // chunk): measuring stops at once after it, the cost one chunk past the budget at most.
+        let rates = [0.18e-9, 0.2e-9, 1.7e-9, 1.7e-9];
+        let mut trials = vec![Vec::new(); 4];
+        let mut bytes = vec![0; 4];
+        let mut order = Vec::new();
+        measure(&mut trials, &mut bytes, 4, COST_BUDGET, |c| {
+            order.push(c);
+            (rates[c], chunk, c >= 2)
+        });
+        assert_eq!(order, [0, 1, 2]);
+        assert_eq!(decide(&trials), 0);
     }
 
     #[test]
