@@ -267,7 +267,9 @@ impl Batch<'_> {
             {
                 break;
             }
-            let pruned = tune::pruned(&trials);
+            // A batch's runs don't tell which of their threads waited for a core: only slow
+            // candidates are pruned.
+            let pruned = tune::pruned(&trials, &[]);
             for turn in 0..k {
                 let c = (turn + round) % k;
                 if pruned[c] {
