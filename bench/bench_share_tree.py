@@ -217,8 +217,9 @@ def round_trips(
             data = pickle.dumps({key: dlpack.share(leaf) for key, leaf in tree.items()})
         else:
             import io
+            from multiprocessing.reduction import ForkingPickler
 
-            from torch.multiprocessing.reductions import ForkingPickler
+            import torch.multiprocessing  # noqa: F401 - registers torch's reductions there
 
             for tensor in tree.values():
                 tensor.share_memory_()
