@@ -20,6 +20,7 @@ __all__ = [
     "__version__",
     "_C_API",
     "_SHARE_POOL_SEGMENTS",
+    "_copy_engine",
     "_from_buffer",
     "_share_after_fork",
     "_share_clear_pool",
