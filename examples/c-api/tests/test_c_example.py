@@ -144,7 +144,10 @@ _table = (ctypes.c_uint32 * 4)(1, 56, 0, 0)
 _new = ctypes.pythonapi.PyCapsule_New
 _new.restype = ctypes.py_object
 _new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_C_API = _new(ctypes.addressof(_table), b"dlpack._dlpack._C_API", None)
+# A capsule keeps a pointer to its name: the name must live as long as the capsule, so it is a
+# global of the module, not a constant of its code, which goes once the module has run.
+_NAME = b"dlpack._dlpack._C_API"
+_C_API = _new(ctypes.addressof(_table), _NAME, None)
 """
 
 
