@@ -33,12 +33,14 @@ class JaxModuleClass(griffe.Extension):
         interop = pkg.members["interop"]
         modules = interop.members["_modules"]
         source = modules.filepath.read_text()
-        factory = next(
-            node
-            for node in ast.parse(source).body
-            if isinstance(node, ast.FunctionDef) and node.name == "_jax_module_class"
+        # The class is defined inside the function that makes it (it needs torch imported).
+        node = next(
+            inner
+            for factory in ast.parse(source).body
+            if isinstance(factory, ast.FunctionDef)
+            for inner in factory.body
+            if isinstance(inner, ast.ClassDef) and inner.name == "JaxModule"
         )
-        node = next(n for n in factory.body if isinstance(n, ast.ClassDef))
         code = textwrap.dedent(ast.get_source_segment(source, node, padded=True))
         module = griffe.visit(
             "_jax_module", filepath=modules.filepath, code=code, extensions=griffe.Extensions()
