@@ -305,7 +305,7 @@ mod tests {
 
     /// A tuner of its own with [`TINY`] limits: every batch is in a band and measures.
     fn measuring() -> Config {
-        let tuner = Box::leak(Box::new(Tuner::new(TINY, Settings::default(), 3)));
+        let tuner = super::super::tests::keep(Tuner::new(TINY, Settings::default(), 3));
         Config {
             tuner,
             ..Config::new()

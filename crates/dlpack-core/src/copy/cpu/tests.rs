@@ -24,9 +24,18 @@ pub(super) const TINY: Limits = Limits {
     cost_budget: f64::INFINITY,
 };
 
+/// `tuner` for the rest of the test process: kept in a list, so a leak check sees it reachable
+/// (configurations hold a `&'static Tuner`).
+pub(super) fn keep(tuner: Tuner) -> &'static Tuner {
+    static KEPT: std::sync::Mutex<Vec<&'static Tuner>> = std::sync::Mutex::new(Vec::new());
+    let tuner: &'static Tuner = Box::leak(Box::new(tuner));
+    KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(tuner);
+    tuner
+}
+
 /// A fresh tuner with [`TINY`] limits and up to 3 threads: the copy measures.
 fn measuring() -> Config {
-    let tuner = Box::leak(Box::new(Tuner::new(TINY, Settings::default(), 3)));
+    let tuner = keep(Tuner::new(TINY, Settings::default(), 3));
     Config {
         tuner,
         ..Config::new()
@@ -453,8 +462,7 @@ fn calibration_warms_up_on_a_chunk() {
             (vec![1usize << 18], vec![4isize], vec![4isize]),
             (vec![512, 512], vec![4, 2048], vec![2048, 4]),
         ] {
-            let tuner: &'static Tuner =
-                Box::leak(Box::new(Tuner::new(limits, Settings::default(), 3)));
+            let tuner: &'static Tuner = keep(Tuner::new(limits, Settings::default(), 3));
             let config = Config {
                 tuner,
                 ..Config::new()
@@ -706,7 +714,7 @@ fn calibration_measures_on_the_copy() {
         ),
     ];
     for (shape, src, dst, swap, class) in cases {
-        let tuner: &'static Tuner = Box::leak(Box::new(Tuner::new(TINY, Settings::default(), 3)));
+        let tuner: &'static Tuner = keep(Tuner::new(TINY, Settings::default(), 3));
         let config = Config {
             tuner,
             ..Config::new()
@@ -747,7 +755,7 @@ fn calibration_measures_on_the_copy() {
 /// larger one does.
 #[test]
 fn calibration_waits_for_a_copy_large_enough() {
-    let tuner: &'static Tuner = Box::leak(Box::new(Tuner::new(TINY, Settings::default(), 3)));
+    let tuner: &'static Tuner = keep(Tuner::new(TINY, Settings::default(), 3));
     let config = Config {
         tuner,
         ..Config::new()
@@ -777,7 +785,7 @@ fn fresh_memory_is_measured_apart() {
         )
     }
     .expect("a mapping");
-    let tuner: &'static Tuner = Box::leak(Box::new(Tuner::new(TINY, Settings::default(), 3)));
+    let tuner: &'static Tuner = keep(Tuner::new(TINY, Settings::default(), 3));
     let config = Config {
         tuner,
         ..Config::new()

@@ -222,7 +222,7 @@ fn calibration_against_whole_copies() {
     let rate = |secs_per_byte: f64| 2.0 / secs_per_byte / 1e9;
     for _ in 0..10 {
         let tuner = Tuner::new(Limits::DEFAULT, Settings::default(), threads);
-        let tuner: &'static Tuner = Box::leak(Box::new(tuner));
+        let tuner: &'static Tuner = super::tests::keep(tuner);
         let config = Config {
             tuner,
             ..Config::new()
