@@ -17,6 +17,9 @@
 # PYTHONS_VENVS and DEBIAN_ROOT too.
 
 PYTHON ?= python3
+# Cargo's target folder: CARGO_TARGET_DIR where that is set (CI keeps one in its cache
+# directory), else this tree's target/
+TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
@@ -95,15 +98,15 @@ lock: deps
 # manylinux2014: glibc 2.17 and later, so RHEL/Rocky 8, Ubuntu 20.04, Debian 11 and Amazon Linux 2
 # install it. This machine's glibc is newer and its linker would pull in newer symbols, so zig
 # (the ziglang package in VENV, found on PATH by maturin) links against glibc 2.17's. auditwheel
-# must find the wheel manylinux_2_17, or the build fails. The wheel is built in this tree's target
-# folder, so later builds reuse what was built there: the dependencies. The workspace's own crates
-# are built again each time, as the sdist's files all carry one old time (maturin's), which cargo
+# must find the wheel manylinux_2_17, or the build fails. The wheel is built in TARGET_DIR, so
+# later builds reuse what was built there: the dependencies. The workspace's own crates are
+# built again each time, as the sdist's files all carry one old time (maturin's), which cargo
 # would take for older than what it built before (a changed dlpack-core was left out that way).
 wheel: sdist
 	rm -rf dist/*.whl
-	cargo clean --quiet --release --target x86_64-unknown-linux-gnu --target-dir $(abspath target) \
+	cargo clean --quiet --release --target x86_64-unknown-linux-gnu --target-dir $(TARGET_DIR) \
 		-p dlpack-runtime -p dlpack-core -p dlpack-adapter
-	PATH="$(abspath $(VENV))/bin:$$PATH" CARGO_TARGET_DIR=$(abspath target) \
+	PATH="$(abspath $(VENV))/bin:$$PATH" CARGO_TARGET_DIR=$(TARGET_DIR) \
 		MATURIN_PEP517_ARGS="--zig --compatibility manylinux2014" \
 		$(PIP) wheel --no-deps --no-build-isolation -w dist dist/*.tar.gz
 	shown=$$($(PY) -m auditwheel show dist/*.whl) && echo "$$shown" \
@@ -342,7 +345,7 @@ lint: deps
 # Clippy on the free-threaded CPython 3.14 build (version-specific: abi3 has no free-threaded
 # form before 3.15), which no interpreter here provides: PyO3 is configured by a file instead.
 # Its own target folder, so the two configurations don't rebuild each other's dependencies.
-PYO3_FT := PYO3_CONFIG_FILE=$(abspath tools/pyo3-ft314.cfg) CARGO_TARGET_DIR=$(abspath target/ft)
+PYO3_FT := PYO3_CONFIG_FILE=$(abspath tools/pyo3-ft314.cfg) CARGO_TARGET_DIR=$(TARGET_DIR)/ft
 lint-ft:
 	$(PYO3_FT) cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
 

@@ -12,6 +12,10 @@ library that crashes it, alone or together with another, is never imported, and 
 skipped with that reason while the others run. Tests import libraries through
 ``dlpack.tests._helpers.need``.
 
+``DLPACK_TESTS_TIMEOUT``: seconds one test may run (unset: no limit). A test that runs longer
+ends the run, with every thread's Python traceback printed and the test named: a hang (a peer
+process that never answers, a lock never released) fails fast instead of holding a CI job.
+
 ``DLPACK_TESTS_REQUIRE``: comma-separated import names (``numpy,torch,jax,...``) of libraries
 that must be usable here: for those, a library that is missing, fails to import or crashes the
 interpreter makes its tests fail instead of skip (CI sets it to what it installs). ``cuda`` in
@@ -26,6 +30,7 @@ returns, to a file; a run whose child ended without that status failed.
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import os
 import pkgutil
@@ -43,6 +48,8 @@ INSTALL_HINT = 'dlpack.tests needs pytest: pip install "dlpack-adapter[test]"'
 EXIT_TESTS_FAILED = 1
 EXIT_INTERRUPTED = 2
 EXIT_USAGE_ERROR = 4
+
+TIMEOUT_ENV = "DLPACK_TESTS_TIMEOUT"
 
 
 def run(*args: str | os.PathLike, package: str = "dlpack.tests") -> int:
@@ -81,6 +88,7 @@ def run(*args: str | os.PathLike, package: str = "dlpack.tests") -> int:
     if folders:  # a folder named pytest, where pytest itself is not installed
         print(f"{INSTALL_HINT} ({folders})", file=sys.stderr)
         return EXIT_USAGE_ERROR
+    _timeout()  # a value that is no number fails here, in the caller
     argv = pytest_argv([os.fspath(a) for a in args], package)
     return _run_in_child(argv)
 
@@ -112,6 +120,8 @@ def _run_in_child(argv: list[str]) -> int:
         with open(status, "rb") as file:
             lines = file.read().decode("utf-8", "replace").splitlines()
     how = _how(returncode)
+    limit = next((x for x in lines if x.startswith("limit ")), "").removeprefix("limit ")
+    lines = [x for x in lines if not x.startswith("limit ")]
     if lines and lines[-1].startswith("finished "):
         code = int(lines[-1].removeprefix("finished "))
         if returncode == code:
@@ -121,6 +131,14 @@ def _run_in_child(argv: list[str]) -> int:
     last = lines[-1] if lines else ""
     if last.startswith("running "):
         where = f"while running {last.removeprefix('running ')}"
+        if limit and returncode == EXIT_TESTS_FAILED:  # faulthandler's _exit(1)
+            print(
+                f"dlpack.tests: the run failed: {last.removeprefix('running ')} ran past "
+                f"{TIMEOUT_ENV}={limit} s, which ended the process (every thread's traceback "
+                "is above)",
+                file=sys.stderr,
+            )
+            return EXIT_TESTS_FAILED
     elif last.startswith("ran "):
         where = f"after {last.removeprefix('ran ')}, between tests"
     else:
@@ -174,6 +192,21 @@ def _interpreter_options() -> list[str]:
     return options
 
 
+def _timeout() -> float | None:
+    """``DLPACK_TESTS_TIMEOUT`` in seconds, None when unset or empty; a ValueError naming it
+    when it is no positive number."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{TIMEOUT_ENV} must be a positive number of seconds, not {text!r}")
+    return value
+
+
 def _run_here(argv: list[str], status: str) -> int:
     """In the child: pytest's status, with the test being run, and the status once pytest
     returned, in the file ``status`` (written straight to the file: a line is there even where
@@ -185,11 +218,19 @@ def _run_here(argv: list[str], status: str) -> int:
     def note(line: str) -> None:
         os.write(fd, (line + "\n").encode("utf-8", "replace"))
 
+    limit = _timeout()
+    if limit:
+        note(f"limit {limit:g}")
+
     class Progress:
         def pytest_runtest_logstart(self, nodeid: str) -> None:
             note(f"running {nodeid}")
+            if limit:  # every thread's traceback, then _exit(1): the parent names the test
+                faulthandler.dump_traceback_later(limit, exit=True)
 
         def pytest_runtest_logfinish(self, nodeid: str) -> None:
+            if limit:
+                faulthandler.cancel_dump_traceback_later()
             note(f"ran {nodeid}")
 
     code = int(pytest.main(argv, plugins=[Progress()]))

@@ -95,6 +95,68 @@ def test_a_run_that_ends_before_pytest_finishes_fails(tmp_path):
     )
 
 
+def test_a_test_past_the_time_limit_ends_the_run_and_is_named(tmp_path):
+    """DLPACK_TESTS_TIMEOUT: a test that hangs (here a lock never released, in a thread the test
+    waits for) ends the run once it has run that long, every thread's traceback printed; the
+    tests before it ran, and the status is a failure."""
+    _fake_package(
+        tmp_path,
+        """
+        import threading
+
+        def test_passes():
+            pass
+
+        def test_hangs():
+            lock = threading.Lock()
+            lock.acquire()
+            waiter = threading.Thread(target=lock.acquire, name="waiter")
+            waiter.start()
+            waiter.join()
+
+        def test_never_runs():
+            pass
+        """,
+    )
+    proc = run_python(
+        "-c", RUN_FAKE, "-v", path=[tmp_path], env={"DLPACK_TESTS_TIMEOUT": "2"}, timeout=120
+    )
+    assert proc.returncode == 1, _output(proc)
+    assert "test_a.py::test_passes PASSED" in proc.stdout
+    assert "test_never_runs" not in proc.stdout
+    assert "Timeout (0:00:02)!" in proc.stderr  # faulthandler's dump, every thread's
+    assert " in test_hangs\n" in proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "dlpack.tests: the run failed: fakepkg/test_a.py::test_hangs ran past "
+        "DLPACK_TESTS_TIMEOUT=2 s, which ended the process (every thread's traceback is above)"
+    )
+
+
+def test_a_time_limit_below_the_tests_time_changes_nothing(tmp_path):
+    _fake_package(
+        tmp_path,
+        """
+        import time
+
+        def test_sleeps_a_little():
+            time.sleep(0.2)
+        """,
+    )
+    proc = run_python("-c", RUN_FAKE, "-q", path=[tmp_path], env={"DLPACK_TESTS_TIMEOUT": "60"})
+    assert proc.returncode == 0, _output(proc)
+    assert "1 passed" in proc.stdout
+
+
+def test_a_time_limit_that_is_no_number_is_a_value_error():
+    for value in ("soon", "0", "-5", "inf", "nan"):
+        proc = run_python("-c", RUN, "-q", env={"DLPACK_TESTS_TIMEOUT": value})
+        assert proc.returncode == 1, _output(proc)
+        assert proc.stderr.splitlines()[-1] == (
+            "ValueError: DLPACK_TESTS_TIMEOUT must be a positive number of seconds, "
+            f"not {value!r}"
+        ), _output(proc)
+
+
 def test_tests_may_start_spawned_processes(tmp_path):
     """multiprocessing's spawn imports the main module again in its child: the runner's own
     child script must be safe to import (it had run pytest again there, and failed)."""
