@@ -365,7 +365,10 @@ def test_no_leaks_over_ten_thousand_cycles():
     consumer_after = ours.recv()
     consumer.join(30)
     ours.close()
-    assert consumer_after == consumer_before
+    # Descriptors exactly; mappings within the slack the allocator's own arenas need (3.15's
+    # gave one back during the loop): a leak would be one per cycle.
+    assert consumer_after[0] == consumer_before[0]
+    assert consumer_after[1] <= consumer_before[1] + 2
     after = workers.count_resources()
     assert after[0] <= before[0] and after[1] <= before[1] + 2
     # Only segments kept for reuse stay mapped (by their writable mappings: they are sealed).
