@@ -262,11 +262,13 @@ test-python:
 
 # What CI runs after `make test`: the sdist and the release wheel built from it, and the suite
 # from that wheel in the mixed environment (3.11), on each of OTHER_PYTHONS and on each of
-# DEBIAN_PYTHONS, side by side: each suite keeps to about one core (`make py-test` after
-# `make build` runs it in VENV instead).
+# DEBIAN_PYTHONS: two suites at a time, one a core (each keeps to about one), the three targets
+# sharing make's two job slots, each running its CPythons one after the other; a failure leaves
+# the others running (-k), so one run shows every environment's (`make py-test` after
+# `make build` runs the suite in VENV instead).
 test-matrix: deps
 	$(MAKE) wheel
-	$(MAKE) -j2 --output-sync=recurse mixed pythons debian-pythons
+	$(MAKE) -k -j2 --output-sync=recurse mixed pythons debian-pythons PYTHONS_JOBS=1
 
 # The mixed extra's environment, made again from scratch whenever its lock changes (the lock's
 # hash is kept inside it).

@@ -221,12 +221,15 @@ def _run_here(argv: list[str], status: str) -> int:
     limit = _timeout()
     if limit:
         note(f"limit {limit:g}")
+        # the process's stderr as it is now: pytest's capture points fd 2 at a file of its
+        # own during each test, which nobody reads once the process has ended
+        stderr = os.fdopen(os.dup(2), "w")
 
     class Progress:
         def pytest_runtest_logstart(self, nodeid: str) -> None:
             note(f"running {nodeid}")
             if limit:  # every thread's traceback, then _exit(1): the parent names the test
-                faulthandler.dump_traceback_later(limit, exit=True)
+                faulthandler.dump_traceback_later(limit, exit=True, file=stderr)
 
         def pytest_runtest_logfinish(self, nodeid: str) -> None:
             if limit:

@@ -152,8 +152,7 @@ def test_a_time_limit_that_is_no_number_is_a_value_error():
         proc = run_python("-c", RUN, "-q", env={"DLPACK_TESTS_TIMEOUT": value})
         assert proc.returncode == 1, _output(proc)
         assert proc.stderr.splitlines()[-1] == (
-            "ValueError: DLPACK_TESTS_TIMEOUT must be a positive number of seconds, "
-            f"not {value!r}"
+            f"ValueError: DLPACK_TESTS_TIMEOUT must be a positive number of seconds, not {value!r}"
         ), _output(proc)
 
 
