@@ -250,17 +250,32 @@ def _flat_structure(keys: tuple[str, ...]) -> bytes:
     return structure
 
 
-def _slot_index(obj: Any) -> int | None:
-    return obj.index if type(obj) is _Slot else None
+# The hooks are methods of subclasses, as pickle documents them: CPython 3.13.0 refuses them
+# set on a Pickler or Unpickler object ("attribute 'persistent_id' is read-only").
+class _StructurePickler(pickle.Pickler):
+    """Each array leaf's slot pickled as its index."""
+
+    def persistent_id(self, obj: Any) -> int | None:
+        return obj.index if type(obj) is _Slot else None
+
+
+class _StructureUnpickler(pickle.Unpickler):
+    """Each index read back as its leaf."""
+
+    def __init__(self, structure: bytes, leaves: Any) -> None:
+        super().__init__(io.BytesIO(structure))
+        self._leaves = leaves
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self._leaves[pid]
 
 
 def _dump(skeleton: Any) -> bytes:
     """The structure's bytes: the skeleton pickled, each array leaf's slot as its index."""
     out = io.BytesIO()
-    pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler = _StructurePickler(out, protocol=pickle.HIGHEST_PROTOCOL)
     # No memo: equal trees pickle to equal bytes, whichever of their objects are one object.
     pickler.fast = True
-    pickler.persistent_id = _slot_index  # type: ignore[method-assign]
     try:
         pickler.dump(skeleton)
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
@@ -273,9 +288,7 @@ def _dump(skeleton: Any) -> bytes:
 
 def _load(structure: bytes, leaves: Any) -> Any:
     """The tree ``structure`` spells, with ``leaves`` in its slots."""
-    unpickler = pickle.Unpickler(io.BytesIO(structure))
-    unpickler.persistent_load = leaves.__getitem__  # type: ignore[method-assign]
-    return unpickler.load()
+    return _StructureUnpickler(structure, leaves).load()
 
 
 _requires_grad = operator.attrgetter("requires_grad")

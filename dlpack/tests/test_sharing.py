@@ -142,6 +142,7 @@ def test_every_start_method_queue_and_pipe(method):
     ours, theirs = context.Pipe()
     process = context.Process(target=workers.echo_first_element_pipe, args=(theirs,))
     process.start()
+    theirs.close()
     ours.send(dlpack.share(array[5:]))
     assert ours.recv() == 5.25
     process.join(60)
@@ -280,11 +281,13 @@ def test_producer_exit_leaves_views_valid(peer):
     ours, theirs = context.Pipe()
     producer = context.Process(target=workers.produce, args=(theirs, 1000, 4.5))
     producer.start()
+    theirs.close()
     opened = ours.recv_bytes()
     peer.call("open_and_keep", opened)
     ours_unopened, theirs_unopened = context.Pipe()
     unopened_producer = context.Process(target=workers.produce, args=(theirs_unopened, 10, 1.0))
     unopened_producer.start()
+    theirs_unopened.close()
     unopened = ours_unopened.recv_bytes()
     ours.send(None)
     ours_unopened.send(None)
@@ -540,6 +543,7 @@ def test_a_forked_child_keeps_what_it_inherited(empty_pool):
     ours, theirs = context.Pipe()
     child = context.Process(target=workers.read_inherited_later, args=(theirs,), daemon=True)
     child.start()
+    theirs.close()
     try:
         assert ours.poll(30) and ours.recv() == "ready"
         workers.inherited = None

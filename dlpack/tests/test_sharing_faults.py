@@ -150,6 +150,7 @@ def test_a_stopped_producer_never_stalls_its_receivers(method):
     ours, theirs = producing.Pipe()
     producer = producing.Process(target=workers.produce_and_stop, args=(theirs, count), daemon=True)
     producer.start()
+    theirs.close()
     try:
         pickles = ours.recv()
         os.kill(producer.pid, signal.SIGSTOP)
@@ -159,6 +160,7 @@ def test_a_stopped_producer_never_stalls_its_receivers(method):
             target=workers.open_all, args=(pickles, answering), daemon=True
         )
         receiver.start()
+        answering.close()
         try:
             assert answer.poll(60), "opening handles of a stopped producer stalled"
             assert answer.recv() == 5.0 * count
@@ -261,6 +263,7 @@ def test_a_receiver_at_its_limit_of_open_files_is_told_so_by_the_lender_too():
     ours, theirs = context.Pipe()
     producer = context.Process(target=workers.produce_as, args=(NOBODY, count, theirs), daemon=True)
     producer.start()
+    theirs.close()
     try:
         assert ours.poll(120), "the producer did not answer"
         pickles = ours.recv()

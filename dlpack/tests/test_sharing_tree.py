@@ -414,6 +414,8 @@ def test_a_writer_updating_while_two_readers_take_snapshots():
     )
     for process in (*readers, writer):
         process.start()
+    for _, theirs in pipes:
+        theirs.close()
     try:
         for ready in readies:
             assert ready.wait(120)
@@ -480,6 +482,7 @@ def test_a_lender_gone_before_the_receiver_opens_is_an_error_not_a_hang():
     ours, theirs = context.Pipe()
     lender = context.Process(target=tree_workers.produce_tree, args=(theirs, 2.0))
     lender.start()
+    theirs.close()  # a lender that dies early is then an EOFError here, not a wait forever
     data = ours.recv_bytes()
     ours.send(None)
     lender.join(60)
@@ -492,6 +495,7 @@ def test_a_lender_gone_after_the_receiver_opened_leaves_the_tree(peer):
     ours, theirs = context.Pipe()
     lender = context.Process(target=tree_workers.produce_tree, args=(theirs, 4.0))
     lender.start()
+    theirs.close()
     data = ours.recv_bytes()
     peer.call("keep_tree", data)
     ours.send(None)
@@ -594,6 +598,7 @@ def test_a_forked_child_updates_with_a_lock_of_its_own():
 
     process = context.Process(target=child, args=(theirs,))
     process.start()
+    theirs.close()
     try:
         assert ours.poll(60) and ours.recv() == (1, 1)
     finally:
