@@ -4,8 +4,10 @@ the test and prints each thread's Python stack.
 pytest enables :mod:`faulthandler` once, at the start of the session; a library loaded later may
 install its own handler over it. tvm-ffi does, whenever ``libtvm_ffi.so`` is loaded: its SIGSEGV
 handler writes a native backtrace to file descriptor 2, which pytest's capture holds and a crash
-throws away, so the run ended with no word at all. Here the handler is put back (onto stderr as
-it was when the session started) before each test and after each import :func:`need` makes.
+throws away, so the run ended with no word at all. ``ray.init`` installs ray's, and
+``ray.shutdown`` leaves the default (no word either). Here Python's handler is put back (onto
+stderr as it was when the session started) before each test and after each import
+:func:`need` or :func:`optional` makes.
 The suite's conftest calls :func:`arm`, :func:`rearm` and :func:`disarm`.
 """
 
