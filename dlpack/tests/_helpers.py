@@ -14,6 +14,8 @@ import pytest
 from dlpack import DLPackObject, _probe, _report
 from dlpack._report._libraries import PROBED
 
+from . import _crash_report
+
 # ---------------------------------------------------------------------------
 # array libraries: every test imports them through need() or optional()
 # ---------------------------------------------------------------------------
@@ -39,9 +41,12 @@ def need(name: str, what: str | None = None):
     ``DLPACK_TESTS_REQUIRE`` names it."""
     __tracebackhide__ = True  # pytest reports the skip or failure at the caller's line
     try:
-        return _report.need(name, what)
+        module = _report.need(name, what)
     except _report.Unavailable as exc:
         reason = str(exc)
+    else:
+        _crash_report.rearm()  # the library may have replaced Python's fault handler
+        return module
     if required(name):
         pytest.fail(f"{reason}, and {REQUIRE_ENV} requires it", pytrace=False)
     REQUIRABLE_SKIPS.add(reason)
@@ -66,6 +71,7 @@ def optional(name: str):
     __tracebackhide__ = True
     lib = _report.library(name)
     if lib.ok:
+        _crash_report.rearm()  # as in need()
         return lib.module
     if required(name):
         need(name)  # fails, with the reason

@@ -6,6 +6,7 @@ import pytest
 
 from dlpack import _probe
 
+from . import _crash_report
 from ._helpers import REQUIRABLE_SKIPS, REQUIRE_ENV, need
 
 
@@ -22,9 +23,12 @@ def pytest_report_header(config):
 _NOTIFY_BEFORE = pytest.StashKey()
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin (see _crash_report)
 def pytest_configure(config):
     """The crash probe's notices (a library import it is still waiting for, in a child process)
-    shown when they come, past the capture of the test that asked for the library."""
+    shown when they come, past the capture of the test that asked for the library; Python's
+    fault handler kept in charge of crashes (:mod:`._crash_report`)."""
+    _crash_report.arm(config)
     capture = config.pluginmanager.getplugin("capturemanager")
     reporter = config.pluginmanager.getplugin("terminalreporter")
     if capture is None or reporter is None:  # stderr, as without pytest
@@ -45,10 +49,17 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's faulthandler plugin restores the original
 def pytest_unconfigure(config):
+    _crash_report.disarm()
     previous = config.stash.get(_NOTIFY_BEFORE, None)
     if previous is not None:
         _probe.set_notify(previous)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup():
+    _crash_report.rearm()
 
 
 def pytest_terminal_summary(terminalreporter):
