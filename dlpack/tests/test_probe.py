@@ -19,7 +19,7 @@ import pytest
 from dlpack import _probe, _report
 from dlpack._report import _libraries
 
-from ._helpers import LONG_PATH_ENTRIES, REQUIRE_ENV, run_python
+from ._helpers import LONG_PATH_ENTRIES, REQUIRE_ENV, leave_out_heavy_libraries, run_python
 
 FAKES = {
     "fake_crash_alone": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
@@ -228,6 +228,7 @@ def test_report_survives_broken_and_crashing_libraries_and_folders(tmp_path):
         (tmp_path / f"{name}.py").write_text(FAKES[name])
     # a cupy that ends the process with status 0: the report must not end with it
     (tmp_path / "cupy.py").write_text(FAKES["fake_exit_zero"])
+    leave_out_heavy_libraries(tmp_path)  # slow to import, and no part of this
     extra = f"fake_raising,fake_half.core,{CRASHING},fake_beside_ours,fake_stray"
     proc = run_python("-m", "dlpack", cwd=tmp_path, env={_probe.EXTRA_ENV: extra})
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -296,9 +297,10 @@ def test_pytest_skips_or_fails_the_tests_of_crashing_libraries_and_folders(tmp_p
         (tmp_path / f"{name}.py").write_text(FAKES[name])
     test_file = tmp_path / "test_generated.py"
     test_file.write_text(GENERATED_TESTS)
+    leave_out_heavy_libraries(tmp_path)  # slow to import (its probe would), and no part of this
     env = {_probe.EXTRA_ENV: CRASHING, REQUIRE_ENV: ""}
     args = ["-m", "pytest", "-rsf", "-p", "no:cacheprovider", str(test_file)]
-    proc = run_python(*args, path=[tmp_path], env=env)
+    proc = run_python(*args, path=[tmp_path], env=env, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "2 failed, 1 passed, 3 skipped" in out
