@@ -32,7 +32,6 @@ from ._helpers import (
     NUMPY_NATIVE_DTYPES,
     need,
     optional,
-    package_root,
     run_python,
 )
 
@@ -615,30 +614,6 @@ def test_a_tree_goes_to_a_dask_worker():
     assert pid != os.getpid() and total == 45.0 and tag == "x"
 
 
-@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
-def test_a_tree_goes_to_a_ray_task():
-    """Ray pickles a task's arguments (cloudpickle) to a worker process it started: the tree
-    travels as its handle, and the worker reads the tree's memory, updates included."""
-    ray = need("ray")
-    shared = dlpack.share_tree({"w": np.arange(10.0), "tag": "x"})
-    # Ray's workers start in the driver's working directory: from the folder holding the
-    # dlpack under test, they import it (not a source checkout's, without the extension).
-    here = os.getcwd()
-    os.chdir(package_root())
-    try:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    finally:
-        os.chdir(here)
-    try:
-        task = ray.remote(tree_workers.dask_sum)
-        pid, total, tag = ray.get(task.remote(shared), timeout=120)
-        assert pid != os.getpid() and total == 45.0 and tag == "x"
-        shared.update({"w": np.arange(10.0) * 2, "tag": "x"})
-        assert ray.get(task.remote(shared), timeout=120)[1:] == (90.0, "x")
-    finally:
-        ray.shutdown()
-
-
 def test_interop_converts_a_shared_tree_as_its_snapshot():
     torch = need("torch")
     from dlpack.interop import to_numpy, to_torch
@@ -678,14 +653,15 @@ def test_share_tree_arguments():
 
 
 def test_counts_stay_put_over_many_trees(peer):
-    """Trees shared, sent and dropped: descriptors and mappings back where they were."""
+    """Trees shared, sent and dropped: descriptors and mappings back where they were. 40 trips:
+    one descriptor or mapping left behind per trip would be 40, past the 2 mappings of slack."""
     tree = {f"l{k}": np.full(256, float(k), np.float32) for k in range(50)}
     for _ in range(5):
         peer.call("snapshot_tree", pickle.dumps(dlpack.share_tree(tree)))
     gc.collect()
     before = workers.count_resources()
     there = peer.call("descriptors")
-    for _ in range(200):
+    for _ in range(40):
         assert peer.call("snapshot_tree", pickle.dumps(dlpack.share_tree(tree)))[1] == 0
     gc.collect()
     after = workers.count_resources()
