@@ -652,21 +652,26 @@ def test_share_tree_arguments():
     assert repr(empty) == "SharedTree(leaves=0, nbytes=0, generation=0, writable=True)"
 
 
-def test_counts_stay_put_over_many_trees(peer):
-    """Trees shared, sent and dropped: descriptors and mappings back where they were. 40 trips:
-    one descriptor or mapping left behind per trip would be 40, past the 2 mappings of slack."""
-    tree = {f"l{k}": np.full(256, float(k), np.float32) for k in range(50)}
-    for _ in range(5):
-        peer.call("snapshot_tree", pickle.dumps(dlpack.share_tree(tree)))
-    gc.collect()
-    before = workers.count_resources()
-    there = peer.call("descriptors")
-    for _ in range(40):
-        assert peer.call("snapshot_tree", pickle.dumps(dlpack.share_tree(tree)))[1] == 0
-    gc.collect()
-    after = workers.count_resources()
-    assert after[0] <= before[0] and after[1] <= before[1] + 2
-    assert peer.call("descriptors") == there
+def test_counts_stay_put_over_many_trees():
+    """Trees shared, sent and dropped: descriptors and mappings back where they were. A peer of
+    its own: the module's may have imported torch by now, whose objects each of its collections
+    would walk (a trip 20 times as long)."""
+    peer = tree_workers.Peer(multiprocessing.get_context("forkserver"))
+    try:
+        tree = {f"l{k}": np.full(256, float(k), np.float32) for k in range(50)}
+        for _ in range(5):
+            peer.call("snapshot_tree", pickle.dumps(dlpack.share_tree(tree)))
+        gc.collect()
+        before = workers.count_resources()
+        there = peer.call("descriptors")
+        for _ in range(200):
+            assert peer.call("snapshot_tree", pickle.dumps(dlpack.share_tree(tree)))[1] == 0
+        gc.collect()
+        after = workers.count_resources()
+        assert after[0] <= before[0] and after[1] <= before[1] + 2
+        assert peer.call("descriptors") == there
+    finally:
+        peer.close()
 
 
 def test_collections_counter_is_rebuilt():
