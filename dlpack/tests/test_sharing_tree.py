@@ -299,18 +299,24 @@ def test_read_only_receivers_cant_update_and_writable_ones_can(peer):
     assert tree_workers.snapshot_tree(pickle.dumps(writable))[1] == 1
 
 
-def test_read_only_stays_read_only_and_snapshots_read_the_tree(peer):
+def test_read_only_stays_read_only_and_snapshots_read_the_tree():
     """A receiver that writes into its ``open()`` view anyway (torch ignores the flag) changes
-    its own pages only; its snapshots still read the tree's memory, updates included."""
+    its own pages only; its snapshots still read the tree's memory, updates included. A peer of
+    its own, which imports torch: each collection of the module's would walk torch's objects
+    after (the later tests' calls several times as long)."""
     need("torch")
-    shared = dlpack.share_tree({"w": np.arange(1024.0)})
-    peer.call("keep_tree", pickle.dumps(shared))
-    assert peer.call("kept_scribble_with_torch", 0, "w") == -7.0
-    assert np.asarray(shared.open()["w"])[0] == 0.0  # the lender's memory untouched
-    assert peer.call("kept_snapshot", 0)[0][1][0][1][0] == np.arange(1024.0).tobytes()
-    shared.update({"w": np.full(1024, 2.0)})
-    tree, generation = peer.call("kept_snapshot", 0)
-    assert generation == 1 and tree[1][0][1][0] == np.full(1024, 2.0).tobytes()
+    peer = tree_workers.Peer(multiprocessing.get_context("forkserver"))
+    try:
+        shared = dlpack.share_tree({"w": np.arange(1024.0)})
+        peer.call("keep_tree", pickle.dumps(shared))
+        assert peer.call("kept_scribble_with_torch", 0, "w") == -7.0
+        assert np.asarray(shared.open()["w"])[0] == 0.0  # the lender's memory untouched
+        assert peer.call("kept_snapshot", 0)[0][1][0][1][0] == np.arange(1024.0).tobytes()
+        shared.update({"w": np.full(1024, 2.0)})
+        tree, generation = peer.call("kept_snapshot", 0)
+        assert generation == 1 and tree[1][0][1][0] == np.full(1024, 2.0).tobytes()
+    finally:
+        peer.close()
 
 
 # -- one segment, one handle ---------------------------------------------------------------------
