@@ -209,6 +209,23 @@ def child_env(path=(), env=None) -> dict[str, str]:
     return child_env
 
 
+# The libraries a report or a probe takes seconds to import (each, TensorFlow and Paddle
+# several), by the top-level names it imports them by.
+HEAVY_LIBRARIES = ("torch", "jax", "tensorflow", "paddle", "mlx", "cupy", "numba")
+
+
+def leave_out_heavy_libraries(folder) -> None:
+    """Stand-ins for :data:`HEAVY_LIBRARIES` in ``folder`` (not for a name it already holds),
+    each raising ImportError when imported: a child that runs a report or a probe to test
+    something else sees them as broken and imports none of them (nor does a library that imports
+    one where it can, as tvm_ffi does torch). Start it with ``run_python(..., path=[folder],
+    cwd=folder)``: started in site-packages, that folder would come first on its sys.path."""
+    for name in HEAVY_LIBRARIES:
+        if not any(os.path.exists(os.path.join(folder, f)) for f in (name, f"{name}.py")):
+            with open(os.path.join(folder, f"{name}.py"), "w") as file:
+                file.write("raise ImportError('left out by this test')\n")
+
+
 # sys.path entries that make it longer (~150 KB) than one command-line argument may be (128 KiB
 # on Linux); and code that adds them, for a child (whose command line can't hold them)
 LONG_PATH_ENTRIES = ["/no/such/folder/" + "x" * 80 + f"/{i:04d}" for i in range(1500)]

@@ -6,13 +6,15 @@ import collections
 import contextlib
 import functools
 import importlib
+import json
+import os
 import warnings
 
 import pytest
 
 from dlpack.interop import DtypeNarrowingWarning, to_numpy
 
-from ._helpers import need, need_cuda
+from ._helpers import need, need_cuda, run_python
 
 np = need("numpy")
 torch = need("torch")
@@ -81,3 +83,43 @@ def assert_same_values(a, b):
 
 
 Pair = collections.namedtuple("Pair", "first second")
+
+
+# Scripts that run under JAX with two CPU devices, by name: test modules add theirs when they
+# are imported, and the first test that asks starts one child for all of them (starting torch
+# and JAX there is most of each one's time). Each prints its result last.
+ON_TWO_DEVICES: dict[str, str] = {}
+
+# Runs each script given (a JSON object, name -> code) in a namespace and with warnings filters
+# of its own; prints, last, each one's traceback (None when it ran through) and output.
+_RUN_EACH = """
+import contextlib, io, json, sys, traceback, warnings
+done = {}
+for name, code in json.loads(sys.argv[1]).items():
+    output = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(output):
+            exec(compile(code, name, "exec"), {"__name__": "__main__"})
+    except BaseException:
+        done[name] = [traceback.format_exc(), output.getvalue()]
+    else:
+        done[name] = [None, output.getvalue()]
+print(json.dumps(done))
+"""
+
+
+@functools.cache
+def _run_on_two_devices():
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    env = {"XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+    return run_python("-c", _RUN_EACH, json.dumps(ON_TWO_DEVICES), env=env)
+
+
+def run_on_two_devices(name: str) -> str:
+    """What script ``name`` of :data:`ON_TWO_DEVICES` printed, run (beside the others) in a
+    child under JAX with two CPU devices; the child's error, or the script's, fails the test."""
+    done = _run_on_two_devices()
+    assert done.returncode == 0, done.stderr[-3000:]
+    error, output = json.loads(done.stdout.splitlines()[-1])[name]
+    assert error is None, error + done.stderr[-3000:]
+    return output

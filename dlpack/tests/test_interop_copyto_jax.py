@@ -15,7 +15,7 @@ from dlpack import asdlpack, copyto
 from dlpack.interop import DonationWarning, copyto_jax
 
 from ._helpers import need, run_python
-from ._interop_helpers import aligned_numpy, jax_ptr, needs_cuda
+from ._interop_helpers import ON_TWO_DEVICES, aligned_numpy, jax_ptr, needs_cuda, run_on_two_devices
 
 np = need("numpy")
 torch = need("torch")
@@ -357,11 +357,11 @@ print(json.dumps(out))
 """
 
 
+ON_TWO_DEVICES["copyto_jax: sharded and replicated"] = SHARDED
+
+
 def test_sharded_and_replicated_destinations_are_refilled_shard_by_shard():
-    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
-    done = run_python("-c", SHARDED, env={"XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.splitlines()[-1])
+    result = json.loads(run_on_two_devices("copyto_jax: sharded and replicated").splitlines()[-1])
     assert len(result) == 12
     for case, (kept, deleted, placed, values) in result.items():
         assert kept and deleted and placed and values, case

@@ -5,7 +5,6 @@ missing."""
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from dlpack import interop
 
 from ._helpers import need, run_python
+from ._interop_helpers import ON_TWO_DEVICES, run_on_two_devices
 
 np = need("numpy")
 torch = need("torch")
@@ -104,11 +104,11 @@ print(json.dumps({
 """
 
 
+ON_TWO_DEVICES["states: sharded and replicated"] = SHARDED
+
+
 def test_sharded_and_replicated_arrays_are_buffer_errors_with_advice_that_works():
-    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
-    done = run_python("-c", SHARDED, env={"XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.splitlines()[-1])
+    result = json.loads(run_on_two_devices("states: sharded and replicated").splitlines()[-1])
     said = {
         "sharded": "this JAX array is sharded over 2 devices; DLPack describes one buffer",
         "replicated": "this JAX array is replicated on 2 devices; DLPack describes one buffer",

@@ -19,7 +19,7 @@ import pytest
 from dlpack import _probe, _report
 from dlpack._report import _libraries
 
-from ._helpers import LONG_PATH_ENTRIES, REQUIRE_ENV, run_python
+from ._helpers import LONG_PATH_ENTRIES, REQUIRE_ENV, leave_out_heavy_libraries, run_python
 
 FAKES = {
     "fake_crash_alone": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
@@ -43,6 +43,8 @@ FAKES = {
         "    os.kill(os.getpid(), signal.SIGSEGV)\n"
     ),
     "fake_hang": "import time\ntime.sleep(600)\n",
+    # slow, but it ends: long enough for a notice
+    "fake_slow": "import time\ntime.sleep(2.5)\n",
     # no crash to the parent of its process, but nothing after it runs
     "fake_exit_zero": "import os\nos._exit(0)\n",
     # dies only beside our extension (as two native libraries with conflicting symbols would)
@@ -120,31 +122,32 @@ def test_probe_reports_a_hang_and_names_it_while_waiting(fakes, monkeypatch):
     monkeypatch.setattr(_probe, "NOTICE_AFTER_S", 0.5)
     notices = []
     with _probe.notices_to(notices.append):
-        crashes = _probe.probe(["fake_fine", "fake_hang"], timeout=3)
+        crashes = _probe.probe(["fake_fine", "fake_hang"], timeout=2)
     assert {name: crash.how for name, crash in crashes.items()} == {
-        "fake_hang": "no result after 3 s"
+        "fake_hang": "no result after 2 s"
     }
     # the child importing all, then those importing it alone (with and without our extension)
     assert notices
     for notice in notices:
         assert re.fullmatch(
             r"dlpack: waiting for fake_hang to import in a child process, \d+ s so far "
-            r"\(checking it does not crash the interpreter; given up after 3 s\)",
+            r"\(checking it does not crash the interpreter; given up after 2 s\)",
             notice,
         ), notices
 
 
 def test_probe_notices_go_to_stderr(fakes):
-    """Where no one asked for them, on stderr, as they come."""
+    """Where no one asked for them, on stderr, as they come (an import slow enough for one,
+    which ends: the verdict on a hang is the test above's)."""
     code = (
         "from dlpack import _probe\n"
         "_probe.NOTICE_AFTER_S = 0.5\n"
-        "print(sorted(_probe.probe(['fake_hang'], timeout=2)))\n"
+        "print(sorted(_probe.probe(['fake_slow'], timeout=60)))\n"
     )
     proc = run_python("-c", code, path=[fakes], timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "['fake_hang']\n"
-    assert "dlpack: waiting for fake_hang to import in a child process" in proc.stderr
+    assert proc.stdout == "[]\n"
+    assert "dlpack: waiting for fake_slow to import in a child process" in proc.stderr
 
 
 def test_probe_is_not_fooled_by_a_helper_holding_stdout(tmp_path, monkeypatch):
@@ -228,6 +231,7 @@ def test_report_survives_broken_and_crashing_libraries_and_folders(tmp_path):
         (tmp_path / f"{name}.py").write_text(FAKES[name])
     # a cupy that ends the process with status 0: the report must not end with it
     (tmp_path / "cupy.py").write_text(FAKES["fake_exit_zero"])
+    leave_out_heavy_libraries(tmp_path)  # slow to import, and no part of this
     extra = f"fake_raising,fake_half.core,{CRASHING},fake_beside_ours,fake_stray"
     proc = run_python("-m", "dlpack", cwd=tmp_path, env={_probe.EXTRA_ENV: extra})
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -296,9 +300,10 @@ def test_pytest_skips_or_fails_the_tests_of_crashing_libraries_and_folders(tmp_p
         (tmp_path / f"{name}.py").write_text(FAKES[name])
     test_file = tmp_path / "test_generated.py"
     test_file.write_text(GENERATED_TESTS)
+    leave_out_heavy_libraries(tmp_path)  # slow to import (its probe would), and no part of this
     env = {_probe.EXTRA_ENV: CRASHING, REQUIRE_ENV: ""}
     args = ["-m", "pytest", "-rsf", "-p", "no:cacheprovider", str(test_file)]
-    proc = run_python(*args, path=[tmp_path], env=env)
+    proc = run_python(*args, path=[tmp_path], env=env, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "2 failed, 1 passed, 3 skipped" in out

@@ -5,12 +5,14 @@ protocol 5 and keeps their memory as out-of-band buffers in its shared-memory st
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
 import dlpack
 
 from . import _sharing_workers as workers
+from . import _tree_workers as tree_workers
 from ._helpers import arrays_of_every_library, need, package_root
 
 np = need("numpy")
@@ -85,3 +87,17 @@ def test_the_task_runs_in_another_process(store):
     task = ray.remote(workers.pid_and_sum)
     pid, total = ray.get(task.remote(dlpack.asdlpack(array)), timeout=120)
     assert pid != os.getpid() and total == array.sum()
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="sharing host memory needs Linux (memfd)"
+)
+def test_a_tree_goes_to_a_ray_task(store):
+    """Ray pickles a task's arguments (cloudpickle) to a worker process it started: a shared
+    tree travels as its handle, and the worker reads the tree's memory, updates included."""
+    shared = dlpack.share_tree({"w": np.arange(10.0), "tag": "x"})
+    task = ray.remote(tree_workers.dask_sum)
+    pid, total, tag = ray.get(task.remote(shared), timeout=120)
+    assert pid != os.getpid() and total == 45.0 and tag == "x"
+    shared.update({"w": np.arange(10.0) * 2, "tag": "x"})
+    assert ray.get(task.remote(shared), timeout=120)[1:] == (90.0, "x")

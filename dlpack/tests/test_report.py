@@ -15,7 +15,15 @@ import dlpack
 from dlpack import _probe
 from dlpack._report import _terminal
 
-from ._helpers import LONG_PATH, child_env, need, optional, package_root, run_python
+from ._helpers import (
+    LONG_PATH,
+    child_env,
+    leave_out_heavy_libraries,
+    need,
+    optional,
+    package_root,
+    run_python,
+)
 
 
 def test_report_runs_and_shows_the_table():
@@ -185,9 +193,11 @@ def test_json_report_has_the_dataframe_world(json_report):
 def test_report_survives_broken_and_crashing_dataframe_libraries(tmp_path):
     """Fakes first on the path: a polars that raises when imported, a DuckDB that kills the
     interpreter (the probe must know it, or the report dies importing it), a pandas that raises
-    ImportError. The report lists them so, leaves their rows and columns out, and the rest runs."""
+    ImportError. The report lists them so, leaves their rows and columns out, and the rest runs.
+    (torch, JAX and the other slow imports are left out: none of this is about them.)"""
     need("numpy")
     need("nanoarrow")
+    leave_out_heavy_libraries(tmp_path)
     (tmp_path / "polars").mkdir()
     (tmp_path / "polars" / "__init__.py").write_text("raise RuntimeError('broken on purpose')\n")
     (tmp_path / "duckdb.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
@@ -250,9 +260,10 @@ def test_json_is_alone_on_stdout_when_libraries_print(tmp_path):
         "os.write(1, b'fake_prints: native write\\n')\n"
         "ctypes.CDLL(None).printf(b'fake_prints: printf\\n')\n"
     )
-    proc = run_python(
-        "-m", "dlpack", "--json", path=[tmp_path], env={_probe.EXTRA_ENV: "fake_prints"}
-    )
+    # slow to import, and no part of this; started in tmp_path, where the stand-ins come first
+    leave_out_heavy_libraries(tmp_path)
+    env = {_probe.EXTRA_ENV: "fake_prints"}
+    proc = run_python("-m", "dlpack", "--json", path=[tmp_path], env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     libraries = {lib["name"]: lib["status"] for lib in doc["libraries"]}
@@ -261,11 +272,14 @@ def test_json_is_alone_on_stdout_when_libraries_print(tmp_path):
         assert f"fake_prints: {line}\n" in proc.stderr
 
 
-def test_report_takes_a_long_sys_path():
+def test_report_takes_a_long_sys_path(tmp_path):
     """sys.path longer than one command-line argument may be (~150 KB): the probe's children
     get it all the same."""
     code = f"{LONG_PATH}; from dlpack.__main__ import main; sys.exit(main())"
-    proc = run_python("-c", code, env={_probe.KNOWN_ENV: ""})  # nothing handed down: it probes
+    # slow to import, and no part of this; started in tmp_path, where the stand-ins come first
+    leave_out_heavy_libraries(tmp_path)
+    env = {_probe.KNOWN_ENV: ""}  # nothing handed down: it probes
+    proc = run_python("-c", code, path=[tmp_path], env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "CPU exchanges" in proc.stdout
     assert "Traceback" not in proc.stderr
