@@ -77,9 +77,10 @@ $(PY):
 build-tools: venv
 	$(PIP) install $$(grep -E '^(uv|maturin)==' $(LOCK))
 
-# uv installs the lock: about 40 s from an empty cache, where pip took 204 s
+# uv installs the lock: about 40 s from an empty cache, where pip took 204 s. Compiled to
+# bytecode as it installs (tools/venv_from_lock.py says why).
 deps: build-tools
-	$(UV) pip install -q --python $(PY) -r $(LOCK)
+	$(UV) pip install -q --compile-bytecode --python $(PY) -r $(LOCK)
 
 lock: deps
 	$(UV) pip compile -q --upgrade pyproject.toml $(LOCK_FOR) --custom-compile-command "make lock" \
@@ -192,8 +193,8 @@ py-test-x64:
 
 # Memory errors Rust's checks can't see, found by valgrind's memcheck (Debian's package; Miri
 # would need a nightly toolchain): reads and writes out of bounds, uses after free, uses of
-# uninitialised values, and in the core definite leaks. Any of them fails the run. About 2.5
-# minutes on 2 cores.
+# uninitialised values, and in the core definite leaks. Any of them fails the run. About 4
+# minutes on 2 cores (220 s in CI).
 # First the core's unit tests, the binary `make rust-test` built (same arguments: nothing is built
 # again), with no suppressions; every proptest runs 256 cases (PROPTEST_CASES, where some ask for
 # up to 2000), about 15 s instead of 40.
