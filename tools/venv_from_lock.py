@@ -6,9 +6,9 @@ The SHA-256 of the lock and of how it is installed is kept in ``VENV/.lock-hash`
 matches (and the virtualenv's python is there) nothing is done. Every module is compiled to
 bytecode as it is installed: where ``PYTHONDONTWRITEBYTECODE`` is set (CI's machines set it), an
 interpreter would otherwise compile torch, JAX and the rest from source in every process the
-suite starts (3.12's suite took 289 s so, against 136 s for 3.14's, whose chroot has it unset). uv, run by the python running this, makes the virtualenv for
-``PYTHON`` and installs the lock into it. ``make mixed-venv`` and ``tools/other_pythons.py``
-make theirs this way.
+suite starts (3.12's suite took 289 s so, against 136 s for 3.14's, whose chroot has it unset).
+uv, run by the python running this, makes the virtualenv for ``PYTHON`` and installs the lock
+into it. ``make mixed-venv`` and ``tools/other_pythons.py`` make theirs this way.
 
 ``make_chroot_venv`` does the same inside a chroot (``tools/debian_chroot.sh``), whose pip can't
 reach the package index: the lock's wheels are fetched here (``pip download`` for that CPython,
@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-
 
 # How uv installs a lock, part of the hash kept beside it: a virtualenv installed otherwise is
 # made again.
