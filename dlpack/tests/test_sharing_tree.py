@@ -57,6 +57,15 @@ def peer(peer_process):
     peer_process.call("drop_trees")
 
 
+@pytest.fixture
+def own_peer():
+    """A peer for this test alone: one that imports torch (each of the module peer's later
+    collections would walk torch's objects), or that counts trips and must not pay for that."""
+    serving = tree_workers.Peer(multiprocessing.get_context("forkserver"))
+    yield serving
+    serving.close()
+
+
 def spawned(target, *args, method="spawn"):
     """Run ``target(*args, connection)`` in a new process: what it sends first."""
     context = multiprocessing.get_context(method)
@@ -299,24 +308,20 @@ def test_read_only_receivers_cant_update_and_writable_ones_can(peer):
     assert tree_workers.snapshot_tree(pickle.dumps(writable))[1] == 1
 
 
-def test_read_only_stays_read_only_and_snapshots_read_the_tree():
+def test_read_only_stays_read_only_and_snapshots_read_the_tree(own_peer):
     """A receiver that writes into its ``open()`` view anyway (torch ignores the flag) changes
     its own pages only; its snapshots still read the tree's memory, updates included. A peer of
-    its own, which imports torch: each collection of the module's would walk torch's objects
-    after (the later tests' calls several times as long)."""
+    its own, which imports torch."""
     need("torch")
-    peer = tree_workers.Peer(multiprocessing.get_context("forkserver"))
-    try:
-        shared = dlpack.share_tree({"w": np.arange(1024.0)})
-        peer.call("keep_tree", pickle.dumps(shared))
-        assert peer.call("kept_scribble_with_torch", 0, "w") == -7.0
-        assert np.asarray(shared.open()["w"])[0] == 0.0  # the lender's memory untouched
-        assert peer.call("kept_snapshot", 0)[0][1][0][1][0] == np.arange(1024.0).tobytes()
-        shared.update({"w": np.full(1024, 2.0)})
-        tree, generation = peer.call("kept_snapshot", 0)
-        assert generation == 1 and tree[1][0][1][0] == np.full(1024, 2.0).tobytes()
-    finally:
-        peer.close()
+    peer = own_peer
+    shared = dlpack.share_tree({"w": np.arange(1024.0)})
+    peer.call("keep_tree", pickle.dumps(shared))
+    assert peer.call("kept_scribble_with_torch", 0, "w") == -7.0
+    assert np.asarray(shared.open()["w"])[0] == 0.0  # the lender's memory untouched
+    assert peer.call("kept_snapshot", 0)[0][1][0][1][0] == np.arange(1024.0).tobytes()
+    shared.update({"w": np.full(1024, 2.0)})
+    tree, generation = peer.call("kept_snapshot", 0)
+    assert generation == 1 and tree[1][0][1][0] == np.full(1024, 2.0).tobytes()
 
 
 # -- one segment, one handle ---------------------------------------------------------------------
@@ -663,26 +668,22 @@ def test_share_tree_arguments():
     assert repr(empty) == "SharedTree(leaves=0, nbytes=0, generation=0, writable=True)"
 
 
-def test_counts_stay_put_over_many_trees():
+def test_counts_stay_put_over_many_trees(own_peer):
     """Trees shared, sent and dropped: descriptors and mappings back where they were. A peer of
-    its own: the module's may have imported torch by now, whose objects each of its collections
-    would walk (a trip 20 times as long)."""
-    peer = tree_workers.Peer(multiprocessing.get_context("forkserver"))
-    try:
-        tree = {f"l{k}": np.full(256, float(k), np.float32) for k in range(50)}
-        for _ in range(5):
-            peer.call("snapshot_tree", pickle.dumps(dlpack.share_tree(tree)))
-        gc.collect()
-        before = workers.count_resources()
-        there = peer.call("descriptors")
-        for _ in range(200):
-            assert peer.call("snapshot_tree", pickle.dumps(dlpack.share_tree(tree)))[1] == 0
-        gc.collect()
-        after = workers.count_resources()
-        assert after[0] <= before[0] and after[1] <= before[1] + 2
-        assert peer.call("descriptors") == there
-    finally:
-        peer.close()
+    its own: a trip to one that had imported torch takes 20 times as long."""
+    peer = own_peer
+    tree = {f"l{k}": np.full(256, float(k), np.float32) for k in range(50)}
+    for _ in range(5):
+        peer.call("snapshot_tree", pickle.dumps(dlpack.share_tree(tree)))
+    gc.collect()
+    before = workers.count_resources()
+    there = peer.call("descriptors")
+    for _ in range(200):
+        assert peer.call("snapshot_tree", pickle.dumps(dlpack.share_tree(tree)))[1] == 0
+    gc.collect()
+    after = workers.count_resources()
+    assert after[0] <= before[0] and after[1] <= before[1] + 2
+    assert peer.call("descriptors") == there
 
 
 def test_collections_counter_is_rebuilt():
