@@ -22,11 +22,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
+import runpy
 import shutil
-import subprocess
 import sys
 import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CALLGRIND = runpy.run_path(os.path.join(HERE, "_callgrind.py"))
 
 LOOP = """
 import sys
@@ -52,30 +54,13 @@ def instructions(which: str, items: int, calls: int, workdir: str, keep: str | N
     # Without address randomisation (where `setarch` can turn it off), and with dicts' hashes
     # fixed below, two runs of a loop count the same start-up to the instruction.
     fixed = ["setarch", platform.machine(), "-R"] if shutil.which("setarch") else []
-    subprocess.run(
-        [
-            *fixed,
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            "-P",
-            os.path.join(workdir, "loop.py"),
-            which,
-            str(items),
-            str(calls),
-        ],
-        check=True,
-        capture_output=True,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
+    script = [sys.executable, "-P", os.path.join(workdir, "loop.py"), which, str(items), str(calls)]
+    total = CALLGRIND["process_total"](
+        script, out, prefix=fixed, env={**os.environ, "PYTHONHASHSEED": "0"}
     )
     if keep:
         shutil.copyfile(out, keep)
-    with open(out) as f:
-        for line in f:
-            if m := re.match(r"(?:summary|totals):\s*(\d+)", line):
-                return int(m.group(1))
-    raise RuntimeError(f"callgrind wrote no totals to {out}")
+    return total
 
 
 def main() -> None:

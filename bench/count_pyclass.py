@@ -19,30 +19,17 @@ helper's calls taken out. ``len(a)`` in the same loop is the loop's own cost, su
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
-import re
 import runpy
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-HELPER = r"""
-#include <valgrind/callgrind.h>
-void cg_start(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_ZERO_STATS; }
-void cg_stop(void) { CALLGRIND_DUMP_STATS; CALLGRIND_STOP_INSTRUMENTATION; }
-"""
-
-LOW, HIGH, WARM = 5_000, 25_000, 1_000
+CALLGRIND = runpy.run_path(os.path.join(HERE, "_callgrind.py"))
 
 
-def child(helper: str, plan_path: str, only: set[str] | None) -> None:
+def child(argv: list[str], only: set[str] | None) -> None:
     """Under callgrind: run every statement's loops, writing the order of the dumps."""
-    import ctypes
-
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
     exchange = runpy.run_path(os.path.join(HERE, "bench_exchange.py"), run_name="bench_exchange")
     import numpy as np
@@ -50,7 +37,6 @@ def child(helper: str, plan_path: str, only: set[str] | None) -> None:
     import dlpack
     from dlpack import _dlpack
 
-    lib = ctypes.CDLL(helper)
     a = np.arange(12, dtype=np.float32)
     base = {"np": np, "a": a}
     for name in ("torch", "tvm_ffi"):
@@ -73,74 +59,23 @@ def child(helper: str, plan_path: str, only: set[str] | None) -> None:
                 cases += [(f"{key}:anchor_{kind}", anchor, kind) for kind in makers]
             else:
                 cases.append((f"{key}:anchor", anchor, "hand"))
-    plan = []
-    for name, stmt, kind in cases:
-        ns = spaces[kind]
-        exec(f"def _run(n):\n    for _ in range(n):\n        {stmt}\n", ns)
-        ns["_run"](WARM)
-        for calls in (LOW, HIGH):
-            lib.cg_start()
-            ns["_run"](calls)
-            lib.cg_stop()
-            plan.append([name, stmt, calls])
-    with open(plan_path, "w") as f:
-        json.dump(plan, f)
-
-
-def totals(path: str) -> int:
-    with open(path) as f:
-        for line in f:
-            if m := re.match(r"(?:summary|totals):\s*(\d+)", line):
-                return int(m.group(1))
-    raise RuntimeError(f"callgrind wrote no totals to {path}")
+    CALLGRIND["run_cases"](argv, [(name, stmt, spaces[kind]) for name, stmt, kind in cases])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated row keys")
     parser.add_argument("--json", metavar="PATH", help="also write the counts here")
-    parser.add_argument("--_child", nargs=2, metavar=("HELPER", "PLAN"), help=argparse.SUPPRESS)
+    parser.add_argument(CALLGRIND["CHILD_FLAG"], nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     only = set(args.only.split(",")) if args.only else None
-    if args._child:
-        child(*args._child, only)
+    child_args = getattr(args, CALLGRIND["CHILD_FLAG"].lstrip("-").replace("-", "_"))
+    if child_args:
+        child(child_args, only)
         return 0
 
-    with tempfile.TemporaryDirectory() as work:
-        helper = os.path.join(work, "cg_helper.so")
-        source = os.path.join(work, "cg_helper.c")
-        with open(source, "w") as f:
-            f.write(HELPER)
-        subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", helper, source], check=True)
-        out = os.path.join(work, "cg.out")
-        plan_path = os.path.join(work, "plan.json")
-        command = [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            "-P",
-            os.path.abspath(__file__),
-            "--_child",
-            helper,
-            plan_path,
-        ]
-        if args.only:
-            command += ["--only", args.only]
-        subprocess.run(command, check=True, capture_output=True)
-        with open(plan_path) as f:
-            plan = json.load(f)
-        dumps = sorted(glob.glob(out + ".*"), key=lambda p: int(p.rsplit(".", 1)[1]))
-        if len(dumps) != len(plan):
-            raise RuntimeError(f"{len(dumps)} dumps for {len(plan)} loops")
-        counts: dict[str, dict[int, int]] = {}
-        stmts: dict[str, str] = {}
-        for (name, stmt, calls), path in zip(plan, dumps, strict=True):
-            counts.setdefault(name, {})[calls] = totals(path)
-            stmts[name] = stmt
-
-    per_call = {name: (c[HIGH] - c[LOW]) / (HIGH - LOW) for name, c in counts.items()}
+    only_args = ["--only", args.only] if args.only else []
+    per_call, stmts = CALLGRIND["count_in_process"](__file__, only_args)
     loop = per_call.pop("loop")
     print(f"instructions per call, the loop's own ({loop:.0f}, `len(a)`) taken out")
     print()

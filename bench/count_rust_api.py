@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
+import runpy
 import sys
 import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CALLGRIND = runpy.run_path(os.path.join(HERE, "_callgrind.py"))
 
 PAIRS = [
     ("extraction only", "extract_view", "extract_numpy"),
@@ -73,27 +75,9 @@ def instructions(
         collect = [function if module == "c" else f"*__pyfunction_{function}*"]
     out = os.path.join(workdir, f"{function}.{runtime}.{calls}.out")
     script = os.path.join(workdir, "loop.py")
-    subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}",
-            *(f"--toggle-collect={pattern}" for pattern in collect),
-            sys.executable,
-            "-P",
-            script,
-            name,
-            str(calls),
-            first,
-        ],
-        check=True,
-        capture_output=True,
-    )
-    with open(out) as f:
-        for line in f:
-            if m := re.match(r"(?:summary|totals):\s*(\d+)", line):
-                return int(m.group(1))
-    raise RuntimeError(f"callgrind wrote no totals to {out}")
+    command = [sys.executable, "-P", script, name, str(calls), first]
+    options = [f"--toggle-collect={pattern}" for pattern in collect]
+    return CALLGRIND["process_total"](command, out, options=options)
 
 
 def main() -> None:
