@@ -45,7 +45,7 @@ def need(name: str, what: str | None = None):
     except _report.Unavailable as exc:
         reason = str(exc)
     else:
-        _crash_report.rearm()  # the library may have replaced Python's fault handler
+        _crash_report.rearm_after_import()  # a library loaded may have replaced the handler
         return module
     if required(name):
         pytest.fail(f"{reason}, and {REQUIRE_ENV} requires it", pytrace=False)
@@ -71,7 +71,7 @@ def optional(name: str):
     __tracebackhide__ = True
     lib = _report.library(name)
     if lib.ok:
-        _crash_report.rearm()  # as in need()
+        _crash_report.rearm_after_import()  # as in need()
         return lib.module
     if required(name):
         need(name)  # fails, with the reason
