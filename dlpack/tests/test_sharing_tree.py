@@ -833,3 +833,29 @@ def test_a_state_dicts_snapshot_reuses_a_dict_only_when_nothing_holds_or_changed
         ids.add(id(last))
         check(last, 7)
     assert len(ids) == 2
+
+
+@pytest.mark.parametrize("change", ["swap values", "rename a key in place", "reorder keys"])
+def test_a_state_dicts_snapshot_changed_as_counts_cant_tell_is_not_handed_out_again(change):
+    """Changes that leave every leaf referenced as often and the dict as long (values swapped, a
+    key renamed where it stands, keys reordered) still keep a dict from being handed out
+    again."""
+    shared = dlpack.share_tree({"w": np.zeros(3), "b": np.zeros(3)})
+    shared.snapshot()  # the first finds the tree a state dict: the next ones are made whole
+    tree = shared.snapshot().tree
+    w, b = tree["w"], tree["b"]
+    if change == "swap values":
+        tree["w"], tree["b"] = b, w
+    elif change == "rename a key in place":
+        tree.clear()
+        tree.update({"v": w, "b": b})
+    else:
+        tree["w"] = tree.pop("w")
+    del tree, w, b
+    for generation in range(1, 6):
+        shared.update({"w": np.full(3, float(generation)), "b": np.full(3, -float(generation))})
+        tree = shared.snapshot().tree
+        assert list(tree) == ["w", "b"]
+        assert np.asarray(tree["w"]).tolist() == [float(generation)] * 3
+        assert np.asarray(tree["b"]).tolist() == [-float(generation)] * 3
+        del tree
