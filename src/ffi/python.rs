@@ -14,7 +14,8 @@
 //!   Rust views and copies hold, whose check and insert are one step: a `Mutex` added 51
 //!   instructions to a view and its release, a `Latch` 17);
 //! - `Mutex`es never held while Python code runs: `import::numpy`'s `DESCRS`,
-//!   `import::protocols`' `CACHE`, `object::methods`' `DTYPE_OBJECTS`, `share`'s registries;
+//!   `import::protocols`' `CACHE`, `object::methods`' `DTYPE_OBJECTS`, `share`'s registries, a
+//!   shared tree's kept snapshots and its writers' turn (`lock::Writers`, whose wait detaches);
 //! - atomics: `object::instance`'s `TYPE`, `object::arguments`' `KEYWORD_NAMES` (written once
 //!   at initialisation), `object::methods`' `CPU_DEVICE` (written once), `api::lease`'s
 //!   `SPARE` (a box swapped in and out), `import::numpy`'s `NDARRAY` and its last-dtype

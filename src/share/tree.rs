@@ -841,7 +841,8 @@ impl TreeSegment {
 
     /// Write `leaves` (as many as the tree's, each of the same type and shape as the tree's
     /// there) as the next generation; `name(k)` names leaf `k` in errors. Waits for another
-    /// process's write under way (`timeout` seconds at most, None: while its writer lives).
+    /// write under way, another process's or thread's (`timeout` seconds at most, None: while
+    /// its writer lives).
     #[pyo3(signature = (leaves, name, timeout=None))]
     fn update(
         &self,
