@@ -49,8 +49,8 @@ fn attempt(fd: impl AsFd, operation: FlockOperation) -> Result<bool> {
 }
 
 /// The writers' lock of a file, held by this open file description until dropped: while it is
-/// held no other description's holder writes (this process's other threads are the caller's to
-/// keep out: they share the description).
+/// held no other description's holder writes (this process's other threads share the
+/// description: their turns, `Writers`, keep them out).
 #[derive(Debug)]
 pub struct WriteLock<'a> {
     fd: BorrowedFd<'a>,
