@@ -1003,6 +1003,13 @@ impl TreeSegment {
         Ok(SeqLock::new(self.sequence()?).load())
     }
 
+    /// Whether a thread of this process has the writers' turn (for tests: it is updating, or
+    /// waiting for another process's update to end).
+    #[getter]
+    fn _updating_here(&self) -> bool {
+        self.mapped.writers().busy()
+    }
+
     /// Whether this process may update the tree.
     #[getter]
     fn writable(&self) -> bool {
