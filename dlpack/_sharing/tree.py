@@ -150,8 +150,9 @@ class SharedTree:
         memory). Only the lender, or a process the tree was shared with writable, may update
         (ValueError otherwise).
 
-        Another process's update under way is waited for, at most ``timeout`` seconds
-        (TimeoutError), by default as long as it runs. Memory a Rust or C extension's view of
+        Another update under way (another process's, or another thread's: threads take turns)
+        is waited for, at most ``timeout`` seconds (TimeoutError), by default as long as it
+        runs. Memory a Rust or C extension's view of
         the leaves holds here is not written (BufferError).
         """
         timeout = _timeout(timeout)

@@ -17,6 +17,7 @@ import pickle
 import signal
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -487,6 +488,62 @@ def test_a_writer_that_dies_mid_update_leaves_a_torn_tree_until_the_next():
         writer.join(60)
 
 
+def test_an_update_waits_for_another_threads_at_most_its_timeout():
+    """A thread of this process updating (here waiting behind a stopped writer process's lock)
+    has the writers' turn: another thread's update waits for it, at most its timeout, and says
+    so; once the way is clear, the first writes the tree whole."""
+    context = multiprocessing.get_context("spawn")
+    tree = {"w": np.zeros(8 << 20, np.float32), "v": np.zeros(1024)}  # 32 MiB: updates take long
+    shared = dlpack.share_tree(tree, writable=True)
+    ours, theirs = context.Pipe()
+    writer = context.Process(
+        target=tree_workers.update_forever, args=(pickle.dumps(shared), theirs)
+    )
+    writer.start()
+    theirs.close()
+    ones = {"w": np.ones(8 << 20, np.float32), "v": np.ones(1024)}
+    made: list[int] = []
+    thread = threading.Thread(target=lambda: made.append(shared.update(ones)))
+    try:
+        assert ours.poll(120) and ours.recv() == "updating"
+        deadline = time.monotonic() + 120
+        while shared.generation < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for _ in range(2000):  # stopped mid-write, holding its lock
+            os.kill(writer.pid, signal.SIGSTOP)
+            if shared._segment._sequence % 2 == 1:
+                break
+            os.kill(writer.pid, signal.SIGCONT)
+            time.sleep(0.003)
+        assert shared._segment._sequence % 2 == 1
+        assert not shared._segment._updating_here
+        thread.start()
+        deadline = time.monotonic() + 120
+        while not shared._segment._updating_here and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert shared._segment._updating_here
+        with pytest.raises(
+            TimeoutError,
+            match="another thread of this process is updating this tree, and did not finish "
+            "within 0.2 s",
+        ):
+            shared.update(tree, timeout=0.2)
+        writer.kill()
+        writer.join(60)
+        thread.join(120)
+        assert made == [shared.generation]
+        assert not shared._segment._updating_here
+        snapshot = shared.snapshot().tree
+        assert np.asarray(snapshot["v"]).tolist() == [1.0] * 1024
+        assert (np.asarray(snapshot["w"]) == 1).all()
+    finally:
+        if writer.is_alive():
+            writer.kill()
+        writer.join(60)
+        if thread.is_alive():
+            thread.join(120)
+
+
 def test_a_lender_gone_before_the_receiver_opens_is_an_error_not_a_hang():
     context = multiprocessing.get_context("forkserver")
     ours, theirs = context.Pipe()
@@ -833,3 +890,29 @@ def test_a_state_dicts_snapshot_reuses_a_dict_only_when_nothing_holds_or_changed
         ids.add(id(last))
         check(last, 7)
     assert len(ids) == 2
+
+
+@pytest.mark.parametrize("change", ["swap values", "rename a key in place", "reorder keys"])
+def test_a_state_dicts_snapshot_changed_as_counts_cant_tell_is_not_handed_out_again(change):
+    """Changes that leave every leaf referenced as often and the dict as long (values swapped, a
+    key renamed where it stands, keys reordered) still keep a dict from being handed out
+    again."""
+    shared = dlpack.share_tree({"w": np.zeros(3), "b": np.zeros(3)})
+    shared.snapshot()  # the first finds the tree a state dict: the next ones are made whole
+    tree = shared.snapshot().tree
+    w, b = tree["w"], tree["b"]
+    if change == "swap values":
+        tree["w"], tree["b"] = b, w
+    elif change == "rename a key in place":
+        tree.clear()
+        tree.update({"v": w, "b": b})
+    else:
+        tree["w"] = tree.pop("w")
+    del tree, w, b
+    for generation in range(1, 6):
+        shared.update({"w": np.full(3, float(generation)), "b": np.full(3, -float(generation))})
+        tree = shared.snapshot().tree
+        assert list(tree) == ["w", "b"]
+        assert np.asarray(tree["w"]).tolist() == [float(generation)] * 3
+        assert np.asarray(tree["b"]).tolist() == [-float(generation)] * 3
+        del tree

@@ -287,6 +287,74 @@ def test_threads_share_and_open_handles():
     run_threads(work)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sharing needs Linux (memfd)")
+def test_threads_update_and_snapshot_one_shared_tree():
+    """Threads update one shared tree (through two ``SharedTree`` objects of it) while others
+    take snapshots and open it: the updates take turns (each makes one generation, which counts
+    every update), each snapshot holds one update's values whole, of the generation that update
+    made, and no two snapshots alive share memory (nor does a held one change)."""
+    size, names = 4096, [f"layer{k}.weight" for k in range(16)]  # 512 KiB: copied detached
+    shared = dlpack.share_tree({name: np.zeros(size) for name in names}, writable=True)
+    trees = [shared, pickle.loads(pickle.dumps(shared))]  # one mapping, one description
+    writers, updates = THREADS // 2, ROUNDS // 4
+    lock = threading.Lock()
+    written = {0: 0.0}  # generation: the value every leaf holds in it
+    seen: list[tuple[int, float]] = []
+    alive: dict[int, tuple[int, int]] = {}  # a held snapshot's bytes, by its number
+
+    def span(arrays):
+        return min(a.ctypes.data for a in arrays), max(a.ctypes.data + a.nbytes for a in arrays)
+
+    def let_go(number, arrays, value):
+        assert all((a == value).all() for a in arrays), "a held snapshot changed"
+        with lock:  # out of `alive` before its memory may be reused
+            del alive[number]
+
+    def work(k):
+        if k < writers:
+            tree = trees[k % 2]
+            values = [float(k * 1000 + r + 1) for r in range(updates)]
+            # Made first, so that the updates come back to back.
+            sources = [{name: np.full(size, value) for name in names} for value in values]
+            for value, source in zip(values, sources, strict=True):
+                generation = tree.update(source)
+                with lock:
+                    assert generation not in written, "two updates made one generation"
+                    written[generation] = value
+            return
+        held = []
+        for r in range(ROUNDS):
+            tree, generation = trees[r % 2].snapshot()
+            assert list(tree) == names
+            arrays = [np.asarray(leaf) for leaf in tree.values()]
+            value = float(arrays[0][0])
+            assert all((a == value).all() for a in arrays), "a snapshot of two updates"
+            low, high = span(arrays)
+            number = k * ROUNDS + r
+            with lock:
+                seen.append((generation, value))
+                for other, (start, end) in alive.items():
+                    assert high <= start or end <= low, f"snapshots {number} and {other} share"
+                alive[number] = (low, high)
+            held.append((number, tree, arrays, value))
+            if len(held) > 2:
+                oldest = held.pop(0)
+                let_go(oldest[0], oldest[2], oldest[3])
+                del oldest
+            if r % 10 == 0:
+                assert list(trees[r % 2].open()) == names
+        for number, _, arrays, value in held:
+            let_go(number, arrays, value)
+
+    run_threads(work)
+    assert shared.generation == writers * updates
+    assert sorted(written) == list(range(writers * updates + 1))
+    assert all(written[generation] == value for generation, value in seen)
+    tree, generation = shared.snapshot()
+    assert generation == writers * updates
+    assert all((np.asarray(leaf) == written[generation]).all() for leaf in tree.values())
+
+
 # -- interop pytrees -----------------------------------------------------------------------------
 
 

@@ -14,7 +14,8 @@
 //!   Rust views and copies hold, whose check and insert are one step: a `Mutex` added 51
 //!   instructions to a view and its release, a `Latch` 17);
 //! - `Mutex`es never held while Python code runs: `import::numpy`'s `DESCRS`,
-//!   `import::protocols`' `CACHE`, `object::methods`' `DTYPE_OBJECTS`, `share`'s registries;
+//!   `import::protocols`' `CACHE`, `object::methods`' `DTYPE_OBJECTS`, `share`'s registries, a
+//!   shared tree's kept snapshots and its writers' turn (`lock::Writers`, whose wait detaches);
 //! - atomics: `object::instance`'s `TYPE`, `object::arguments`' `KEYWORD_NAMES` (written once
 //!   at initialisation), `object::methods`' `CPU_DEVICE` (written once), `api::lease`'s
 //!   `SPARE` (a box swapped in and out), `import::numpy`'s `NDARRAY` and its last-dtype
@@ -149,16 +150,45 @@ pub unsafe fn decref(object: *mut PyObject) {
     unsafe { ffi::Py_DecRef(object) }
 }
 
-/// How many references to `object` there are (the one it borrows from among them).
-pub fn references(object: &Bound<'_, PyAny>) -> isize {
-    // SAFETY: reading the header of a live object (the bound reference), the GIL held (`Bound`).
-    unsafe { ffi::Py_REFCNT(object.as_ptr()) }
-}
-
 /// Whether the one reference `object` borrows from is the only one there is.
 pub fn sole_reference(object: &Bound<'_, PyAny>) -> bool {
     // SAFETY: reading the header of a live object (the bound reference), the GIL held (`Bound`).
     unsafe { ffi::Py_REFCNT(object.as_ptr()) == 1 }
+}
+
+/// Whether `dict` maps exactly `keys` (the same objects), in order, to `values` (the same
+/// objects), and nothing but the dict and one other holder (a caller's list of them) refers to
+/// each value. One pass over the dict's entries, borrowing them: no reference is taken or let
+/// go of, and no Python code runs.
+pub fn dict_holds_alone(
+    dict: &Bound<'_, pyo3::types::PyDict>,
+    keys: &[Py<PyAny>],
+    values: &[Py<PyAny>],
+) -> bool {
+    use pyo3::types::PyDictMethods;
+    if keys.len() != values.len() || dict.len() != values.len() {
+        return false;
+    }
+    pyo3::sync::critical_section::with_critical_section(dict.as_any(), || {
+        let mut at: ffi::Py_ssize_t = 0;
+        let (mut key, mut value) = (ptr::null_mut(), ptr::null_mut());
+        for (kept_key, kept_value) in keys.iter().zip(values) {
+            // SAFETY: `dict` is a live dict (the bound reference), which no other thread changes
+            // meanwhile (the critical section; the GIL where there is one): `PyDict_Next` writes
+            // borrowed references to its next entry, alive while the dict holds them.
+            if unsafe { ffi::PyDict_Next(dict.as_ptr(), &mut at, &mut key, &mut value) } == 0 {
+                return false;
+            }
+            if key != kept_key.as_ptr() || value != kept_value.as_ptr() {
+                return false;
+            }
+            // SAFETY: reading the header of a live object: the dict holds `value`.
+            if unsafe { ffi::Py_REFCNT(value) } != 2 {
+                return false;
+            }
+        }
+        true
+    })
 }
 
 /// The type of `object`.

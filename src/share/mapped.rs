@@ -43,6 +43,8 @@ pub struct Mapped {
     segment: Arc<Segment>,
     /// The segment as a writable handle opened it, where that turned the mapping shared.
     writable: OnceLock<Arc<Segment>>,
+    /// This process's writers of the segment in place (a shared tree's updates), one at a time.
+    writers: lock::Writers,
 }
 
 static REGISTRY: PerProcess<Registry<Mapped>> = PerProcess::new(Registry::default);
@@ -244,6 +246,7 @@ impl Mapped {
             shared: AtomicBool::new(writes == Writes::Shared),
             segment,
             writable: OnceLock::new(),
+            writers: lock::Writers::new(),
         })
     }
 
@@ -281,6 +284,11 @@ impl Mapped {
     /// The mapping itself (its words, for atomic access shared with other processes).
     pub fn mapping(&self) -> &Mapping {
         &self.mapping
+    }
+
+    /// This process's writers of the segment in place, who take turns (see `lock::Writers`).
+    pub fn writers(&self) -> &lock::Writers {
+        &self.writers
     }
 
     /// The address of the mapping.

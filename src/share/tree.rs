@@ -8,13 +8,18 @@
 //! opens any handle (`state::open`), then reads the header and table, checked, from the memory.
 //!
 //! Writers (the lender, receivers of a writable handle) write through their shared mapping,
-//! holding the writers' lock (`WriteLock`, through a description of this process's own) and the
-//! GIL: the lock keeps other processes' writers out, the GIL this process's other threads, and
-//! the GIL also keeps this process's readers from copying while it writes. Readers copy the
-//! leaves out whole under the sequence lock, never writing (so they never hold a writer up),
-//! and read through a read-only mapping of their own where this process's mapping is private
-//! (a read-only handle's, copy-on-write): pages it wrote into there, against the leaves'
-//! read-only flag, are its own, and would show neither the writer's updates nor the sequence.
+//! holding the writers' lock (`WriteLock`, through a description of this process's own) and
+//! their process's turn (`lock::Writers`, kept with the mapping): the lock keeps other
+//! processes' writers out, the turn this process's other threads, which share its description
+//! and so its lock. Readers copy the leaves out whole under the sequence lock, never writing (so
+//! they never hold a writer up), whether the writer is another process or a thread of their
+//! own; a thread of theirs having the turn tells them it lives (its lock, held through their
+//! own description, is no conflict seen from there). They read through a read-only mapping of
+//! their own where this process's mapping is private (a read-only handle's, copy-on-write):
+//! pages it wrote into there, against the leaves' read-only flag, are its own, and would show
+//! neither the writer's updates nor the sequence. Large copies run without the GIL. Nothing here
+//! relies on the GIL, so a free-threaded build runs the same code: a snapshot claims kept memory
+//! by taking it out of the tree's list under its lock (see `claim`).
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::AtomicU64;
@@ -71,27 +76,29 @@ pub struct TreeSegment {
     /// The leaves `open` gives (made once).
     leaves: PyOnceLock<Py<PyList>>,
     /// The last snapshots' memory and leaves, for the next ones once nothing else holds them
-    /// (see `snapshot_memory`).
+    /// (see `claim`).
     kept: Mutex<Vec<Kept>>,
-}
-
-/// A snapshot's memory, and its leaves and dict (where it has one) where they can be handed
-/// out again.
-type SnapshotMemory = (Arc<AlignedBuffer>, Option<Reused>);
-
-/// A kept snapshot's leaves and dict, taken to be handed out again: holding them marks them
-/// held, so no other call takes them meanwhile (a snapshot may wait without the GIL).
-struct Reused {
-    leaves: Vec<Py<PyAny>>,
-    dict: Option<(Py<PyDict>, Py<PyTuple>)>,
+    /// How many of a snapshot's leaves are views of its memory (the others are empty).
+    views: usize,
 }
 
 /// A snapshot's memory and the leaves over it, and the dict it was handed out as (a state
-/// dict's: its keys in order, the leaves their values).
+/// dict's), kept to be handed out again once nothing else holds them. A snapshot claims one by
+/// taking it out of the tree's `kept` (see `claim`), so no other can meanwhile, and puts it
+/// back once it has handed it out.
 struct Kept {
     buffer: Arc<AlignedBuffer>,
     leaves: Vec<Py<PyAny>>,
-    dict: Option<(Py<PyDict>, Py<PyTuple>)>,
+    dict: Option<KeptDict>,
+}
+
+/// A state dict a snapshot was handed out as: its keys in order, the leaves its values.
+struct KeptDict {
+    dict: Py<PyDict>,
+    /// The keys as the caller gave them (the same tuple hands the dict out again).
+    keys: Py<PyTuple>,
+    /// The same keys, one by one (compared with the dict's without touching the tuple).
+    each_key: Vec<Py<PyAny>>,
 }
 
 impl Kept {
@@ -99,29 +106,29 @@ impl Kept {
     /// dict still holds exactly its keys and leaves in order (a dict changed after it was handed
     /// out, or held elsewhere, is not handed out again, nor are its leaves).
     fn unheld(&self, py: Python<'_>) -> bool {
-        let holders = match &self.dict {
-            None => 1,
-            Some((dict, keys)) => {
-                let (dict, keys) = (dict.bind(py), keys.bind(py));
-                if !python::sole_reference(dict.as_any()) || !self.holds_in_order(dict, keys) {
-                    return false;
-                }
-                2
+        match &self.dict {
+            None => (self.leaves.iter()).all(|leaf| python::sole_reference(leaf.bind(py))),
+            Some(kept) => {
+                let dict = kept.dict.bind(py);
+                python::sole_reference(dict.as_any())
+                    && python::dict_holds_alone(dict, &kept.each_key, &self.leaves)
             }
-        };
-        self.leaves
-            .iter()
-            .all(|leaf| python::references(leaf.bind(py)) == holders)
+        }
     }
+}
 
-    /// Whether `dict` maps exactly `keys` (the same objects), in order, to the leaves.
-    fn holds_in_order(&self, dict: &Bound<'_, PyDict>, keys: &Bound<'_, PyTuple>) -> bool {
-        dict.len() == self.leaves.len()
-            && keys.len() == self.leaves.len()
-            && dict
-                .iter()
-                .zip(keys.iter().zip(&self.leaves))
-                .all(|((key, value), (kept_key, leaf))| key.is(&kept_key) && value.is(leaf))
+/// A snapshot's memory: a kept snapshot's, claimed, or new.
+enum Memory {
+    Kept(Kept),
+    New(Arc<AlignedBuffer>),
+}
+
+impl Memory {
+    fn buffer(&self) -> &Arc<AlignedBuffer> {
+        match self {
+            Memory::Kept(kept) => &kept.buffer,
+            Memory::New(buffer) => buffer,
+        }
     }
 }
 
@@ -143,6 +150,9 @@ impl TreeSegment {
             .iter()
             .map(|leaf| Layout::c_order(&leaf.shape, leaf.element.dtype.itemsize()))
             .collect::<dlpack_core::error::Result<_>>()?;
+        let views = (layout.placed().iter())
+            .filter(|placed| placed.nbytes > 0)
+            .count();
         Ok(TreeSegment {
             mapped,
             whole: whole.unbind(),
@@ -154,6 +164,7 @@ impl TreeSegment {
             own: Mutex::new(None),
             leaves: PyOnceLock::new(),
             kept: Mutex::new(Vec::new()),
+            views,
         })
     }
 }
@@ -520,90 +531,186 @@ impl TreeSegment {
         ))
     }
 
-    /// Memory for a snapshot of `len` bytes, and its leaves if they can be handed out again: an
-    /// earlier snapshot's that nothing holds any more (no reference to its leaves but ours, no
-    /// view or export of its memory: every holder of it holds a leaf, or a reference to the
-    /// memory, which its count tells), else new (a MemoryError before allocating what can't be
-    /// had). A fresh allocation faults its pages in as the copy writes them, which costs many
-    /// times the copy, and a thousand small leaves cost as much to make as their copy.
-    fn snapshot_memory(&self, py: Python<'_>, len: usize) -> Result<SnapshotMemory> {
-        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        let views = self
-            .layout
-            .placed()
-            .iter()
-            .filter(|placed| placed.nbytes > 0)
-            .count();
-        // The GIL is held: no reference to a leaf, nor to the memory (each taken through a leaf
-        // or its exports, or here), can be made meanwhile.
-        let free = kept
-            .iter()
-            .position(|kept| Arc::strong_count(&kept.buffer) == 1 + views && kept.unheld(py));
-        if let Some(at) = free {
-            let reused = Reused {
-                leaves: kept[at].leaves.iter().map(|l| l.clone_ref(py)).collect(),
-                dict: (kept[at].dict.as_ref())
-                    .map(|(dict, keys)| (dict.clone_ref(py), keys.clone_ref(py))),
+    /// Copy the leaves, all of one generation, into `buffer` (the data's length, claimed by
+    /// this snapshot): that generation. Waits for a write under way (`timeout` seconds at most,
+    /// None: while its writer lives); a write whose writer died halfway is a BufferError.
+    fn copy_out(
+        &self,
+        py: Python<'_>,
+        buffer: &AlignedBuffer,
+        timeout: Option<f64>,
+    ) -> Result<u64> {
+        let (data, len) = self.layout.data();
+        let len = len as usize;
+        let from = self.source()?.wrapping_add(data as usize) as usize;
+        let to = buffer.as_ptr() as usize;
+        let sequence = SeqLock::new(self.sequence()?);
+        let copy = move || {
+            let to = Strided {
+                ptr: to as *mut u8,
+                shape: vec![len],
+                strides: vec![1],
             };
-            return Ok((kept[at].buffer.clone(), Some(reused)));
+            let from = Strided {
+                ptr: from as *mut u8,
+                shape: vec![len],
+                strides: vec![1],
+            };
+            // SAFETY: `from` is the segment's leaves, `len` bytes from `data`, inside the
+            // segment (`TreeLayout::decode` checked it holds them), readable while `self` holds
+            // its mapping; `to` is the buffer of `len` bytes, which this snapshot claimed: no
+            // view, export or other snapshot reaches it. Writers (of this process or another)
+            // may write the leaves meanwhile: a copy that overlapped a write is thrown away, as
+            // the sequence tells.
+            unsafe { copy_strided(&to, &from, 1, None) }
+        };
+        let started = Instant::now();
+        let mut rounds = 0u32;
+        let mut nap = Duration::from_micros(10);
+        loop {
+            // Large copies are made without the GIL; a write under way is seen holding it.
+            let attempt = if (len as u64) < DETACH_MIN_BYTES || sequence.load() & 1 == 1 {
+                sequence.try_read(copy)
+            } else {
+                py.detach(|| sequence.try_read(copy))
+            };
+            let odd = match attempt {
+                Attempt::Read { generation, .. } => return Ok(generation),
+                Attempt::Changed => None,
+                Attempt::Writing(odd) => Some(odd),
+            };
+            rounds += 1;
+            if let Some(deadline) = timeout
+                && started.elapsed().as_secs_f64() >= deadline
+            {
+                let why = if odd.is_some() {
+                    "a writer is still writing it"
+                } else {
+                    "updates kept landing while it was copied"
+                };
+                return Err(PyTimeoutError::new_err(format!(
+                    "no consistent snapshot of this tree within {deadline} s: {why}"
+                ))
+                .into());
+            }
+            let Some(odd) = odd else { continue };
+            if rounds < SPINS {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Now and then (each doubling of the rounds), whether the writer lives: a thread of
+            // this process has the writers' turn while it writes (the writers' lock, which it
+            // holds through this process's description, is no conflict seen from here).
+            if rounds.is_power_of_two() && !self.mapped.writers().busy() {
+                let gone = self.with_own_fd(|fd| Ok(!write_locked(fd)?))?;
+                if gone && sequence.load() == odd {
+                    return Err(self.torn(odd));
+                }
+            }
+            py.detach(|| std::thread::sleep(nap));
+            nap = (nap * 2).min(MAX_NAP);
         }
-        Ok((Arc::new(AlignedBuffer::new(len)?), None))
     }
 
-    /// A snapshot's `leaves` (over `buffer`): as a list, or with `keys` as a dict of them
-    /// (`dict`, where the snapshot has one of those keys, else made now and kept with it).
+    /// Memory for a snapshot of `len` bytes: an earlier snapshot's that nothing holds any more
+    /// (no reference to its leaves or dict but ours, no view or export of its memory: every
+    /// holder of it holds a leaf, or a reference to the memory, which its count tells), with
+    /// its leaves, taken out of `kept`; else new (a MemoryError before allocating what can't be
+    /// had). A fresh allocation faults its pages in as the copy writes them, which costs many
+    /// times the copy, and a thousand small leaves cost as much to make as their copy.
+    fn claim(&self, py: Python<'_>, len: usize) -> Result<Memory> {
+        let claimed = {
+            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            // Nothing outside this tree refers to an unheld entry's leaves, dict or memory, so
+            // no thread can make a new reference to them (a reference is made from one), with
+            // or without the GIL; taken out of `kept` under its lock, it is this snapshot's.
+            let free = kept.iter().position(|kept| {
+                Arc::strong_count(&kept.buffer) == 1 + self.views && kept.unheld(py)
+            });
+            free.map(|at| kept.remove(at))
+        };
+        Ok(match claimed {
+            Some(kept) => Memory::Kept(kept),
+            None => Memory::New(Arc::new(AlignedBuffer::new(len)?)),
+        })
+    }
+
+    /// A new snapshot's leaves, over `buffer` (which holds the leaves' bytes from the data's
+    /// start), kept with it.
+    fn new_leaves(&self, py: Python<'_>, buffer: Arc<AlignedBuffer>) -> Result<Kept> {
+        let data = self.layout.data().0;
+        let mut leaves = Vec::with_capacity(self.layout.leaves().len());
+        let placed = self.layout.leaves().iter().zip(self.layout.placed());
+        for ((leaf, placed), layout) in placed.zip(&self.c_layouts) {
+            let layout = layout.clone();
+            let view = if placed.nbytes == 0 {
+                empty_view(py, leaf.element, layout, false)?
+            } else {
+                let described = Described {
+                    data: buffer
+                        .as_ptr()
+                        .wrapping_add((placed.offset - data) as usize)
+                        .cast(),
+                    device: DLDevice::CPU,
+                    element: leaf.element,
+                    layout,
+                    readonly: false,
+                };
+                // SAFETY: the leaf's bytes lie at its offset into the data, which the buffer
+                // holds (the data's length from its start), ours and writable, alive while the
+                // owner holds it.
+                unsafe { new_view(py, Owner::RustValue(buffer.clone()), described)? }
+            };
+            leaves.push(view.unbind());
+        }
+        Ok(Kept {
+            buffer,
+            leaves,
+            dict: None,
+        })
+    }
+
+    /// A snapshot's leaves (`kept`'s): as a list, or with `keys` as a dict of them (`kept`'s
+    /// dict, where it has one of those keys, else made now and kept with it).
     fn hand_out<'py>(
         &self,
         py: Python<'py>,
-        buffer: &Arc<AlignedBuffer>,
-        leaves: Vec<Py<PyAny>>,
-        dict: Option<(Py<PyDict>, Py<PyTuple>)>,
+        kept: &mut Kept,
         keys: Option<&Bound<'py, PyTuple>>,
     ) -> Result<Bound<'py, PyAny>> {
         let Some(keys) = keys else {
-            return Ok(PyList::new(py, leaves)?.into_any());
+            return Ok(PyList::new(py, kept.leaves.iter().map(|leaf| leaf.bind(py)))?.into_any());
         };
-        if let Some((dict, kept_keys)) = dict
-            && kept_keys.bind(py).is(keys)
+        if let Some(dict) = &kept.dict
+            && dict.keys.bind(py).is(keys)
         {
-            return Ok(dict.into_bound(py).into_any());
+            return Ok(dict.dict.bind(py).clone().into_any());
         }
         let dict = PyDict::new(py);
-        for (key, leaf) in keys.iter().zip(&leaves) {
+        for (key, leaf) in keys.iter().zip(&kept.leaves) {
             dict.set_item(key, leaf.bind(py))?;
         }
         // Keys equal to one another would leave fewer entries than leaves.
-        if dict.len() != leaves.len() {
+        if dict.len() != kept.leaves.len() {
             return Err(Error::value(
                 "a state dict's snapshot needs keys that differ",
             ));
         }
-        let replaced = {
-            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-            let held = kept
-                .iter_mut()
-                .find(|kept| Arc::ptr_eq(&kept.buffer, buffer));
-            held.and_then(|kept| {
-                (kept.dict).replace((dict.clone().unbind(), keys.clone().unbind()))
-            })
-        };
-        drop(replaced); // its references let go of outside the lock
+        kept.dict = Some(KeptDict {
+            dict: dict.clone().unbind(),
+            keys: keys.clone().unbind(),
+            each_key: keys.iter().map(Bound::unbind).collect(),
+        });
         Ok(dict.into_any())
     }
 
-    /// Keep a new snapshot's memory and leaves for later ones (the oldest let go of, beyond
-    /// `SNAPSHOTS_KEPT`: its snapshot, if alive, still holds it).
-    fn keep_snapshot(&self, buffer: Arc<AlignedBuffer>, leaves: &Bound<'_, PyList>) {
-        let leaves = leaves.iter().map(|leaf| leaf.unbind()).collect();
+    /// Keep a snapshot's memory and leaves for later ones, as the newest (the oldest let go of,
+    /// beyond `SNAPSHOTS_KEPT`: its snapshot, if alive, still holds it).
+    fn keep(&self, newest: Kept) {
         let dropped = {
             let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-            let dropped = (kept.len() >= SNAPSHOTS_KEPT).then(|| kept.remove(0));
-            kept.push(Kept {
-                buffer,
-                leaves,
-                dict: None,
-            });
-            dropped
+            kept.push(newest);
+            (kept.len() > SNAPSHOTS_KEPT).then(|| kept.remove(0))
         };
         drop(dropped); // its references let go of outside the lock
     }
@@ -734,7 +841,8 @@ impl TreeSegment {
 
     /// Write `leaves` (as many as the tree's, each of the same type and shape as the tree's
     /// there) as the next generation; `name(k)` names leaf `k` in errors. Waits for another
-    /// process's write under way (`timeout` seconds at most, None: while its writer lives).
+    /// write under way, another process's or thread's (`timeout` seconds at most, None: while
+    /// its writer lives).
     #[pyo3(signature = (leaves, name, timeout=None))]
     fn update(
         &self,
@@ -778,6 +886,23 @@ impl TreeSegment {
             };
             sources.push((read, staged));
         }
+        let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
+        let timed_out = |who: &str| -> Error {
+            PyTimeoutError::new_err(format!(
+                "{who} is updating this tree, and did not finish within {} s",
+                timeout.unwrap_or_default()
+            ))
+            .into()
+        };
+        // This process's threads share the writers' lock (it is the process's description's):
+        // they take turns first, waiting without the GIL, which the thread writing may need.
+        let writers = self.mapped.writers();
+        let turn = match writers.try_turn() {
+            Some(turn) => turn,
+            None => py
+                .detach(|| writers.turn(deadline))
+                .ok_or_else(|| timed_out("another thread of this process"))?,
+        };
         // A view another extension holds of the leaves must not see them change, nor one be
         // taken while they do: the leaves are held as written until `update` returns.
         let (data, data_len) = self.layout.data();
@@ -786,7 +911,6 @@ impl TreeSegment {
             low + (data + data_len) as usize,
             "SharedTree.update",
         )?;
-        let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
         self.with_own_fd(|fd| {
             let mut nap = Duration::from_micros(20);
             let lock = loop {
@@ -794,28 +918,31 @@ impl TreeSegment {
                     break lock;
                 }
                 if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                    return Err(PyTimeoutError::new_err(format!(
-                        "another process is updating this tree, and did not finish within {} s",
-                        timeout.unwrap_or_default()
-                    ))
-                    .into());
+                    return Err(timed_out("another process"));
                 }
                 py.detach(|| std::thread::sleep(nap));
                 nap = (nap * 2).min(MAX_NAP * 10);
             };
             let sequence = SeqLock::new(self.mapped.mapping().atomic_word(SEQUENCE_OFFSET));
-            let writing = sequence.begin_write(&lock.exclusive());
+            let writing = sequence.begin_write(&lock.exclusive(&turn));
             let sources = sources
                 .iter()
                 .map(|(read, staged)| staged.as_ref().unwrap_or_else(|| read.tensor()));
+            let copies = self.leaf_copies(sources);
             // SAFETY: the copies' targets are the leaves' places in the segment, writable
             // through this process's shared mapping (`may_write`), which `self` holds; their
-            // sources are host memory (checked by `check_leaf`), live while `sources` holds
-            // them, sharing no byte with the segment (a source that did was staged into memory
-            // of ours). The GIL, held throughout, keeps this process's readers out; other
-            // processes read only through the sequence lock; the writers' lock keeps other
-            // writers out.
-            unsafe { self.leaf_copies(sources).run() };
+            // sources are host memory (checked by `check_leaf`), held by their exports
+            // (`sources`) until this returns, sharing no byte with the segment (a source that
+            // did was staged into memory of ours). No other writer writes meanwhile: the
+            // writers' lock keeps other processes' out, the turn this process's other threads;
+            // readers, here or elsewhere, read only through the sequence lock, and views of the
+            // leaves through the C API are refused while `_writing` holds them.
+            let run = move || unsafe { copies.run() };
+            if data_len < DETACH_MIN_BYTES {
+                run();
+            } else {
+                py.detach(run);
+            }
             Ok(writing.end())
         })
     }
@@ -833,7 +960,7 @@ impl TreeSegment {
         timeout: Option<f64>,
         keys: Option<&Bound<'py, PyTuple>>,
     ) -> Result<(Bound<'py, PyAny>, u64)> {
-        let (data, len) = self.layout.data();
+        let len = self.layout.data().1;
         if let Some(keys) = keys
             && keys.len() != self.layout.leaves().len()
         {
@@ -843,96 +970,23 @@ impl TreeSegment {
                 self.layout.leaves().len()
             )));
         }
-        let (buffer, reused) = self.snapshot_memory(py, len as usize)?;
-        let from = self.source()?.wrapping_add(data as usize);
-        let sequence = SeqLock::new(self.sequence()?);
-        let started = Instant::now();
-        let mut rounds = 0u32;
-        let mut nap = Duration::from_micros(10);
-        let generation = loop {
-            let copy = || {
-                let to = Strided {
-                    ptr: buffer.as_ptr(),
-                    shape: vec![len as usize],
-                    strides: vec![1],
-                };
-                let from = Strided {
-                    ptr: from.cast_mut(),
-                    shape: vec![len as usize],
-                    strides: vec![1],
-                };
-                // SAFETY: `from` is the segment's leaves, `len` bytes from `data`, inside the
-                // segment (`TreeLayout::decode` checked it holds them), readable while `self`
-                // holds its mapping; `to` is our buffer of `len` bytes, which no view or export
-                // holds (`snapshot_memory` hands out one only then). Other processes may
-                // write the bytes meanwhile (this process doesn't: the GIL is held): a copy
-                // that overlapped a write is thrown away, as the sequence tells.
-                unsafe { copy_strided(&to, &from, 1, None) }
-            };
-            let odd = match sequence.try_read(copy) {
-                Attempt::Read { generation, .. } => break generation,
-                Attempt::Changed => None,
-                Attempt::Writing(odd) => Some(odd),
-            };
-            rounds += 1;
-            if let Some(deadline) = timeout
-                && started.elapsed().as_secs_f64() >= deadline
-            {
-                let why = if odd.is_some() {
-                    "a writer is still writing it"
-                } else {
-                    "updates kept landing while it was copied"
-                };
-                return Err(PyTimeoutError::new_err(format!(
-                    "no consistent snapshot of this tree within {deadline} s: {why}"
-                ))
-                .into());
-            }
-            let Some(odd) = odd else { continue };
-            if rounds < SPINS {
-                std::hint::spin_loop();
-                continue;
-            }
-            // Now and then (each doubling of the rounds), whether the writer lives.
-            if rounds.is_power_of_two() {
-                let gone = self.with_own_fd(|fd| Ok(!write_locked(fd)?))?;
-                if gone && sequence.load() == odd {
-                    return Err(self.torn(odd));
+        let memory = self.claim(py, len as usize)?;
+        let generation = match self.copy_out(py, memory.buffer(), timeout) {
+            Ok(generation) => generation,
+            Err(err) => {
+                if let Memory::Kept(kept) = memory {
+                    self.keep(kept);
                 }
+                return Err(err);
             }
-            py.detach(|| std::thread::sleep(nap));
-            nap = (nap * 2).min(MAX_NAP);
         };
-        if let Some(Reused { leaves, dict }) = reused {
-            return Ok((self.hand_out(py, &buffer, leaves, dict, keys)?, generation));
-        }
-        let list = PyList::empty(py);
-        let leaves = self.layout.leaves().iter().zip(self.layout.placed());
-        for ((leaf, placed), layout) in leaves.zip(&self.c_layouts) {
-            let layout = layout.clone();
-            let view = if placed.nbytes == 0 {
-                empty_view(py, leaf.element, layout, false)?
-            } else {
-                let described = Described {
-                    data: buffer
-                        .as_ptr()
-                        .wrapping_add((placed.offset - data) as usize)
-                        .cast(),
-                    device: DLDevice::CPU,
-                    element: leaf.element,
-                    layout,
-                    readonly: false,
-                };
-                // SAFETY: the leaf's bytes lie at its offset into the data, which the buffer
-                // holds (`len` bytes from the data's start), ours and writable, alive while the
-                // owner holds it.
-                unsafe { new_view(py, Owner::RustValue(buffer.clone()), described)? }
-            };
-            list.append(view)?;
-        }
-        self.keep_snapshot(buffer.clone(), &list);
-        let leaves = list.iter().map(Bound::unbind).collect();
-        Ok((self.hand_out(py, &buffer, leaves, None, keys)?, generation))
+        let mut kept = match memory {
+            Memory::Kept(kept) => kept,
+            Memory::New(buffer) => self.new_leaves(py, buffer)?,
+        };
+        let handed = self.hand_out(py, &mut kept, keys);
+        self.keep(kept);
+        Ok((handed?, generation))
     }
 
     /// The generation the tree holds: the number of updates ended (one under way not yet).
@@ -947,6 +1001,13 @@ impl TreeSegment {
     #[getter]
     fn _sequence(&self) -> Result<u64> {
         Ok(SeqLock::new(self.sequence()?).load())
+    }
+
+    /// Whether a thread of this process has the writers' turn (for tests: it is updating, or
+    /// waiting for another process's update to end).
+    #[getter]
+    fn _updating_here(&self) -> bool {
+        self.mapped.writers().busy()
     }
 
     /// Whether this process may update the tree.

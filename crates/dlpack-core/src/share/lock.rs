@@ -8,9 +8,13 @@
 //! description on the whole file (`F_OFD_SETLK`). Linux keeps these apart from `flock`'s, so
 //! the readers' shared `flock`s don't stand in its way; it too goes when its description's
 //! last descriptor closes or its process dies, and readers see whether it is held without
-//! taking anything (`write_locked`).
+//! taking anything (`write_locked`). This process's own threads share its descriptions, and so
+//! the lock: they take turns first (`Writers`), and a writer's word that it writes alone
+//! (`WriteLock::exclusive`) asks for both.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Instant;
 
 use rustix::fs::{FlockOperation, flock};
 use rustix::io::Errno;
@@ -45,8 +49,8 @@ fn attempt(fd: impl AsFd, operation: FlockOperation) -> Result<bool> {
 }
 
 /// The writers' lock of a file, held by this open file description until dropped: while it is
-/// held no other description's holder writes (this process's other threads are the caller's to
-/// keep out: they share the description).
+/// held no other description's holder writes (this process's other threads share the
+/// description: their turns, `Writers`, keep them out).
 #[derive(Debug)]
 pub struct WriteLock<'a> {
     fd: BorrowedFd<'a>,
@@ -63,9 +67,88 @@ impl<'a> WriteLock<'a> {
         }
     }
 
-    /// The writer's word that it writes alone.
-    pub fn exclusive(&self) -> Exclusive<'_> {
+    /// The writer's word that it writes alone: the lock keeps other descriptions' writers out,
+    /// `turn` this process's other threads (which may hold the lock through the same
+    /// description).
+    pub fn exclusive(&self, _turn: &Turn<'_>) -> Exclusive<'_> {
         Exclusive::held()
+    }
+}
+
+/// This process's writers of one file, one at a time: the writers' lock belongs to an open file
+/// description, which a process's threads share (a second `WriteLock::try_take` through it
+/// succeeds, and either's drop lets go of both). Threads wait for their turn here first.
+#[derive(Debug, Default)]
+pub struct Writers {
+    /// The process whose thread has the turn: a child forked meanwhile finds its parent's
+    /// there, which no thread of its own will give back (nor is writing).
+    holder: Mutex<Option<u32>>,
+    free: Condvar,
+}
+
+/// A thread's turn to write (see `Writers`), until dropped.
+#[derive(Debug)]
+#[must_use = "the turn ends when dropped"]
+pub struct Turn<'a> {
+    writers: &'a Writers,
+}
+
+impl Writers {
+    pub const fn new() -> Writers {
+        Writers {
+            holder: Mutex::new(None),
+            free: Condvar::new(),
+        }
+    }
+
+    /// The turn, if no other thread has it.
+    pub fn try_turn(&self) -> Option<Turn<'_>> {
+        let me = std::process::id();
+        let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
+        if *holder == Some(me) {
+            return None;
+        }
+        *holder = Some(me);
+        Some(Turn { writers: self })
+    }
+
+    /// The turn, once the thread that has it is done, or `None` at `deadline` (blocking: a
+    /// caller holding anything that thread may need, such as the GIL, lets go of it first).
+    pub fn turn(&self, deadline: Option<Instant>) -> Option<Turn<'_>> {
+        let me = std::process::id();
+        let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
+        while *holder == Some(me) {
+            holder = match deadline {
+                None => self
+                    .free
+                    .wait(holder)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(deadline) => {
+                    let left = deadline.checked_duration_since(Instant::now())?;
+                    let (holder, _) = (self.free.wait_timeout(holder, left))
+                        .unwrap_or_else(PoisonError::into_inner);
+                    holder
+                }
+            };
+        }
+        *holder = Some(me);
+        Some(Turn { writers: self })
+    }
+
+    /// Whether a thread of this process has the turn (and so lives, and may be writing).
+    pub fn busy(&self) -> bool {
+        *self.holder.lock().unwrap_or_else(PoisonError::into_inner) == Some(std::process::id())
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *self
+            .writers
+            .holder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        self.writers.free.notify_one();
     }
 }
 
@@ -136,6 +219,50 @@ mod tests {
         assert!(!write_locked(reader.fd()).unwrap());
         // A read-only description can't take it.
         assert!(WriteLock::try_take(reader.fd()).is_err());
+    }
+
+    #[test]
+    fn writers_of_one_process_take_turns() {
+        let writers = Writers::new();
+        assert!(!writers.busy());
+        let turn = writers.try_turn().unwrap();
+        assert!(writers.busy());
+        assert!(writers.try_turn().is_none());
+        // The description's lock doesn't keep the process's own threads apart: the turn does.
+        let file = SealedFile::create(c"test", 4096).unwrap();
+        let held = WriteLock::try_take(file.fd()).unwrap().unwrap();
+        assert!(WriteLock::try_take(file.fd()).unwrap().is_some());
+        let _alone = held.exclusive(&turn);
+        let inside = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            let waiting: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let _turn = writers.turn(None).unwrap();
+                        let was = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        std::thread::yield_now();
+                        inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                        was
+                    })
+                })
+                .collect();
+            drop(turn);
+            for thread in waiting {
+                assert_eq!(
+                    thread.join().unwrap(),
+                    0,
+                    "two threads had the turn at once"
+                );
+            }
+        });
+        assert!(!writers.busy());
+        let held = writers.try_turn().unwrap();
+        assert!(
+            writers.turn(Some(Instant::now())).is_none(),
+            "waited past its deadline"
+        );
+        drop(held);
+        assert!(writers.turn(Some(Instant::now())).is_some());
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! memfd    sealed memory files (SealedFile, FileId): create, check, reopen; a peer's
 //!          descriptor opened through /proc
 //! lock     whole-file locks held by an open file description (flock), and the writers' lock
-//!          of a shared tree (WriteLock: F_OFD_SETLK), which readers can see held
+//!          of a shared tree (WriteLock: F_OFD_SETLK), which readers can see held, taken in
+//!          turn by a process's threads (Writers)
 //! mapping  a mapping of a whole sealed file (Mapping), unmapped on drop; populating it;
 //!          which private pages this process wrote (pagemap); a read-only one (ReadMapping)
 //! seqlock  a sequence lock over a word of shared memory (SeqLock): whole copies for readers

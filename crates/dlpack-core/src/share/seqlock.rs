@@ -26,8 +26,8 @@ pub struct SeqLock<'a> {
     word: &'a AtomicU64,
 }
 
-/// That no other writer writes the data now: built by the writers' lock (`WriteLock`), whose
-/// holder also keeps this process's other threads out.
+/// That no other writer writes the data now: built by the writers' lock (`WriteLock`), given
+/// this process's turn to write (`Writers`), which keeps the process's other threads out.
 pub struct Exclusive<'a>(PhantomData<&'a ()>);
 
 impl Exclusive<'_> {
