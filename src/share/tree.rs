@@ -19,7 +19,7 @@
 //! pages it wrote into there, against the leaves' read-only flag, are its own, and would show
 //! neither the writer's updates nor the sequence. Large copies run without the GIL. Nothing here
 //! relies on the GIL, so a free-threaded build runs the same code: a snapshot claims kept memory
-//! by taking it out of the tree's list under its lock (see `claim`).
+//! by taking it out of the tree's list under its lock (`snapshot::KeptSnapshots::claim`).
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::AtomicU64;
@@ -39,6 +39,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 
+mod snapshot;
+
 use super::lender;
 use super::limits::explained;
 use super::mapped::Mapped;
@@ -48,11 +50,10 @@ use super::views::{POPULATE_MIN_BYTES, nameable, segment_view, unnameable};
 use crate::api::borrows;
 use crate::copy;
 use crate::error::{Error, Result};
-use crate::ffi::python;
-use crate::object::{self, Described, empty_view, new_view, tensor_of};
-use crate::tensor::{Owner, Tensor};
-use dlpack_core::abi::DLDevice;
+use crate::object::{self, empty_view, tensor_of};
+use crate::tensor::Tensor;
 use dlpack_core::error::Error as CoreError;
+use snapshot::{KeptSnapshots, Memory};
 
 /// A pytree's segment as this process holds it: its mapping, layout, and what this process
 /// may do with it.
@@ -75,66 +76,9 @@ pub struct TreeSegment {
     own: Mutex<Option<(i32, Arc<SealedFile>)>>,
     /// The leaves `open` gives (made once).
     leaves: PyOnceLock<Py<PyList>>,
-    /// The last snapshots' memory and leaves, for the next ones once nothing else holds them
-    /// (see `claim`).
-    kept: Mutex<Vec<Kept>>,
-    /// How many of a snapshot's leaves are views of its memory (the others are empty).
-    views: usize,
+    /// The last snapshots' memory and leaves, for the next ones once nothing else holds them.
+    snapshots: KeptSnapshots,
 }
-
-/// A snapshot's memory and the leaves over it, and the dict it was handed out as (a state
-/// dict's), kept to be handed out again once nothing else holds them. A snapshot claims one by
-/// taking it out of the tree's `kept` (see `claim`), so no other can meanwhile, and puts it
-/// back once it has handed it out.
-struct Kept {
-    buffer: Arc<AlignedBuffer>,
-    leaves: Vec<Py<PyAny>>,
-    dict: Option<KeptDict>,
-}
-
-/// A state dict a snapshot was handed out as: its keys in order, the leaves its values.
-struct KeptDict {
-    dict: Py<PyDict>,
-    /// The keys as the caller gave them (the same tuple hands the dict out again).
-    keys: Py<PyTuple>,
-    /// The same keys, one by one (compared with the dict's without touching the tuple).
-    each_key: Vec<Py<PyAny>>,
-}
-
-impl Kept {
-    /// Whether nothing but this tree holds its leaves, nor its dict where it has one, and that
-    /// dict still holds exactly its keys and leaves in order (a dict changed after it was handed
-    /// out, or held elsewhere, is not handed out again, nor are its leaves).
-    fn unheld(&self, py: Python<'_>) -> bool {
-        match &self.dict {
-            None => (self.leaves.iter()).all(|leaf| python::sole_reference(leaf.bind(py))),
-            Some(kept) => {
-                let dict = kept.dict.bind(py);
-                python::sole_reference(dict.as_any())
-                    && python::dict_holds_alone(dict, &kept.each_key, &self.leaves)
-            }
-        }
-    }
-}
-
-/// A snapshot's memory: a kept snapshot's, claimed, or new.
-enum Memory {
-    Kept(Kept),
-    New(Arc<AlignedBuffer>),
-}
-
-impl Memory {
-    fn buffer(&self) -> &Arc<AlignedBuffer> {
-        match self {
-            Memory::Kept(kept) => &kept.buffer,
-            Memory::New(buffer) => buffer,
-        }
-    }
-}
-
-/// How many snapshots' memory a tree keeps: two, so that a loop holding its last snapshot while
-/// it takes the next (`snap = tree.snapshot()`) reuses the one before.
-const SNAPSHOTS_KEPT: usize = 2;
 
 impl TreeSegment {
     fn new(
@@ -150,9 +94,7 @@ impl TreeSegment {
             .iter()
             .map(|leaf| Layout::c_order(&leaf.shape, leaf.element.dtype.itemsize()))
             .collect::<dlpack_core::error::Result<_>>()?;
-        let views = (layout.placed().iter())
-            .filter(|placed| placed.nbytes > 0)
-            .count();
+        let snapshots = KeptSnapshots::new(&layout);
         Ok(TreeSegment {
             mapped,
             whole: whole.unbind(),
@@ -163,8 +105,7 @@ impl TreeSegment {
             reader,
             own: Mutex::new(None),
             leaves: PyOnceLock::new(),
-            kept: Mutex::new(Vec::new()),
-            views,
+            snapshots,
         })
     }
 }
@@ -534,7 +475,7 @@ impl TreeSegment {
     /// Copy the leaves, all of one generation, into `buffer` (the data's length, claimed by
     /// this snapshot): that generation. Waits for a write under way (`timeout` seconds at most,
     /// None: while its writer lives); a write whose writer died halfway is a BufferError.
-    fn copy_out(
+    pub(super) fn copy_out(
         &self,
         py: Python<'_>,
         buffer: &AlignedBuffer,
@@ -610,109 +551,6 @@ impl TreeSegment {
             py.detach(|| std::thread::sleep(nap));
             nap = (nap * 2).min(MAX_NAP);
         }
-    }
-
-    /// Memory for a snapshot of `len` bytes: an earlier snapshot's that nothing holds any more
-    /// (no reference to its leaves or dict but ours, no view or export of its memory: every
-    /// holder of it holds a leaf, or a reference to the memory, which its count tells), with
-    /// its leaves, taken out of `kept`; else new (a MemoryError before allocating what can't be
-    /// had). A fresh allocation faults its pages in as the copy writes them, which costs many
-    /// times the copy, and a thousand small leaves cost as much to make as their copy.
-    fn claim(&self, py: Python<'_>, len: usize) -> Result<Memory> {
-        let claimed = {
-            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-            // Nothing outside this tree refers to an unheld entry's leaves, dict or memory, so
-            // no thread can make a new reference to them (a reference is made from one), with
-            // or without the GIL; taken out of `kept` under its lock, it is this snapshot's.
-            let free = kept.iter().position(|kept| {
-                Arc::strong_count(&kept.buffer) == 1 + self.views && kept.unheld(py)
-            });
-            free.map(|at| kept.remove(at))
-        };
-        Ok(match claimed {
-            Some(kept) => Memory::Kept(kept),
-            None => Memory::New(Arc::new(AlignedBuffer::new(len)?)),
-        })
-    }
-
-    /// A new snapshot's leaves, over `buffer` (which holds the leaves' bytes from the data's
-    /// start), kept with it.
-    fn new_leaves(&self, py: Python<'_>, buffer: Arc<AlignedBuffer>) -> Result<Kept> {
-        let data = self.layout.data().0;
-        let mut leaves = Vec::with_capacity(self.layout.leaves().len());
-        let placed = self.layout.leaves().iter().zip(self.layout.placed());
-        for ((leaf, placed), layout) in placed.zip(&self.c_layouts) {
-            let layout = layout.clone();
-            let view = if placed.nbytes == 0 {
-                empty_view(py, leaf.element, layout, false)?
-            } else {
-                let described = Described {
-                    data: buffer
-                        .as_ptr()
-                        .wrapping_add((placed.offset - data) as usize)
-                        .cast(),
-                    device: DLDevice::CPU,
-                    element: leaf.element,
-                    layout,
-                    readonly: false,
-                };
-                // SAFETY: the leaf's bytes lie at its offset into the data, which the buffer
-                // holds (the data's length from its start), ours and writable, alive while the
-                // owner holds it.
-                unsafe { new_view(py, Owner::RustValue(buffer.clone()), described)? }
-            };
-            leaves.push(view.unbind());
-        }
-        Ok(Kept {
-            buffer,
-            leaves,
-            dict: None,
-        })
-    }
-
-    /// A snapshot's leaves (`kept`'s): as a list, or with `keys` as a dict of them (`kept`'s
-    /// dict, where it has one of those keys, else made now and kept with it).
-    fn hand_out<'py>(
-        &self,
-        py: Python<'py>,
-        kept: &mut Kept,
-        keys: Option<&Bound<'py, PyTuple>>,
-    ) -> Result<Bound<'py, PyAny>> {
-        let Some(keys) = keys else {
-            return Ok(PyList::new(py, kept.leaves.iter().map(|leaf| leaf.bind(py)))?.into_any());
-        };
-        if let Some(dict) = &kept.dict
-            && dict.keys.bind(py).is(keys)
-        {
-            return Ok(dict.dict.bind(py).clone().into_any());
-        }
-        let dict = PyDict::new(py);
-        for (key, leaf) in keys.iter().zip(&kept.leaves) {
-            dict.set_item(key, leaf.bind(py))?;
-        }
-        // Keys equal to one another would leave fewer entries than leaves.
-        if dict.len() != kept.leaves.len() {
-            return Err(Error::value(
-                "a state dict's snapshot needs keys that differ",
-            ));
-        }
-        kept.dict = Some(KeptDict {
-            dict: dict.clone().unbind(),
-            keys: keys.clone().unbind(),
-            each_key: keys.iter().map(Bound::unbind).collect(),
-        });
-        Ok(dict.into_any())
-    }
-
-    /// Keep a snapshot's memory and leaves for later ones, as the newest (the oldest let go of,
-    /// beyond `SNAPSHOTS_KEPT`: its snapshot, if alive, still holds it).
-    fn keep(&self, newest: Kept) {
-        let dropped = {
-            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-            kept.push(newest);
-            (kept.len() > SNAPSHOTS_KEPT).then(|| kept.remove(0))
-        };
-        drop(dropped); // its references let go of outside the lock
     }
 
     /// The copies of `sources` (one per leaf, of its shape and element type, in host memory)
@@ -970,22 +808,19 @@ impl TreeSegment {
                 self.layout.leaves().len()
             )));
         }
-        let memory = self.claim(py, len as usize)?;
+        let memory = self.snapshots.claim(py, len as usize)?;
         let generation = match self.copy_out(py, memory.buffer(), timeout) {
             Ok(generation) => generation,
             Err(err) => {
                 if let Memory::Kept(kept) = memory {
-                    self.keep(kept);
+                    self.snapshots.keep(kept);
                 }
                 return Err(err);
             }
         };
-        let mut kept = match memory {
-            Memory::Kept(kept) => kept,
-            Memory::New(buffer) => self.new_leaves(py, buffer)?,
-        };
-        let handed = self.hand_out(py, &mut kept, keys);
-        self.keep(kept);
+        let mut kept = memory.into_kept(py, &self.layout, &self.c_layouts)?;
+        let handed = kept.hand_out(py, keys);
+        self.snapshots.keep(kept);
         Ok((handed?, generation))
     }
 
