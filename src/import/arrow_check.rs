@@ -547,12 +547,19 @@ mod tests {
             "ARROW:extension:name".to_owned(),
             "tag".to_owned(),
         )]));
-        let checked = schema(&FFI_ArrowSchema::try_from(&tagged).unwrap()).ok().unwrap();
+        let checked = schema(&FFI_ArrowSchema::try_from(&tagged).unwrap())
+            .ok()
+            .unwrap();
         assert_eq!(checked.field().metadata(), tagged.metadata());
         // A requested schema may be any type, and keeps its name.
         let text = Field::new("words", DataType::Utf8, false);
-        let read = readable(&FFI_ArrowSchema::try_from(&text).unwrap()).ok().unwrap();
-        assert_eq!((read.name().as_str(), read.data_type()), ("words", &DataType::Utf8));
+        let read = readable(&FFI_ArrowSchema::try_from(&text).unwrap())
+            .ok()
+            .unwrap();
+        assert_eq!(
+            (read.name().as_str(), read.data_type()),
+            ("words", &DataType::Utf8)
+        );
     }
 
     #[test]
@@ -784,10 +791,19 @@ mod tests {
         };
         assert_eq!(span(&i32s, unknown).ok(), Some(16));
         // Empty: no bytes, and a NULL values buffer is fine.
-        assert_eq!(span(&i32s, fields(0, &[ptr::null(), ptr::null()], &[])).ok(), Some(0));
+        assert_eq!(
+            span(&i32s, fields(0, &[ptr::null(), ptr::null()], &[])).ok(),
+            Some(0)
+        );
         // Booleans are bits: 10 of them and their bitmap, 2 + 2 bytes.
-        assert_eq!(span(&DataType::Boolean, fields(10, &[SOME, SOME], &[])).ok(), Some(4));
-        assert_eq!(span(&DataType::Float64, fields(3, &[ptr::null(), SOME], &[])).ok(), Some(24));
+        assert_eq!(
+            span(&DataType::Boolean, fields(10, &[SOME, SOME], &[])).ok(),
+            Some(4)
+        );
+        assert_eq!(
+            span(&DataType::Float64, fields(3, &[ptr::null(), SOME], &[])).ok(),
+            Some(24)
+        );
     }
 
     #[test]
@@ -908,17 +924,26 @@ mod tests {
         let too_large = "the Arrow array is malformed: its length (4) and offset (0) reach past \
                          the memory this process can address";
         // 4 values end exactly at the top; one byte less room is too little.
-        assert_eq!(span(&i32s, fields(4, &[ptr::null(), at(16)], &[])).ok(), Some(16));
+        assert_eq!(
+            span(&i32s, fields(4, &[ptr::null(), at(16)], &[])).ok(),
+            Some(16)
+        );
         assert_eq!(
             refused(span(&i32s, fields(4, &[ptr::null(), at(15)], &[]))),
             too_large
         );
         // The bitmap too: 1 byte for 4 values.
         assert!(span(&i32s, fields(4, &[at(1), SOME], &[])).is_ok());
-        assert_eq!(refused(span(&i32s, fields(4, &[at(0), SOME], &[]))), too_large);
+        assert_eq!(
+            refused(span(&i32s, fields(4, &[at(0), SOME], &[]))),
+            too_large
+        );
         // An extent that wraps around the address space.
         let wraps = usize::MAX as *const c_void;
-        assert_eq!(refused(span(&i32s, fields(4, &[ptr::null(), wraps], &[]))), too_large);
+        assert_eq!(
+            refused(span(&i32s, fields(4, &[ptr::null(), wraps], &[]))),
+            too_large
+        );
     }
 
     #[test]
