@@ -459,35 +459,34 @@ mod tests {
         static DELETED: AtomicUsize = AtomicUsize::new(0);
         attached(|py| {
             let globals = PyDict::new(py);
-            let producers = c"
-class Old:
-    # before max_version: the keyword is a TypeError
-    def __dlpack__(self, stream=None):
-        return make()
-
-class Refusing:
-    # refuses the data whatever the call, but would answer the old one
-    def __dlpack__(self, stream=None, **kwargs):
-        if kwargs:
-            raise ValueError('refused')
-        return make()
-
-class Typed(TypeError):
-    pass
-
-class RefusingTyped(Refusing):
-    def __dlpack__(self, stream=None, **kwargs):
-        if kwargs:
-            raise Typed('refused as a type')
-        return make()
-";
+            let producers = [
+                // before max_version: the keyword is a TypeError
+                "class Old:",
+                "    def __dlpack__(self, stream=None):",
+                "        return make()",
+                // refuses the data whatever the call, but would answer the old one
+                "class Refusing:",
+                "    def __dlpack__(self, stream=None, **kwargs):",
+                "        if kwargs:",
+                "            raise ValueError('refused')",
+                "        return make()",
+                "class Typed(TypeError):",
+                "    pass",
+                "class RefusingTyped(Refusing):",
+                "    def __dlpack__(self, stream=None, **kwargs):",
+                "        if kwargs:",
+                "            raise Typed('refused as a type')",
+                "        return make()",
+            ]
+            .join("\n");
             let make = pyo3::types::PyCFunction::new_closure(py, None, None, |args, _| {
                 let py = args.py();
                 PyResult::Ok(capsule(py, versioned(&DELETED), Some(c"dltensor_versioned")).unbind())
             })
             .unwrap();
             globals.set_item("make", make).unwrap();
-            py.run(producers, Some(&globals), None).unwrap();
+            py.run(&CString::new(producers).unwrap(), Some(&globals), None)
+                .unwrap();
             let method = |class: &str| {
                 let source = CString::new(format!("{class}().__dlpack__")).unwrap();
                 py.eval(&source, Some(&globals), None).unwrap()
