@@ -409,4 +409,48 @@ mod tests {
         });
         assert!(Borrow::take(at(0), at(400), true).unwrap().is_some());
     }
+
+    #[test]
+    fn a_refusal_names_what_holds_the_memory() {
+        let at = |offset| BASE + 0x30_0000 + offset;
+        let refusal = |taken: super::Result<Option<Borrow>>| format!("{:?}", taken.err().unwrap());
+        let shared = Borrow::take(at(0), at(100), false).unwrap();
+        assert!(refusal(Borrow::take(at(50), at(60), true)).contains(
+            "this memory is borrowed by another Rust view; a mutable view (view_mut) needs \
+                 it alone"
+        ));
+        drop(shared);
+        let exclusive = Borrow::take(at(0), at(100), true).unwrap();
+        assert!(
+            refusal(Borrow::take(at(50), at(60), false))
+                .contains("this memory is already borrowed mutably by another Rust view")
+        );
+        drop(exclusive);
+    }
+
+    #[test]
+    fn rust_numpy_borrows_beside_a_view_are_granted() {
+        const ARRAY: usize = 0x2234_5670;
+        let at = |offset| BASE + 0x40_0000 + offset;
+        let granted = || 0;
+        let view = Borrow::take(at(100), at(200), true).unwrap();
+        // ending where the view starts, or starting where it ends: no byte shared
+        assert_eq!(acquire_rust_numpy(at(0), at(100), true, ARRAY, granted), 0);
+        assert_eq!(
+            acquire_rust_numpy(at(200), at(300), true, ARRAY + 16, granted),
+            0
+        );
+        // one byte into it: refused
+        assert_eq!(
+            acquire_rust_numpy(at(0), at(101), false, ARRAY + 32, granted),
+            -1
+        );
+        assert_eq!(
+            acquire_rust_numpy(at(199), at(300), false, ARRAY + 48, granted),
+            -1
+        );
+        release_rust_numpy(true, ARRAY, || ());
+        release_rust_numpy(true, ARRAY + 16, || ());
+        drop(view);
+    }
 }
