@@ -402,7 +402,7 @@ $(COSMIC_RAY): | $(PY)
 	$(PY) -m venv $(MUTANTS_TOOLS)/cosmic-ray
 	$(MUTANTS_TOOLS)/cosmic-ray/bin/python -m pip install -q --disable-pip-version-check \
 		cosmic-ray==$(COSMIC_RAY_VERSION)
-MUTANTS_SHARDS ?= 3
+MUTANTS_SHARDS ?= 2
 mutants: deps $(CARGO_MUTANTS) $(COSMIC_RAY)
 	$(MUTANTS_RUN) --rotate $(MUTANTS_SHARDS) $(MUTANTS_ARGS)
 mutants-full: deps $(CARGO_MUTANTS) $(COSMIC_RAY)
