@@ -453,4 +453,35 @@ mod tests {
         release_rust_numpy(true, ARRAY + 16, || ());
         drop(view);
     }
+
+    #[test]
+    fn a_range_is_the_bytes_the_elements_span() {
+        use dlpack_core::dtype::DType;
+        use dlpack_core::layout::Layout;
+        use dlpack_core::memory::AlignedBuffer;
+
+        use super::{range_of, span};
+        use crate::tensor::Tensor;
+
+        let at = |address: usize| address as *const std::ffi::c_void;
+        // 2 x 3 float32s from 0x1000: 24 bytes on
+        let c = Layout::c_order(&[2, 3], 4).unwrap();
+        assert_eq!(span(at(0x1000), &c, 4).ok(), Some((0x1000, 0x1018)));
+        // walking backwards from the first element: two items before it, and itself
+        let back = Layout::from_byte_strides(&[3], Some(&[-4]), 4).unwrap();
+        assert_eq!(span(at(0x1000), &back, 4).ok(), Some((0xff8, 0x1004)));
+        let refused = span(at(0x4), &back, 4).err().unwrap();
+        assert!(
+            format!("{refused:?}").contains(
+                "this memory's layout spans bytes -8..4 from its first element at 0x4, outside \
+                 the address space"
+            ),
+            "{refused:?}"
+        );
+        let dtype = DType::from_name("float32").unwrap();
+        let buffer = AlignedBuffer::new(24).unwrap();
+        let start = buffer.as_ptr() as usize;
+        let tensor = Tensor::host_allocation(buffer, dtype, c).ok().unwrap();
+        assert_eq!(range_of(&tensor).ok(), Some((start, start + 24)));
+    }
 }
