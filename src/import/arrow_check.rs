@@ -527,6 +527,7 @@ mod tests {
     const I32: &CStr = c"i";
     /// Addresses no buffer is read at (the checks read only the pointers).
     const SOME: *const c_void = 0x1000 as *const c_void;
+    const NULL: *const c_void = ptr::null();
 
     #[test]
     fn sound_schemas_are_read_with_their_type_and_metadata() {
@@ -583,12 +584,14 @@ mod tests {
     #[test]
     fn a_fixed_size_list_of_negative_size_is_malformed() {
         let child = forged_schema(node(I32));
-        let list = forged_schema(parent(c"+w:-3", &[&*child]));
+        // (children arrays bound first: a schema holds a pointer to them)
+        let children: [*const FFI_ArrowSchema; 1] = [&*child];
+        let list = forged_schema(parent(c"+w:-3", &children));
         assert_eq!(
             refused(schema(&list)),
             "the Arrow schema is malformed: its fixed-size list has a negative size (-3)"
         );
-        let empty = forged_schema(parent(c"+w:0", &[&*child]));
+        let empty = forged_schema(parent(c"+w:0", &children));
         assert!(schema(&empty).is_ok());
     }
 
@@ -656,12 +659,14 @@ mod tests {
             release: None,
             ..node(I32)
         });
-        let with_null = forged_schema(parent(c"+s", &[&*sound, ptr::null()]));
+        let children: [*const FFI_ArrowSchema; 2] = [&*sound, ptr::null()];
+        let with_null = forged_schema(parent(c"+s", &children));
         assert_eq!(
             refused(walked(&with_null)),
             "the Arrow schema is malformed: its child 1 is NULL"
         );
-        let with_released = forged_schema(parent(c"+s", &[&*sound, &*released]));
+        let children: [*const FFI_ArrowSchema; 2] = [&*sound, &*released];
+        let with_released = forged_schema(parent(c"+s", &children));
         assert!(refused(walked(&with_released)).contains("is released"));
         let with_dictionary = |dictionary: &FFI_ArrowSchema| {
             forged_schema(SchemaFields {
@@ -698,9 +703,10 @@ mod tests {
             );
         }
         let second = forged_schema(node(I32));
-        let run_ends = forged_schema(parent(c"+r", &[&*child, &*second]));
+        let two: [*const FFI_ArrowSchema; 2] = [&*child, &*second];
+        let run_ends = forged_schema(parent(c"+r", &two));
         assert!(walked(&run_ends).is_ok());
-        let list = forged_schema(parent(c"+l", &[&*child]));
+        let list = forged_schema(parent(c"+l", &one));
         assert!(walked(&list).is_ok());
         for format in [I32, c"+s", c"w:4"] {
             assert!(walked(&forged_schema(node(format))).is_ok());
@@ -748,7 +754,8 @@ mod tests {
             )
         };
         let leaf = forged_schema(node(I32));
-        let shared = forged_schema(parent(c"+s", &[&*leaf, &*leaf]));
+        let children: [*const FFI_ArrowSchema; 2] = [&*leaf, &*leaf];
+        let shared = forged_schema(parent(c"+s", &children));
         assert_eq!(refused(walked(&shared)), already("child 1"));
         // The root is in the tree from the start: a cycle back to it is refused where it
         // closes (b's child 1), not a level later, where the root's child 0 would meet `a`.
@@ -778,30 +785,30 @@ mod tests {
         // 4 values and their validity bitmap: 16 + 1 bytes; an offset of 8 reaches 12 values
         // and 2 bitmap bytes.
         assert_eq!(span(&i32s, fields(4, &[SOME, SOME], &[])).ok(), Some(17));
+        // (each struct's arrays bound first: they must outlive it)
+        let two = [SOME, SOME];
         let offset = ArrayFields {
             offset: 8,
             null_count: 3,
-            ..fields(4, &[SOME, SOME], &[])
+            ..fields(4, &two, &[])
         };
         assert_eq!(span(&i32s, offset).ok(), Some(50));
         // No bitmap spans nothing; an unknown null count (-1) needs none.
+        let no_bitmap = [NULL, SOME];
         let unknown = ArrayFields {
             null_count: -1,
-            ..fields(4, &[ptr::null(), SOME], &[])
+            ..fields(4, &no_bitmap, &[])
         };
         assert_eq!(span(&i32s, unknown).ok(), Some(16));
         // Empty: no bytes, and a NULL values buffer is fine.
-        assert_eq!(
-            span(&i32s, fields(0, &[ptr::null(), ptr::null()], &[])).ok(),
-            Some(0)
-        );
+        assert_eq!(span(&i32s, fields(0, &[NULL, NULL], &[])).ok(), Some(0));
         // Booleans are bits: 10 of them and their bitmap, 2 + 2 bytes.
         assert_eq!(
             span(&DataType::Boolean, fields(10, &[SOME, SOME], &[])).ok(),
             Some(4)
         );
         assert_eq!(
-            span(&DataType::Float64, fields(3, &[ptr::null(), SOME], &[])).ok(),
+            span(&DataType::Float64, fields(3, &[NULL, SOME], &[])).ok(),
             Some(24)
         );
     }
@@ -811,19 +818,23 @@ mod tests {
         let item = Arc::new(Field::new("item", DataType::Int16, true));
         let list = DataType::FixedSizeList(item, 3);
         // 2 lists of 3 at offset 1: the child needs 9 values; it has exactly that many.
-        let child = forged_array(fields(9, &[SOME, SOME], &[]));
+        let (two, one) = ([SOME, SOME], [SOME]);
+        let child = forged_array(fields(9, &two, &[]));
+        let children: [*const FFI_ArrowArray; 1] = [&child];
         let lists = ArrayFields {
             offset: 1,
-            ..fields(2, &[SOME], &[&child])
+            ..fields(2, &one, &children)
         };
         assert_eq!(span(&list, lists).ok(), Some(1 + 2 + 18));
         let table = DataType::Struct(Fields::from(vec![
             Field::new("a", DataType::Int64, true),
             Field::new("b", DataType::Int64, true),
         ]));
-        let a = forged_array(fields(3, &[ptr::null(), SOME], &[]));
-        let b = forged_array(fields(5, &[ptr::null(), SOME], &[]));
-        let rows = fields(3, &[ptr::null()], &[&a, &b]);
+        let (no_bitmap, none) = ([NULL, SOME], [NULL]);
+        let a = forged_array(fields(3, &no_bitmap, &[]));
+        let b = forged_array(fields(5, &no_bitmap, &[]));
+        let columns: [*const FFI_ArrowArray; 2] = [&a, &b];
+        let rows = fields(3, &none, &columns);
         assert_eq!(span(&table, rows).ok(), Some(24 + 40));
     }
 
@@ -907,12 +918,12 @@ mod tests {
         assert_eq!(
             malformed(ArrayFields {
                 null_count: 3,
-                ..fields(4, &[ptr::null(), SOME], &[])
+                ..fields(4, &[NULL, SOME], &[])
             }),
             "it says it has 3 nulls but has no validity bitmap"
         );
         assert_eq!(
-            malformed(fields(1, &[ptr::null(), ptr::null()], &[])),
+            malformed(fields(1, &[NULL, NULL], &[])),
             "its values buffer is NULL"
         );
     }
@@ -951,10 +962,12 @@ mod tests {
         let item = Arc::new(Field::new("item", DataType::Int16, true));
         let list = DataType::FixedSizeList(item, 3);
         let malformed = |fields: ArrayFields| refused(span(&list, fields));
-        let short = forged_array(fields(8, &[SOME, SOME], &[]));
+        let (two, one) = ([SOME, SOME], [SOME]);
+        let short = forged_array(fields(8, &two, &[]));
+        let children: [*const FFI_ArrowArray; 1] = [&short];
         let lists = ArrayFields {
             offset: 1,
-            ..fields(2, &[SOME], &[&short])
+            ..fields(2, &one, &children)
         };
         assert_eq!(
             malformed(lists),
@@ -963,10 +976,10 @@ mod tests {
         );
         let released = forged_array(ArrayFields {
             release: None,
-            ..fields(6, &[SOME, SOME], &[])
+            ..fields(6, &two, &[])
         });
         assert!(malformed(fields(2, &[SOME], &[&released])).contains("is released"));
-        let negative = forged_array(fields(-1, &[SOME, SOME], &[]));
+        let negative = forged_array(fields(-1, &two, &[]));
         assert!(malformed(fields(0, &[SOME], &[&negative])).contains("is negative"));
         assert_eq!(
             malformed(fields(2, &[SOME], &[ptr::null()])),
