@@ -313,7 +313,9 @@ def main() -> int:
         NEXT_SHARD.write_text(f"{(shard[0] + 1) % shard[1]}\n")
 
     unargued = 0
-    covered = f"shard {shard[0]} of 0..{shard[1] - 1}" if shard else "every mutant"
+    covered = "smoke" if args.smoke else "every mutant"
+    if shard:
+        covered = f"shard {shard[0]} of 0..{shard[1] - 1}"
     print(
         f"\nmutants: {covered}, {minutes:.1f} min, load average {os.getloadavg()[0]:.1f} at the end"
     )
