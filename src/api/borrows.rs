@@ -409,4 +409,79 @@ mod tests {
         });
         assert!(Borrow::take(at(0), at(400), true).unwrap().is_some());
     }
+
+    #[test]
+    fn a_refusal_names_what_holds_the_memory() {
+        let at = |offset| BASE + 0x30_0000 + offset;
+        let refusal = |taken: super::Result<Option<Borrow>>| format!("{:?}", taken.err().unwrap());
+        let shared = Borrow::take(at(0), at(100), false).unwrap();
+        assert!(refusal(Borrow::take(at(50), at(60), true)).contains(
+            "this memory is borrowed by another Rust view; a mutable view (view_mut) needs \
+                 it alone"
+        ));
+        drop(shared);
+        let exclusive = Borrow::take(at(0), at(100), true).unwrap();
+        assert!(
+            refusal(Borrow::take(at(50), at(60), false))
+                .contains("this memory is already borrowed mutably by another Rust view")
+        );
+        drop(exclusive);
+    }
+
+    #[test]
+    fn rust_numpy_borrows_beside_a_view_are_granted() {
+        const ARRAY: usize = 0x2234_5670;
+        let at = |offset| BASE + 0x40_0000 + offset;
+        let granted = || 0;
+        let view = Borrow::take(at(100), at(200), true).unwrap();
+        // ending where the view starts, or starting where it ends: no byte shared
+        assert_eq!(acquire_rust_numpy(at(0), at(100), true, ARRAY, granted), 0);
+        assert_eq!(
+            acquire_rust_numpy(at(200), at(300), true, ARRAY + 16, granted),
+            0
+        );
+        // one byte into it: refused
+        assert_eq!(
+            acquire_rust_numpy(at(0), at(101), false, ARRAY + 32, granted),
+            -1
+        );
+        assert_eq!(
+            acquire_rust_numpy(at(199), at(300), false, ARRAY + 48, granted),
+            -1
+        );
+        release_rust_numpy(true, ARRAY, || ());
+        release_rust_numpy(true, ARRAY + 16, || ());
+        drop(view);
+    }
+
+    #[test]
+    fn a_range_is_the_bytes_the_elements_span() {
+        use dlpack_core::dtype::DType;
+        use dlpack_core::layout::Layout;
+        use dlpack_core::memory::AlignedBuffer;
+
+        use super::{range_of, span};
+        use crate::tensor::Tensor;
+
+        let at = |address: usize| address as *const std::ffi::c_void;
+        // 2 x 3 float32s from 0x1000: 24 bytes on
+        let c = Layout::c_order(&[2, 3], 4).unwrap();
+        assert_eq!(span(at(0x1000), &c, 4).ok(), Some((0x1000, 0x1018)));
+        // walking backwards from the first element: two items before it, and itself
+        let back = Layout::from_byte_strides(&[3], Some(&[-4]), 4).unwrap();
+        assert_eq!(span(at(0x1000), &back, 4).ok(), Some((0xff8, 0x1004)));
+        let refused = span(at(0x4), &back, 4).err().unwrap();
+        assert!(
+            format!("{refused:?}").contains(
+                "this memory's layout spans bytes -8..4 from its first element at 0x4, outside \
+                 the address space"
+            ),
+            "{refused:?}"
+        );
+        let dtype = DType::from_name("float32").unwrap();
+        let buffer = AlignedBuffer::new(24).unwrap();
+        let start = buffer.as_ptr() as usize;
+        let tensor = Tensor::host_allocation(buffer, dtype, c).ok().unwrap();
+        assert_eq!(range_of(&tensor).ok(), Some((start, start + 24)));
+    }
 }

@@ -359,3 +359,453 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
     // capsule (held with its source by the owner) lives; writable when its WRITEABLE flag is set.
     Ok(unsafe { Tensor::new(storage, layout, owner) })
 }
+
+/// The interfaces' field checks met in an embedded interpreter, with dicts and capsules made
+/// here: what each field's lie is refused as, and what a sound one describes. The Python suite
+/// meets them through real producers (test_bad_input.py, test_providers.py); these reach every
+/// check without building the extension.
+#[cfg(test)]
+mod tests {
+    use std::ffi::{CString, c_void};
+
+    use dlpack_core::error::Error as CoreError;
+    use pyo3::prelude::*;
+    use pyo3::types::{PyByteArray, PyBytes, PyCapsule};
+
+    use super::{import, import_struct, to_i64};
+    use crate::error::{Error, Result};
+    use crate::ffi::{PyArrayInterface, array_struct_flags};
+    use crate::tensor::Tensor;
+
+    fn attached<R>(body: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
+        Python::initialize();
+        Python::attach(body)
+    }
+
+    fn eval<'py>(py: Python<'py>, source: &str) -> Bound<'py, PyAny> {
+        py.eval(&CString::new(source).unwrap(), None, None)
+            .unwrap_or_else(|err| panic!("{source}: {err}"))
+    }
+
+    /// The exception an error is raised as, and its message.
+    fn refusal<T>(result: Result<T>) -> (&'static str, String) {
+        match result {
+            Err(Error::Core(CoreError::Buffer(msg))) => ("BufferError", msg),
+            Err(Error::Core(CoreError::Type(msg))) => ("TypeError", msg),
+            Err(Error::Core(CoreError::Value(msg))) => ("ValueError", msg),
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("accepted"),
+        }
+    }
+
+    /// What a tensor describes: its address, element type, shape, byte strides, and whether it
+    /// is read-only and byte-swapped.
+    fn described(tensor: &Tensor) -> (usize, String, Vec<i64>, Vec<i64>, bool, bool) {
+        let layout = tensor.layout();
+        (
+            tensor.data() as usize,
+            tensor.dtype().name(),
+            layout.shape().to_vec(),
+            layout.byte_strides().to_vec(),
+            tensor.readonly(),
+            tensor.swapped(),
+        )
+    }
+
+    /// `__array_interface__` given as a dict display, on `source`.
+    fn interface(source: &Bound<'_, PyAny>, dict: &str) -> Result<Tensor> {
+        import(source, eval(source.py(), dict))
+    }
+
+    #[test]
+    fn a_pointer_is_read_with_its_fields() {
+        attached(|py| {
+            let source = eval(py, "object()");
+            let tensor = interface(
+                &source,
+                "{'version': 3, 'shape': (2, 3), 'strides': (4, 8), 'typestr': '<f4', \
+                 'data': (4096, True)}",
+            )
+            .ok()
+            .unwrap();
+            let expected = (
+                4096,
+                "float32".to_owned(),
+                vec![2, 3],
+                vec![4, 8],
+                true,
+                false,
+            );
+            assert_eq!(described(&tensor), expected);
+            // No strides (or None) is C order; numpy's integers and bytes typestrs are read as
+            // numpy reads them; the flag by its truth value.
+            let tensor = interface(
+                &source,
+                "{'version': type('I', (), {'__index__': lambda self: 3})(), 'shape': (2, 3), \
+                 'strides': None, 'typestr': b'>i2', 'data': (8192, []), 'mask': None}",
+            )
+            .ok()
+            .unwrap();
+            let expected = (
+                8192,
+                "int16".to_owned(),
+                vec![2, 3],
+                vec![6, 2],
+                false,
+                true,
+            );
+            assert_eq!(described(&tensor), expected);
+        });
+    }
+
+    #[test]
+    fn each_lying_field_is_refused_naming_it() {
+        attached(|py| {
+            let source = eval(py, "object()");
+            let with = |fields: &str| {
+                let dict = format!(
+                    "{{'version': 3, 'shape': (2,), 'typestr': '<f4', 'data': (4096, False), \
+                     {fields}}}"
+                );
+                refusal(interface(&source, &dict))
+            };
+            let name = "__array_interface__";
+            let cases = [
+                (
+                    "'version': 2",
+                    "ValueError",
+                    format!(
+                        "{name} version 2 is not supported (expected 3 to 9223372036854775807)"
+                    ),
+                ),
+                (
+                    "'version': '3'",
+                    "TypeError",
+                    format!("{name} \"version\" must be an integer, not str"),
+                ),
+                (
+                    "'version': 2**64",
+                    "ValueError",
+                    format!("{name} \"version\" 18446744073709551616 does not fit in 64 bits"),
+                ),
+                (
+                    "'version': None",
+                    "ValueError",
+                    format!("{name} has no \"version\""),
+                ),
+                (
+                    "'shape': None",
+                    "ValueError",
+                    format!("{name} has no \"shape\""),
+                ),
+                (
+                    "'shape': [2]",
+                    "TypeError",
+                    format!("{name} \"shape\" must be a tuple, not list"),
+                ),
+                ("'strides': (4, 4)", "ValueError", String::new()),
+                (
+                    "'typestr': 4",
+                    "TypeError",
+                    format!("{name} \"typestr\" must be a str, not int"),
+                ),
+                (
+                    "'data': (4096, False, 0)",
+                    "ValueError",
+                    format!("{name} \"data\" must be a (pointer, readonly) pair, got 3 items"),
+                ),
+                (
+                    "'data': (4096.0, False)",
+                    "TypeError",
+                    format!("{name} data pointer must be an int, not float"),
+                ),
+                (
+                    "'data': (-8, False)",
+                    "ValueError",
+                    format!("{name} data pointer -8 is negative"),
+                ),
+                (
+                    "'data': 5",
+                    "TypeError",
+                    format!(
+                        "{name} \"data\" must be a (pointer, readonly) tuple, a buffer or None, not int"
+                    ),
+                ),
+                (
+                    "'mask': b''",
+                    "BufferError",
+                    format!("{name} with a mask can't be DLPack (DLPack has no masked arrays)"),
+                ),
+            ];
+            for (fields, kind, message) in cases {
+                let (raised, said) = with(fields);
+                assert_eq!(raised, kind, "{fields}: {said}");
+                if !message.is_empty() {
+                    assert_eq!(said, message, "{fields}");
+                }
+            }
+            let (raised, said) = refusal(interface(
+                &source,
+                "{'version': 3, 'shape': (2,), 'typestr': '<f4'}",
+            ));
+            assert_eq!(raised, "TypeError");
+            assert_eq!(
+                said,
+                "__array_interface__ has no \"data\", so the memory is the object's own buffer, \
+                 and object does not support the buffer protocol"
+            );
+        });
+    }
+
+    #[test]
+    fn a_buffer_holds_the_elements_within_its_bounds() {
+        attached(|py| {
+            let owned = PyByteArray::new(py, &[0; 24]);
+            let start = owned.data() as usize;
+            // No data: the source's own buffer, writable as a bytearray's is.
+            let tensor = interface(
+                owned.as_any(),
+                "{'version': 3, 'shape': (6,), 'typestr': '<i4'}",
+            )
+            .ok()
+            .unwrap();
+            assert_eq!(
+                described(&tensor),
+                (start, "int32".to_owned(), vec![6], vec![4], false, false)
+            );
+            drop(tensor);
+            // A buffer object in "data", the elements `offset` bytes in: up to its last byte,
+            // and from its first, backwards.
+            let globals = pyo3::types::PyDict::new(py);
+            globals.set_item("buffer", &owned).unwrap();
+            let with = |fields: &str| {
+                let dict = format!("{{'version': 3, 'typestr': '<i4', 'data': buffer, {fields}}}");
+                let dict = py
+                    .eval(&CString::new(dict).unwrap(), Some(&globals), None)
+                    .unwrap();
+                import(&eval(py, "object()"), dict)
+            };
+            let tensor = with("'shape': (5,), 'offset': 4").ok().unwrap();
+            assert_eq!(
+                described(&tensor),
+                (
+                    start + 4,
+                    "int32".to_owned(),
+                    vec![5],
+                    vec![4],
+                    false,
+                    false
+                )
+            );
+            let tensor = with("'shape': (6,), 'strides': (-4,), 'offset': 20")
+                .ok()
+                .unwrap();
+            assert_eq!(
+                described(&tensor),
+                (
+                    start + 20,
+                    "int32".to_owned(),
+                    vec![6],
+                    vec![-4],
+                    false,
+                    false
+                )
+            );
+            let outside = |low: i64, high: i64| {
+                (
+                    "ValueError",
+                    format!(
+                        "__array_interface__ shape, strides and offset reach bytes [{low}, \
+                         {high}) outside the 24-byte data buffer"
+                    ),
+                )
+            };
+            assert_eq!(refusal(with("'shape': (5,), 'offset': 5")), outside(5, 25));
+            assert_eq!(
+                refusal(with("'shape': (5,), 'offset': -1")),
+                outside(-1, 19)
+            );
+            assert_eq!(
+                refusal(with("'shape': (6,), 'strides': (-4,), 'offset': 19")),
+                outside(-1, 23)
+            );
+            // bytes are read-only
+            let frozen = PyBytes::new(py, &[0; 8]);
+            let tensor = interface(
+                frozen.as_any(),
+                "{'version': 3, 'shape': (2,), 'typestr': '<u4'}",
+            )
+            .ok()
+            .unwrap();
+            let at = frozen.as_bytes().as_ptr() as usize;
+            assert_eq!(
+                described(&tensor),
+                (at, "uint32".to_owned(), vec![2], vec![4], true, false)
+            );
+        });
+    }
+
+    #[test]
+    fn opaque_elements_are_named_by_the_sources_dtype() {
+        attached(|py| {
+            let source = eval(
+                py,
+                "type('A', (), {'dtype': type('D', (), {'name': 'bfloat16'})()})()",
+            );
+            let dict = "{'version': 3, 'shape': (2,), 'typestr': '<V2', 'data': (4096, False)}";
+            let tensor = interface(&source, dict).ok().unwrap();
+            assert_eq!(
+                described(&tensor),
+                (4096, "bfloat16".to_owned(), vec![2], vec![2], false, false)
+            );
+            // a name whose size isn't the typestr's, or no name: not a DLPack type
+            let wide = "{'version': 3, 'shape': (2,), 'typestr': '<V4', 'data': (4096, False)}";
+            for (source, dict) in [(&source, wide), (&eval(py, "object()"), dict)] {
+                let (raised, said) = refusal(interface(source, dict));
+                assert_eq!(raised, "BufferError");
+                assert!(said.ends_with("(opaque or structured elements) is not a DLPack type"));
+            }
+        });
+    }
+
+    #[test]
+    fn exact_ints_only_and_within_64_bits() {
+        attached(|py| {
+            assert_eq!(to_i64(&eval(py, "7"), "n").ok(), Some(7));
+            assert_eq!(to_i64(&eval(py, "True"), "n").ok(), Some(1));
+            assert_eq!(
+                refusal(to_i64(&eval(py, "7.0"), "n")),
+                ("TypeError", "n must be int, not float".to_owned())
+            );
+            assert_eq!(
+                refusal(to_i64(&eval(py, "-2**63 - 1"), "n")),
+                (
+                    "ValueError",
+                    "n -9223372036854775809 does not fit in 64 bits".to_owned()
+                )
+            );
+        });
+    }
+
+    /// `__array_struct__`: a capsule holding `info` (which must outlive its use), on no source.
+    fn array_struct(py: Python<'_>, info: &PyArrayInterface) -> Result<Tensor> {
+        let pointer = std::ptr::from_ref(info).cast_mut().cast::<c_void>();
+        // SAFETY: a non-NULL pointer, no name and no destructor, as numpy's capsules have; we
+        // are attached.
+        let capsule = unsafe { pyo3::ffi::PyCapsule_New(pointer, std::ptr::null(), None) };
+        // SAFETY: a new reference, non-NULL (PyCapsule_New fails only on a NULL pointer).
+        let capsule = unsafe { Bound::from_owned_ptr(py, capsule) };
+        assert!(capsule.is_instance_of::<PyCapsule>());
+        import_struct(&eval(py, "object()"), capsule)
+    }
+
+    #[test]
+    fn an_array_struct_is_read_with_its_fields() {
+        use array_struct_flags::{NOTSWAPPED, WRITEABLE};
+        let shape: [isize; 2] = [2, 3];
+        let strides: [isize; 2] = [4, 8];
+        let sound = PyArrayInterface {
+            two: 2,
+            nd: 2,
+            typekind: b'f',
+            itemsize: 4,
+            flags: NOTSWAPPED | WRITEABLE,
+            shape: shape.as_ptr(),
+            strides: strides.as_ptr(),
+            data: 4096 as *mut c_void,
+            descr: std::ptr::null_mut(),
+        };
+        attached(|py| {
+            let read = |info: PyArrayInterface| array_struct(py, &info).map(|t| described(&t));
+            let strided = (
+                4096,
+                "float32".to_owned(),
+                vec![2, 3],
+                vec![4, 8],
+                false,
+                false,
+            );
+            assert_eq!(read(PyArrayInterface { ..sound }).ok(), Some(strided));
+            // without WRITEABLE read-only, without NOTSWAPPED byte-swapped
+            let readonly = (
+                4096,
+                "float32".to_owned(),
+                vec![2, 3],
+                vec![4, 8],
+                true,
+                false,
+            );
+            assert_eq!(
+                read(PyArrayInterface {
+                    flags: NOTSWAPPED,
+                    ..sound
+                })
+                .ok(),
+                Some(readonly)
+            );
+            let swapped = (
+                4096,
+                "float32".to_owned(),
+                vec![2, 3],
+                vec![4, 8],
+                false,
+                true,
+            );
+            assert_eq!(
+                read(PyArrayInterface {
+                    flags: WRITEABLE,
+                    ..sound
+                })
+                .ok(),
+                Some(swapped)
+            );
+            // no strides: C order; no dimensions: no shape or strides read
+            let strides = std::ptr::null();
+            let c_order = (
+                4096,
+                "float32".to_owned(),
+                vec![2, 3],
+                vec![12, 4],
+                false,
+                false,
+            );
+            assert_eq!(
+                read(PyArrayInterface { strides, ..sound }).ok(),
+                Some(c_order)
+            );
+            let shape = std::ptr::null();
+            let scalar = (4096, "float32".to_owned(), vec![], vec![], false, false);
+            assert_eq!(
+                read(PyArrayInterface {
+                    nd: 0,
+                    shape,
+                    strides,
+                    ..sound
+                })
+                .ok(),
+                Some(scalar)
+            );
+            let lie = |info: PyArrayInterface| refusal(read(info));
+            let value = |msg: &str| ("ValueError", msg.to_owned());
+            assert_eq!(
+                lie(PyArrayInterface { two: 3, ..sound }),
+                value("__array_struct__ is not a PyArrayInterface (two != 2)")
+            );
+            assert_eq!(
+                lie(PyArrayInterface { nd: -1, ..sound }),
+                value("__array_struct__ nd -1 is negative")
+            );
+            assert_eq!(
+                lie(PyArrayInterface { shape, ..sound }),
+                value("__array_struct__ has no shape")
+            );
+            assert_eq!(
+                lie(PyArrayInterface {
+                    itemsize: 0,
+                    ..sound
+                }),
+                value("__array_struct__ itemsize 0")
+            );
+        });
+    }
+}

@@ -252,3 +252,258 @@ unsafe fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor>
     // called, lives; writable unless it is flagged read-only (`readonly`).
     Ok(unsafe { Tensor::new(storage, layout, owner) })
 }
+
+/// Capsules met in an embedded interpreter, made here around managed tensors whose deleter
+/// counts its calls: which names are taken, how they are renamed, and what producers' calls
+/// are retried the old way. The Python suite meets the same through real producers
+/// (test_bad_input.py, test_exchange_api.py); these reach them without building the extension.
+#[cfg(test)]
+mod tests {
+    use std::ffi::{CStr, CString, c_void};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use dlpack_core::abi::{
+        DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
+    };
+    use dlpack_core::error::Error as CoreError;
+    use pyo3::prelude::*;
+    use pyo3::types::{PyCapsule, PyDict};
+
+    use super::{import_capsule, import_producer};
+    use crate::error::{Error, Result};
+    use crate::tensor::Tensor;
+
+    /// A managed tensor of two int32s at a made-up address (never read), with its shape; the
+    /// managed tensor first, so the deleter's pointer is the whole.
+    #[repr(C)]
+    struct Held<M> {
+        managed: M,
+        shape: [i64; 1],
+        deleted: &'static AtomicUsize,
+    }
+
+    fn tensor(shape: *mut i64) -> DLTensor {
+        DLTensor {
+            data: 0x1000 as *mut c_void,
+            device: DLDevice {
+                device_type: 1,
+                device_id: 0,
+            },
+            ndim: 1,
+            dtype: DLDataType {
+                code: 0,
+                bits: 32,
+                lanes: 1,
+            },
+            shape,
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        }
+    }
+
+    unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
+        // SAFETY: made by `Box::into_raw` in `versioned`, and a deleter runs once.
+        let held = unsafe { Box::from_raw(managed.cast::<Held<DLManagedTensorVersioned>>()) };
+        held.deleted.fetch_add(1, Ordering::SeqCst);
+    }
+
+    unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
+        // SAFETY: made by `Box::into_raw` in `legacy`, and a deleter runs once.
+        let held = unsafe { Box::from_raw(managed.cast::<Held<DLManagedTensor>>()) };
+        held.deleted.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn versioned(deleted: &'static AtomicUsize) -> *mut c_void {
+        let mut held = Box::new(Held {
+            managed: DLManagedTensorVersioned {
+                version: DLPackVersion { major: 1, minor: 0 },
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_versioned),
+                flags: 0,
+                dl_tensor: tensor(std::ptr::null_mut()),
+            },
+            shape: [2],
+            deleted,
+        });
+        // the shape where the deleter frees it, beside the managed tensor
+        held.managed.dl_tensor.shape = held.shape.as_mut_ptr();
+        Box::into_raw(held).cast()
+    }
+
+    fn legacy(deleted: &'static AtomicUsize) -> *mut c_void {
+        let mut held = Box::new(Held {
+            managed: DLManagedTensor {
+                dl_tensor: tensor(std::ptr::null_mut()),
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_legacy),
+            },
+            shape: [2],
+            deleted,
+        });
+        // the shape where the deleter frees it, beside the managed tensor
+        held.managed.dl_tensor.shape = held.shape.as_mut_ptr();
+        Box::into_raw(held).cast()
+    }
+
+    /// A capsule of this name (or none) around `pointer`, without a destructor.
+    fn capsule<'py>(
+        py: Python<'py>,
+        pointer: *mut c_void,
+        name: Option<&'static CStr>,
+    ) -> Bound<'py, PyAny> {
+        let name = name.map_or(std::ptr::null(), CStr::as_ptr);
+        // SAFETY: a non-NULL pointer and a static name; we are attached.
+        let capsule = unsafe { pyo3::ffi::PyCapsule_New(pointer, name, None) };
+        // SAFETY: a new reference, non-NULL (PyCapsule_New fails only on a NULL pointer).
+        unsafe { Bound::from_owned_ptr(py, capsule) }
+    }
+
+    fn name_of(capsule: &Bound<'_, PyAny>) -> String {
+        let capsule = capsule.cast::<PyCapsule>().unwrap();
+        capsule
+            .name()
+            .unwrap()
+            .map(|n| {
+                // SAFETY: the capsule's name, a C string it keeps while it lives.
+                unsafe { n.as_cstr() }.to_str().unwrap().to_owned()
+            })
+            .unwrap_or_default()
+    }
+
+    fn attached<R>(body: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
+        Python::initialize();
+        Python::attach(body)
+    }
+
+    fn refusal(result: Result<Tensor>) -> (&'static str, String) {
+        match result {
+            Err(Error::Core(CoreError::Type(msg))) => ("TypeError", msg),
+            Err(Error::Core(CoreError::Value(msg))) => ("ValueError", msg),
+            Err(Error::Python(err)) => ("Python", err.to_string()),
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("accepted"),
+        }
+    }
+
+    fn described(tensor: &Tensor) -> (usize, Vec<i64>, bool) {
+        (
+            tensor.data() as usize,
+            tensor.layout().shape().to_vec(),
+            tensor.readonly(),
+        )
+    }
+
+    #[test]
+    fn capsules_are_taken_once_renamed_and_deleted_once() {
+        static VERSIONED: AtomicUsize = AtomicUsize::new(0);
+        static LEGACY: AtomicUsize = AtomicUsize::new(0);
+        attached(|py| {
+            let cases = [
+                (
+                    capsule(py, versioned(&VERSIONED), Some(c"dltensor_versioned")),
+                    &VERSIONED,
+                    "used_dltensor_versioned",
+                ),
+                (
+                    capsule(py, legacy(&LEGACY), Some(c"dltensor")),
+                    &LEGACY,
+                    "used_dltensor",
+                ),
+            ];
+            for (capsule, deleted, used) in cases {
+                let tensor = import_capsule(&capsule).ok().unwrap();
+                assert_eq!(described(&tensor), (0x1000, vec![2], false));
+                assert_eq!(name_of(&capsule), used);
+                assert_eq!(
+                    refusal(import_capsule(&capsule)),
+                    (
+                        "ValueError",
+                        "this DLPack capsule was already consumed".to_owned()
+                    )
+                );
+                assert_eq!(deleted.load(Ordering::SeqCst), 0);
+                drop(tensor);
+                assert_eq!(deleted.load(Ordering::SeqCst), 1);
+            }
+        });
+    }
+
+    #[test]
+    fn objects_that_arent_dlpack_capsules_are_a_type_error() {
+        attached(|py| {
+            // never read: a capsule's pointer can't be NULL
+            let nothing = 0x8 as *mut c_void;
+            let type_error = |msg: &str| ("TypeError", msg.to_owned());
+            assert_eq!(
+                refusal(import_capsule(&capsule(
+                    py,
+                    nothing,
+                    Some(c"dltensor_other")
+                ))),
+                type_error("a PyCapsule named \"dltensor_other\" is not a DLPack capsule")
+            );
+            assert_eq!(
+                refusal(import_capsule(&capsule(py, nothing, None))),
+                type_error("a PyCapsule without a name is not a DLPack capsule")
+            );
+            let number = 5_i32.into_pyobject(py).unwrap().into_any();
+            assert_eq!(
+                refusal(import_capsule(&number)),
+                type_error("__dlpack__ returned int, not a PyCapsule")
+            );
+        });
+    }
+
+    #[test]
+    fn only_a_plain_type_error_retries_the_call_without_max_version() {
+        static DELETED: AtomicUsize = AtomicUsize::new(0);
+        attached(|py| {
+            let globals = PyDict::new(py);
+            let producers = [
+                // before max_version: the keyword is a TypeError
+                "class Old:",
+                "    def __dlpack__(self, stream=None):",
+                "        return make()",
+                // refuses the data whatever the call, but would answer the old one
+                "class Refusing:",
+                "    def __dlpack__(self, stream=None, **kwargs):",
+                "        if kwargs:",
+                "            raise ValueError('refused')",
+                "        return make()",
+                "class Typed(TypeError):",
+                "    pass",
+                "class RefusingTyped(Refusing):",
+                "    def __dlpack__(self, stream=None, **kwargs):",
+                "        if kwargs:",
+                "            raise Typed('refused as a type')",
+                "        return make()",
+            ]
+            .join("\n");
+            let make = pyo3::types::PyCFunction::new_closure(py, None, None, |args, _| {
+                let py = args.py();
+                PyResult::Ok(capsule(py, versioned(&DELETED), Some(c"dltensor_versioned")).unbind())
+            })
+            .unwrap();
+            globals.set_item("make", make).unwrap();
+            py.run(&CString::new(producers).unwrap(), Some(&globals), None)
+                .unwrap();
+            let method = |class: &str| {
+                let source = CString::new(format!("{class}().__dlpack__")).unwrap();
+                py.eval(&source, Some(&globals), None).unwrap()
+            };
+            let tensor = import_producer(&method("Old"), None).ok().unwrap();
+            assert_eq!(described(&tensor), (0x1000, vec![2], false));
+            for (class, message) in [
+                ("Refusing", "ValueError: refused"),
+                ("RefusingTyped", "Typed: refused as a type"),
+            ] {
+                assert_eq!(
+                    refusal(import_producer(&method(class), None)),
+                    ("Python", message.to_owned())
+                );
+            }
+            drop(tensor);
+            assert_eq!(DELETED.load(Ordering::SeqCst), 1);
+        });
+    }
+}

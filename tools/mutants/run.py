@@ -8,6 +8,7 @@ are printed with every surviving mutant; the run fails if a survivor is not argu
 tools/mutants/equivalent.toml.
 
     python tools/mutants/run.py --cargo-mutants PATH --cosmic-ray PATH [--part rust|python]
+    python tools/mutants/run.py ... --rotate N   # one shard of N, the one after the last run's
     python tools/mutants/run.py ... --smoke      # a handful of mutants: the tooling still works
 
 Run from the repository root with the development environment's Python (`make mutants`). The
@@ -47,6 +48,9 @@ RUNTIME_PYTESTS = {
     "src/api/borrows.rs": ("test_c_api",),
 }
 RUNTIME_PYTEST_K = "not fuzzed and not failing_calls_leave_nothing_behind"
+
+# --rotate: the shard the next run takes (target/mutants-out/next-shard)
+NEXT_SHARD = OUT / "next-shard"
 
 # --smoke: a few mutants of each tool (the Python ones include two argued equivalent).
 SMOKE_RUST = ["--file", "crates/dlpack-core/src/layout/derived.rs", "--re", r"\bdense_strides\b"]
@@ -96,7 +100,13 @@ def build_site(site: Path, installed: bool) -> None:
     shutil.copy(extension, site / "dlpack" / "_dlpack.abi3.so")
 
 
-def rust(cargo_mutants: str, smoke: bool, packages: list[str], names: str | None) -> Score:
+def rust(
+    cargo_mutants: str,
+    smoke: bool,
+    packages: list[str],
+    names: str | None,
+    shard: tuple[int, int] | None,
+) -> Score:
     part = [*packages, re.sub(r"\W+", "_", names)] if names else packages
     out = OUT / ("rust-smoke" if smoke else "-".join(["rust", *part]))
     shutil.rmtree(out, ignore_errors=True)
@@ -107,9 +117,11 @@ def rust(cargo_mutants: str, smoke: bool, packages: list[str], names: str | None
         MUTANTS_REAL_CARGO=shutil.which("cargo") or "cargo",
         MUTANTS_SITE=str(out / "site"),
         MUTANTS_PYTHON=sys.executable,
-        # a failing proptest writes no regression file into the tree, and doesn't shrink
+        # a failing proptest writes no regression file into the tree, and doesn't shrink; the
+        # same cases every run, so a mutant only some random cases catch doesn't come and go
         PROPTEST_DISABLE_FAILURE_PERSISTENCE="1",
         PROPTEST_MAX_SHRINK_ITERS="0",
+        PROPTEST_RNG_SEED="1",
     )
     (out / "site").mkdir()
     # in place: one mutant at a time (the --jobs 1 the machine allows), and builds reuse target/
@@ -119,6 +131,9 @@ def rust(cargo_mutants: str, smoke: bool, packages: list[str], names: str | None
         cmd += ["--package", package]
     if names:
         cmd += ["--re", names]
+    if shard:
+        # dealt round robin: each shard takes a share of every file
+        cmd += ["--shard", f"{shard[0]}/{shard[1]}", "--sharding", "round-robin"]
     rc = run([*cmd, *(SMOKE_RUST if smoke else [])], cwd=ROOT, env=env)
     results = out / "mutants.out"
     if not (results / "outcomes.json").exists():
@@ -140,7 +155,7 @@ def rust(cargo_mutants: str, smoke: bool, packages: list[str], names: str | None
     )
 
 
-def python(cosmic_ray: str, smoke: bool) -> Score:
+def python(cosmic_ray: str, smoke: bool, shard: tuple[int, int] | None) -> Score:
     work = OUT / ("python-smoke" if smoke else "python")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -159,12 +174,16 @@ def python(cosmic_ray: str, smoke: bool) -> Score:
         DLPACK_TESTS_REQUIRE="numpy,torch,jax",
     )
     session = "session.sqlite"
-    for cmd in (
+    steps = [
         [cosmic_ray, "init", "config.toml", session],
         [str(bin_dir / "cr-filter-operators"), session, "config.toml"],
         [cosmic_ray, "baseline", "config.toml"],
         [cosmic_ray, "exec", "config.toml", session],
-    ):
+    ]
+    if shard:
+        shard_filter = [str(bin_dir / "python"), str(HERE / "cosmic_ray_shard.py"), session]
+        steps.insert(2, [*shard_filter, *map(str, shard)])
+    for cmd in steps:
         if run(cmd, cwd=work, env=env) != 0:
             sys.exit(f"mutants: {' '.join(cmd[:2])} failed")
     dump = subprocess.run(
@@ -247,6 +266,13 @@ def main() -> int:
     parser.add_argument("--part", choices=("rust", "python", "all"), default="all")
     parser.add_argument("--smoke", action="store_true", help="a handful of mutants")
     parser.add_argument(
+        "--rotate",
+        type=int,
+        metavar="N",
+        help="only one shard of N of each tool's mutants, the one after the last run's "
+        f"({NEXT_SHARD.relative_to(ROOT)}): N runs in a row test every mutant once",
+    )
+    parser.add_argument(
         "--rust-package",
         action="append",
         default=[],
@@ -264,19 +290,35 @@ def main() -> int:
         entry["mutant"]: entry["why"]
         for entry in tomllib.loads((HERE / "equivalent.toml").read_text()).get("equivalent", [])
     }
+    shard = None
+    if args.rotate and args.rotate > 1:
+        try:
+            shard = (int(NEXT_SHARD.read_text()) % args.rotate, args.rotate)
+        except (FileNotFoundError, ValueError):
+            shard = (0, args.rotate)
+        print(f"mutants: shard {shard[0]} of 0..{shard[1] - 1}", flush=True)
     start = time.monotonic()
     scores = []
     # the tools' paths as given from the current folder; they run from others
     args.cargo_mutants = str(Path(args.cargo_mutants).resolve())
     args.cosmic_ray = str(Path(args.cosmic_ray).resolve())
     if args.part in ("rust", "all"):
-        scores.append(rust(args.cargo_mutants, args.smoke, args.rust_package, args.rust_re))
+        scores.append(rust(args.cargo_mutants, args.smoke, args.rust_package, args.rust_re, shard))
     if args.part in ("python", "all"):
-        scores.append(python(args.cosmic_ray, args.smoke))
+        scores.append(python(args.cosmic_ray, args.smoke, shard))
     minutes = (time.monotonic() - start) / 60
+    if shard:
+        # a run that ends (survivors or not) hands the next shard on; an interrupted one doesn't
+        NEXT_SHARD.parent.mkdir(parents=True, exist_ok=True)
+        NEXT_SHARD.write_text(f"{(shard[0] + 1) % shard[1]}\n")
 
     unargued = 0
-    print(f"\nmutants: {minutes:.1f} min, load average {os.getloadavg()[0]:.1f} at the end")
+    covered = "smoke" if args.smoke else "every mutant"
+    if shard:
+        covered = f"shard {shard[0]} of 0..{shard[1] - 1}"
+    print(
+        f"\nmutants: {covered}, {minutes:.1f} min, load average {os.getloadavg()[0]:.1f} at the end"
+    )
     for score in scores:
         print(
             f"{score.tool}: {score.killed + score.timeouts} killed of {score.total} "

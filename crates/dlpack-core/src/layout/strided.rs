@@ -382,6 +382,18 @@ mod tests {
     }
 
     #[test]
+    fn fortran_order_is_f_contiguous() {
+        // element strides 1, 2, 6: each the product of the extents before it
+        let f = Layout::from_byte_strides(&[2, 3, 4], Some(&[4, 8, 24]), 4).unwrap();
+        assert!(f.is_f_contiguous() && !f.is_c_contiguous());
+        // an extent of 1 takes any stride
+        let f = Layout::from_byte_strides(&[2, 1, 4], Some(&[4, 100, 8]), 4).unwrap();
+        assert!(f.is_f_contiguous());
+        let off = Layout::from_byte_strides(&[2, 3, 4], Some(&[4, 8, 28]), 4).unwrap();
+        assert!(!off.is_f_contiguous());
+    }
+
+    #[test]
     fn zero_size_broadcast_and_scalar() {
         let l = Layout::from_byte_strides(&[0, 5], Some(&[7, 9]), 4).unwrap();
         assert_eq!(l.numel(), 0);
