@@ -201,42 +201,17 @@ pub unsafe fn import_versioned(managed: NonNull<DLManagedTensorVersioned>) -> Re
 /// `t` is a producer's `DLTensor` that stays valid while `owner` lives: its shape and (when not
 /// null) strides have `ndim` entries.
 unsafe fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor> {
-    let ndim = usize::try_from(t.ndim)
-        .ok()
-        .filter(|&n| n <= layout::MAX_NDIM)
-        .ok_or_else(|| Error::buffer(format!("DLPack tensor with ndim {}", t.ndim)))?;
-    if ndim > 0 && t.shape.is_null() {
-        return Err(Error::buffer("DLPack tensor without a shape"));
-    }
+    let ndim = dimensions(t.ndim, t.shape.is_null())?;
     let dtype = DType::from_dlpack(t.dtype)?;
-    // SAFETY: per the contract; not null when `ndim > 0` (checked above), not read when 0.
+    // SAFETY: per the contract; not null when `ndim > 0` (checked by `dimensions`), not read
+    // when 0.
     let shape = unsafe { dlpack_core::abi::c_array(t.shape, ndim) };
     // SAFETY: non-null strides (checked) have `ndim` entries while `owner` lives (this
     // function's contract), as it does through this call.
     let strides = (ndim > 0 && !t.strides.is_null())
         .then(|| unsafe { dlpack_core::abi::c_array(t.strides, ndim) });
-    let item = dtype.itemsize() as i64;
-    let byte_stride = strides.map(|s| {
-        move |k: usize| {
-            s[k].checked_mul(item)
-                .ok_or_else(|| dlpack_core::error::Error::buffer("DLPack strides overflow"))
-        }
-    });
-    let layout =
-        Layout::build(ndim, dtype.itemsize(), |k| shape[k], byte_stride).map_err(|e| match e {
-            dlpack_core::error::Error::Value(msg) => dlpack_core::error::Error::Buffer(msg),
-            other => other,
-        })?;
-    debug_assert!(
-        layout.strides().is_some(),
-        "element strides times the item size divide evenly"
-    );
-    let data = (t.data as usize)
-        .checked_add(t.byte_offset as usize)
-        .ok_or_else(|| Error::buffer("DLPack data pointer + byte_offset overflows"))?
-        as *mut c_void;
-    Tensor::check_data(data, &layout)
-        .map_err(|_| Error::buffer("DLPack tensor with a null data pointer"))?;
+    let layout = layout_of(dtype, shape, strides)?;
+    let data = first_element(t.data, t.byte_offset, &layout)?;
     let storage = Storage {
         data,
         device: Device::Known(t.device),
@@ -251,6 +226,57 @@ unsafe fn describe(t: &DLTensor, readonly: bool, owner: Owner) -> Result<Tensor>
     // memory of its device while the managed tensor, held by `owner` until its deleter is
     // called, lives; writable unless it is flagged read-only (`readonly`).
     Ok(unsafe { Tensor::new(storage, layout, owner) })
+}
+
+/// A `DLTensor`'s dimension count, checked: from 0 to `layout::MAX_NDIM`, with a shape unless
+/// it is 0 (a null shape of `ndim > 0` entries would be read).
+fn dimensions(ndim: i32, shape_is_null: bool) -> Result<usize> {
+    let ndim = usize::try_from(ndim)
+        .ok()
+        .filter(|&n| n <= layout::MAX_NDIM)
+        .ok_or_else(|| Error::buffer(format!("DLPack tensor with ndim {ndim}")))?;
+    if ndim > 0 && shape_is_null {
+        return Err(Error::buffer("DLPack tensor without a shape"));
+    }
+    Ok(ndim)
+}
+
+/// The layout of a `DLTensor` of `dtype` elements with this shape and element strides (none:
+/// C order), checked: a layout that can't be (negative extents, strides whose bytes overflow)
+/// is a BufferError.
+fn layout_of(dtype: DType, shape: &[i64], strides: Option<&[i64]>) -> Result<Layout> {
+    let item = dtype.itemsize() as i64;
+    let byte_stride = strides.map(|s| {
+        move |k: usize| {
+            s[k].checked_mul(item)
+                .ok_or_else(|| dlpack_core::error::Error::buffer("DLPack strides overflow"))
+        }
+    });
+    let layout = Layout::build(shape.len(), dtype.itemsize(), |k| shape[k], byte_stride).map_err(
+        |e| match e {
+            dlpack_core::error::Error::Value(msg) => dlpack_core::error::Error::Buffer(msg),
+            other => other,
+        },
+    )?;
+    debug_assert!(
+        layout.strides().is_some(),
+        "element strides times the item size divide evenly"
+    );
+    Ok(layout)
+}
+
+/// The address of a `DLTensor`'s first element, its data pointer plus its byte offset, checked:
+/// an offset that overflows the address space, or a null address for a tensor with elements, is
+/// a BufferError.
+fn first_element(data: *mut c_void, byte_offset: u64, layout: &Layout) -> Result<*mut c_void> {
+    let data = usize::try_from(byte_offset)
+        .ok()
+        .and_then(|offset| (data as usize).checked_add(offset))
+        .ok_or_else(|| Error::buffer("DLPack data pointer + byte_offset overflows"))?
+        as *mut c_void;
+    Tensor::check_data(data, layout)
+        .map_err(|_| Error::buffer("DLPack tensor with a null data pointer"))?;
+    Ok(data)
 }
 
 /// Capsules met in an embedded interpreter, made here around managed tensors whose deleter
@@ -505,5 +531,81 @@ mod tests {
             drop(tensor);
             assert_eq!(DELETED.load(Ordering::SeqCst), 1);
         });
+    }
+
+    /// A BufferError's message, or what else came back.
+    fn buffer_error<T: std::fmt::Debug>(result: Result<T>) -> String {
+        match result {
+            Err(Error::Core(CoreError::Buffer(msg))) => msg,
+            other => panic!("not a BufferError: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_dlpack_tensors_dimensions_are_0_to_the_most_with_a_shape_where_there_are_any() {
+        let most = dlpack_core::layout::MAX_NDIM as i32;
+        assert_eq!(super::dimensions(0, true).unwrap(), 0);
+        assert_eq!(super::dimensions(0, false).unwrap(), 0);
+        assert_eq!(super::dimensions(1, false).unwrap(), 1);
+        assert_eq!(super::dimensions(most, false).unwrap(), most as usize);
+        for ndim in [-1, most + 1, i32::MAX, i32::MIN] {
+            let msg = buffer_error(super::dimensions(ndim, false));
+            assert_eq!(msg, format!("DLPack tensor with ndim {ndim}"));
+        }
+        for ndim in [1, most] {
+            let msg = buffer_error(super::dimensions(ndim, true));
+            assert_eq!(msg, "DLPack tensor without a shape");
+        }
+    }
+
+    #[test]
+    fn a_dlpack_tensors_layout_is_its_shape_and_element_strides_in_bytes() {
+        let f32 = dlpack_core::dtype::DType::from_dlpack(DLDataType {
+            code: 2,
+            bits: 32,
+            lanes: 1,
+        })
+        .unwrap();
+        let c = super::layout_of(f32, &[2, 3], None).unwrap();
+        assert_eq!((c.shape(), c.byte_strides()), (&[2, 3][..], &[12, 4][..]));
+        let strided = super::layout_of(f32, &[2, 3], Some(&[1, 2])).unwrap();
+        assert_eq!(strided.byte_strides(), &[4, 8]);
+        let backwards = super::layout_of(f32, &[3], Some(&[-1])).unwrap();
+        assert_eq!(backwards.byte_strides(), &[-4]);
+        let scalar = super::layout_of(f32, &[], None).unwrap();
+        assert_eq!((scalar.ndim(), scalar.numel()), (0, 1));
+        // An element stride whose bytes don't fit an i64 is refused, not wrapped.
+        let over = buffer_error(super::layout_of(f32, &[2], Some(&[i64::MAX / 2])));
+        assert_eq!(over, "DLPack strides overflow");
+        let far = super::layout_of(f32, &[2], Some(&[1 << 40])).unwrap();
+        assert_eq!(far.byte_strides(), &[1 << 42]);
+        // A negative extent is the layout's ValueError, served as a BufferError.
+        buffer_error(super::layout_of(f32, &[-1], None));
+    }
+
+    #[test]
+    fn a_dlpack_tensors_first_element_is_its_data_plus_its_offset() {
+        let f32 = dlpack_core::dtype::DType::from_dlpack(DLDataType {
+            code: 2,
+            bits: 32,
+            lanes: 1,
+        })
+        .unwrap();
+        let some = super::layout_of(f32, &[2], None).unwrap();
+        let none = super::layout_of(f32, &[0], None).unwrap();
+        let at = |data: usize, offset: u64, layout| {
+            super::first_element(data as *mut c_void, offset, layout).map(|p| p as usize)
+        };
+        assert_eq!(at(0x1000, 0, &some).unwrap(), 0x1000);
+        assert_eq!(at(0x1000, 64, &some).unwrap(), 0x1040);
+        assert_eq!(at(usize::MAX - 8, 8, &some).unwrap(), usize::MAX);
+        let over = buffer_error(at(usize::MAX - 8, 9, &some));
+        assert_eq!(over, "DLPack data pointer + byte_offset overflows");
+        buffer_error(at(0x1000, u64::MAX, &some));
+        let null = buffer_error(at(0, 0, &some));
+        assert_eq!(null, "DLPack tensor with a null data pointer");
+        // No element, nothing read: a null pointer describes it.
+        assert_eq!(at(0, 0, &none).unwrap(), 0);
+        assert_eq!(at(0, 4, &some).unwrap(), 4);
     }
 }
