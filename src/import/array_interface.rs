@@ -368,34 +368,18 @@ pub fn import_struct(source: &Bound<'_, PyAny>, capsule: Bound<'_, PyAny>) -> Re
 mod tests {
     use std::ffi::{CString, c_void};
 
-    use dlpack_core::error::Error as CoreError;
     use pyo3::prelude::*;
     use pyo3::types::{PyByteArray, PyBytes, PyCapsule};
 
+    use super::super::test_support::{attached, refusal};
     use super::{import, import_struct, to_i64};
-    use crate::error::{Error, Result};
+    use crate::error::Result;
     use crate::ffi::{PyArrayInterface, array_struct_flags};
     use crate::tensor::Tensor;
-
-    fn attached<R>(body: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
-        Python::initialize();
-        Python::attach(body)
-    }
 
     fn eval<'py>(py: Python<'py>, source: &str) -> Bound<'py, PyAny> {
         py.eval(&CString::new(source).unwrap(), None, None)
             .unwrap_or_else(|err| panic!("{source}: {err}"))
-    }
-
-    /// The exception an error is raised as, and its message.
-    fn refusal<T>(result: Result<T>) -> (&'static str, String) {
-        match result {
-            Err(Error::Core(CoreError::Buffer(msg))) => ("BufferError", msg),
-            Err(Error::Core(CoreError::Type(msg))) => ("TypeError", msg),
-            Err(Error::Core(CoreError::Value(msg))) => ("ValueError", msg),
-            Err(other) => panic!("{other:?}"),
-            Ok(_) => panic!("accepted"),
-        }
     }
 
     /// What a tensor describes: its address, element type, shape, byte strides, and whether it

@@ -291,12 +291,12 @@ mod tests {
     use dlpack_core::abi::{
         DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
     };
-    use dlpack_core::error::Error as CoreError;
     use pyo3::prelude::*;
     use pyo3::types::{PyCapsule, PyDict};
 
+    use super::super::test_support::{attached, refusal};
     use super::{import_capsule, import_producer};
-    use crate::error::{Error, Result};
+    use crate::error::Result;
     use crate::tensor::Tensor;
 
     /// A managed tensor of two int32s at a made-up address (never read), with its shape; the
@@ -394,21 +394,6 @@ mod tests {
                 unsafe { n.as_cstr() }.to_str().unwrap().to_owned()
             })
             .unwrap_or_default()
-    }
-
-    fn attached<R>(body: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
-        Python::initialize();
-        Python::attach(body)
-    }
-
-    fn refusal(result: Result<Tensor>) -> (&'static str, String) {
-        match result {
-            Err(Error::Core(CoreError::Type(msg))) => ("TypeError", msg),
-            Err(Error::Core(CoreError::Value(msg))) => ("ValueError", msg),
-            Err(Error::Python(err)) => ("Python", err.to_string()),
-            Err(other) => panic!("{other:?}"),
-            Ok(_) => panic!("accepted"),
-        }
     }
 
     fn described(tensor: &Tensor) -> (usize, Vec<i64>, bool) {
@@ -533,12 +518,11 @@ mod tests {
         });
     }
 
-    /// A BufferError's message, or what else came back.
-    fn buffer_error<T: std::fmt::Debug>(result: Result<T>) -> String {
-        match result {
-            Err(Error::Core(CoreError::Buffer(msg))) => msg,
-            other => panic!("not a BufferError: {other:?}"),
-        }
+    /// A BufferError's message.
+    fn buffer_error<T>(result: Result<T>) -> String {
+        let (kind, msg) = refusal(result);
+        assert_eq!(kind, "BufferError", "{msg}");
+        msg
     }
 
     #[test]

@@ -20,5 +20,7 @@ mod dispatch;
 pub mod dlpack;
 mod numpy;
 mod protocols;
+#[cfg(test)]
+mod test_support;
 
 pub use dispatch::{Imported, ORDER, import, import_in_place, import_known_into, is_immutable};
