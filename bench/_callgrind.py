@@ -20,6 +20,7 @@ import glob
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,7 @@ void cg_start(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_ZERO_STATS; }
 void cg_stop(void) { CALLGRIND_DUMP_STATS; CALLGRIND_STOP_INSTRUMENTATION; }
 """
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 WARM, LOW, HIGH = 1_000, 5_000, 25_000
 CHILD_FLAG = "--_callgrind-child"
 
@@ -42,6 +44,34 @@ def totals(path: str) -> int:
             if m := re.match(r"(?:summary|totals):\s*(\d+)", line):
                 return int(m.group(1))
     raise RuntimeError(f"callgrind wrote no totals to {path}")
+
+
+def exchange_rows(
+    only: set[str] | None,
+) -> tuple[dict, list[tuple[str, str, str | None, Sequence[str]]]]:
+    """In the child: what ``bench_exchange.py``'s rows run in (numpy's ``a``, a torch tensor
+    ``t`` over the same memory and tvm_ffi where they are installed; the caller adds ``asdlpack``
+    and ``obj``), and its rows as ``(key, statement, anchor, the names it needs)``, ``only``
+    those keys where given."""
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
+    exchange = runpy.run_path(os.path.join(HERE, "bench_exchange.py"), run_name="bench_exchange")
+    import numpy as np
+
+    a = np.arange(12, dtype=np.float32)
+    base: dict = {"np": np, "a": a}
+    for name in ("torch", "tvm_ffi"):
+        try:
+            base[name] = __import__(name)
+        except Exception:
+            pass
+    if "torch" in base:
+        base["t"] = base["torch"].from_numpy(a)
+    rows = [
+        (key, stmt, anchor, needs)
+        for key, _label, stmt, _anchor_label, anchor, _check, needs in exchange["ROWS"]
+        if not only or key in only
+    ]
+    return base, rows
 
 
 def run_cases(argv: Sequence[str], cases: Sequence[tuple[str, str, dict]]) -> None:

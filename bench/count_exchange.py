@@ -32,24 +32,13 @@ CALLGRIND = runpy.run_path(os.path.join(HERE, "_callgrind.py"))
 
 def child(argv: list[str], only: set[str] | None) -> None:
     """Under callgrind: every row's loops, ours then its anchor."""
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
-    exchange = runpy.run_path(os.path.join(HERE, "bench_exchange.py"), run_name="bench_exchange")
-    import numpy as np
-
+    base, rows = CALLGRIND["exchange_rows"](only)
     import dlpack
 
-    a = np.arange(12, dtype=np.float32)
-    ns = {"np": np, "a": a, "asdlpack": dlpack.asdlpack, "obj": dlpack.asdlpack(a)}
-    for name in ("torch", "tvm_ffi"):
-        try:
-            ns[name] = __import__(name)
-        except Exception:
-            pass
-    if "torch" in ns:
-        ns["t"] = ns["torch"].from_numpy(a)
+    ns = dict(base, asdlpack=dlpack.asdlpack, obj=dlpack.asdlpack(base["a"]))
     cases = [("loop", "len(a)")]
-    for key, _label, stmt, _anchor_label, anchor, _check, needs in exchange["ROWS"]:
-        if (only and key not in only) or not all(n in ns for n in needs):
+    for key, stmt, anchor, needs in rows:
+        if not all(n in ns for n in needs):
             continue
         cases.append((key, stmt))
         if anchor is not None:

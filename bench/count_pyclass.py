@@ -30,28 +30,16 @@ CALLGRIND = runpy.run_path(os.path.join(HERE, "_callgrind.py"))
 
 def child(argv: list[str], only: set[str] | None) -> None:
     """Under callgrind: run every statement's loops, writing the order of the dumps."""
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
-    exchange = runpy.run_path(os.path.join(HERE, "bench_exchange.py"), run_name="bench_exchange")
-    import numpy as np
-
+    base, rows = CALLGRIND["exchange_rows"](only)
     import dlpack
     from dlpack import _dlpack
 
-    a = np.arange(12, dtype=np.float32)
-    base = {"np": np, "a": a}
-    for name in ("torch", "tvm_ffi"):
-        try:
-            base[name] = __import__(name)
-        except Exception:
-            pass
-    if "torch" in base:
-        base["t"] = base["torch"].from_numpy(a)
     makers = {"hand": dlpack.asdlpack, "pyclass": _dlpack._pyclass_asdlpack}
-    spaces = {kind: dict(base, asdlpack=make, obj=make(a)) for kind, make in makers.items()}
+    spaces = {kind: dict(base, asdlpack=make, obj=make(base["a"])) for kind, make in makers.items()}
 
     cases = [("loop", "len(a)", "hand")]
-    for key, _label, stmt, _anchor_label, anchor, _check, needs in exchange["ROWS"]:
-        if (only and key not in only) or not all(n in spaces["hand"] for n in needs):
+    for key, stmt, anchor, needs in rows:
+        if not all(n in spaces["hand"] for n in needs):
             continue
         cases += [(f"{key}:{kind}", stmt, kind) for kind in makers]
         if anchor is not None:
