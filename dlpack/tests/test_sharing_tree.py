@@ -449,6 +449,22 @@ def test_a_writer_updating_while_two_readers_take_snapshots():
 # -- faults --------------------------------------------------------------------------------------
 
 
+def stop_mid_update(shared, ours, writer) -> None:
+    """Stop ``writer`` (``update_forever`` of ``shared``, saying so on ``ours``) while it
+    writes: stopped, it still holds the writers' lock, and the sequence is odd."""
+    assert ours.poll(120) and ours.recv() == "updating"
+    deadline = time.monotonic() + 120
+    while shared.generation < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the first update landed: it writes back to back from now on
+    for _ in range(2000):  # stopped mid-write at last (it writes nearly all the time)
+        os.kill(writer.pid, signal.SIGSTOP)
+        if shared._segment._sequence % 2 == 1:
+            break
+        os.kill(writer.pid, signal.SIGCONT)
+        time.sleep(0.003)
+    assert shared._segment._sequence % 2 == 1
+
+
 def test_a_writer_that_dies_mid_update_leaves_a_torn_tree_until_the_next():
     """A writer killed while it writes: readers get a BufferError saying so (never a mix, never
     a hang), until an update writes the tree whole again."""
@@ -462,17 +478,7 @@ def test_a_writer_that_dies_mid_update_leaves_a_torn_tree_until_the_next():
     writer.start()
     theirs.close()
     try:
-        assert ours.poll(120) and ours.recv() == "updating"
-        deadline = time.monotonic() + 120
-        while shared.generation < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)  # the first update landed: it writes back to back from now on
-        for _ in range(2000):  # stopped mid-write at last (it writes nearly all the time)
-            os.kill(writer.pid, signal.SIGSTOP)
-            if shared._segment._sequence % 2 == 1:
-                break
-            os.kill(writer.pid, signal.SIGCONT)
-            time.sleep(0.003)
-        assert shared._segment._sequence % 2 == 1
+        stop_mid_update(shared, ours, writer)
         # Stopped, it still holds its lock: a reader waits for it, here at most a little.
         with pytest.raises(TimeoutError, match="a writer is still writing"):
             shared.snapshot(timeout=0.2)
@@ -505,17 +511,7 @@ def test_an_update_waits_for_another_threads_at_most_its_timeout():
     made: list[int] = []
     thread = threading.Thread(target=lambda: made.append(shared.update(ones)))
     try:
-        assert ours.poll(120) and ours.recv() == "updating"
-        deadline = time.monotonic() + 120
-        while shared.generation < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        for _ in range(2000):  # stopped mid-write, holding its lock
-            os.kill(writer.pid, signal.SIGSTOP)
-            if shared._segment._sequence % 2 == 1:
-                break
-            os.kill(writer.pid, signal.SIGCONT)
-            time.sleep(0.003)
-        assert shared._segment._sequence % 2 == 1
+        stop_mid_update(shared, ours, writer)
         assert not shared._segment._updating_here
         thread.start()
         deadline = time.monotonic() + 120
